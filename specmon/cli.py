@@ -1,0 +1,70 @@
+"""The `specmon` command line. Stays light: subcommands import their heavy parts when run."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import sys
+from collections.abc import Sequence
+
+from specmon import __version__
+from specmon.errors import SpecmonError, UsageError
+
+# (name, module under specmon.commands, one-line help). Each module offers
+# `configure(parser)` (argparse only, no heavy imports) and `run(args) -> int`.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("demo", "demo", "run the built-in simulated EAGLE-3 host and open the console"),
+    ("connect", "connect", "open the console on a GPU host over SSH"),
+    ("parse", "parse", "parse a server log into events"),
+    ("launch", "launch", "launch a server profile on a host (headless)"),
+    ("stop", "stop", "stop the server run on a host (headless)"),
+    ("status", "status", "show the runs on a host (headless)"),
+    ("watch", "watch", "stream a host's events as text or JSON lines (headless)"),
+    ("agent", "agent", "run the NVML GPU agent on this machine"),
+    ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
+    ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),
+    ("ledger", "ledger", "list, show, export and plot recorded experiments"),
+)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line, exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="specmon",
+        description="A terminal console for speculative-decoding LLM servers on GPU hosts.",
+    )
+    parser.add_argument("--version", action="version", version=f"specmon {__version__}")
+    parser.add_argument("--config", metavar="PATH", help="config file (default: ./specmon.toml, "
+                        "then the user config dir)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
+    for name, module, help_text in COMMANDS:
+        if importlib.util.find_spec(f"specmon.commands.{module}") is None:
+            continue  # a subcommand still being built is simply not offered
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(f"specmon.commands.{module}").configure(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        if args.command is None:
+            build_parser().print_help()
+            return 2
+        return int(importlib.import_module(f"specmon.commands.{args._module}").run(args) or 0)
+    except SpecmonError as exc:
+        print(f"specmon: {exc}" if not str(exc).startswith("specmon") else str(exc),
+              file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0

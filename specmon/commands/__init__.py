@@ -1,0 +1,1 @@
+"""One module per CLI subcommand: `configure(parser)` stays import-light, `run(args)` works."""

@@ -1,0 +1,301 @@
+"""Typed events: the one vocabulary shared by parsers, the host session, the store and the UI.
+
+Every event is a frozen, keyword-only dataclass with a class-level ``kind`` tag, so the JSON
+form (``to_json``) is stable for `specmon parse --json` and `specmon watch --json`.
+Events never hold references to live objects: they can be logged, replayed and compared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+ErrorCategory = Literal["oom", "nccl", "other"]
+ModelRole = Literal["target", "draft"]
+GraphRole = Literal["target", "draft", "draft_extend"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of all events. ``ts`` is the log's own timestamp text where the source has one."""
+
+    kind: ClassVar[str] = "event"
+    ts: str | None = None
+    rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = [v.to_dict() if hasattr(v, "to_dict") else v for v in value]
+            elif hasattr(value, "to_dict"):
+                value = value.to_dict()
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(", ", ": "), default=str)
+
+
+# --- events read from the server log (parser output) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadBegin(Event):
+    kind: ClassVar[str] = "load_begin"
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardProgress(Event):
+    kind: ClassVar[str] = "shard_progress"
+    done: int
+    total: int
+    elapsed_s: float | None = None
+    remaining_s: float | None = None
+    seconds_per_shard: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadEnd(Event):
+    kind: ClassVar[str] = "load_end"
+    mem_usage_gb: float | None = None
+    avail_mem_gb: float | None = None
+    elapsed_s: float | None = None
+    model_type: str | None = None
+    role: ModelRole | None = None  # "draft" when the model type names an EAGLE/draft class
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvCache(Event):
+    kind: ClassVar[str] = "kv_cache"
+    tokens: int | None = None
+    size_gb: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphBegin(Event):
+    kind: ClassVar[str] = "graph_begin"
+    role: GraphRole | None = None
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GraphEnd(Event):
+    kind: ClassVar[str] = "graph_end"
+    role: GraphRole | None = None
+    seconds: float | None = None
+    mem_usage_gb: float | None = None
+    avail_mem_gb: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpUp(Event):
+    """The HTTP server listens (uvicorn start-up lines); warm-up follows."""
+
+    kind: ClassVar[str] = "http_up"
+    port: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ready(Event):
+    kind: ClassVar[str] = "ready"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decode(Event):
+    kind: ClassVar[str] = "decode"
+    running_req: int
+    tokens: int
+    token_usage: float
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    gen_throughput: float
+    queue_req: int
+    cuda_graph: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prefill(Event):
+    kind: ClassVar[str] = "prefill"
+    new_seq: int | None = None
+    new_token: int | None = None
+    cached_token: int | None = None
+    running_req: int | None = None
+    queue_req: int | None = None
+    input_throughput: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerError(Event):
+    """A fatal or alarming line. ``message`` is the root-cause line, not the traceback frame."""
+
+    kind: ClassVar[str] = "error"
+    category: ErrorCategory
+    message: str
+
+
+# --- events made by the host session ---------------------------------------------------------
+
+ConnectionStateName = Literal["connecting", "connected", "reconnecting", "disconnected", "closed"]
+RunStateName = Literal["loading", "ready", "failed", "hung", "stopping", "stopped"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionState(Event):
+    kind: ClassVar[str] = "connection"
+    host: str
+    state: ConnectionStateName
+    attempt: int = 0
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo(Event):
+    """A run was launched or reattached. ``reattached`` distinguishes the two."""
+
+    kind: ClassVar[str] = "run"
+    run_id: str
+    profile: str | None = None
+    argv: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    pid: int | None = None
+    pgid: int | None = None
+    started_at: float | None = None  # epoch seconds
+    reattached: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunState(Event):
+    kind: ClassVar[str] = "run_state"
+    run_id: str
+    state: RunStateName
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerFailed(Event):
+    """The server died or reported a fatal error: one event carrying the root cause."""
+
+    kind: ClassVar[str] = "server_failed"
+    run_id: str | None = None
+    category: ErrorCategory = "other"
+    exit_code: int | None = None
+    signal: int | None = None
+    root_cause: tuple[str, ...] = ()
+    command: str | None = None
+    hung: bool = False
+    last_phase: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopProgress(Event):
+    """One step of a stop: sigterm, sigkill, group_gone, gpu_released, with its duration."""
+
+    kind: ClassVar[str] = "stop_progress"
+    run_id: str
+    step: str
+    seconds: float
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogLine(Event):
+    """A raw server log line, for the log pane; ``offset`` is its byte offset in the log file."""
+
+    kind: ClassVar[str] = "log"
+    text: str
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HealthStatus(Event):
+    kind: ClassVar[str] = "health"
+    status: int | None  # HTTP status, None when the port refused or timed out
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetricsSnapshot(Event):
+    """Selected Prometheus samples, flattened to ``name{labels}`` -> value."""
+
+    kind: ClassVar[str] = "metrics"
+    values: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProbeTiming(Event):
+    """One speculative cycle from the draft/verify probe (or the simulator writing its schema)."""
+
+    kind: ClassVar[str] = "probe"
+    wall: float
+    draft_ms: float
+    verify_ms: float
+    extend_ms: float
+    cycle_ms: float
+    batch_size: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    source: Literal["probe", "step_time"] = "probe"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuReading:
+    """One GPU at one tick. Fields the device does not support are None."""
+
+    index: int
+    uuid: str | None = None
+    name: str | None = None
+    util_gpu: float | None = None
+    util_mem: float | None = None
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    pcie_tx_kbs: float | None = None
+    pcie_rx_kbs: float | None = None
+    nvlink_tx_kbs: float | None = None
+    nvlink_rx_kbs: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    processes: tuple[tuple[int, float | None], ...] = ()  # (pid, used MB)
+    error: str | None = None  # e.g. "gpu_is_lost"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSample(Event):
+    kind: ClassVar[str] = "gpu"
+    wall: float
+    gpus: tuple[GpuReading, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentStatus(Event):
+    """The GPU agent's life: started (with driver versions), error (no driver...), restarting."""
+
+    kind: ClassVar[str] = "agent"
+    state: Literal["started", "error", "restarting", "stopped"]
+    detail: str | None = None
+
+
+LOG_EVENT_KINDS: tuple[type[Event], ...] = (
+    LoadBegin,
+    ShardProgress,
+    LoadEnd,
+    KvCache,
+    GraphBegin,
+    GraphEnd,
+    HttpUp,
+    Ready,
+    Decode,
+    Prefill,
+    ServerError,
+)

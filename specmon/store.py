@@ -1,0 +1,301 @@
+"""The state store: what the console shows, derived from the event stream alone.
+
+The store is synchronous and UI-free; the host session feeds it, and the TUI (or `specmon
+watch`) reads it. Every history is a bounded ring buffer, so a run of days stays flat in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from specmon.events import (
+    ConnectionState,
+    Decode,
+    Event,
+    GpuReading,
+    GpuSample,
+    GraphBegin,
+    GraphEnd,
+    HttpUp,
+    KvCache,
+    LoadBegin,
+    LoadEnd,
+    LogLine,
+    ProbeTiming,
+    Ready,
+    RunInfo,
+    RunState,
+    ServerError,
+    ServerFailed,
+    ShardProgress,
+)
+
+# The loading phases an operator sees ticking, in order.
+PHASES: tuple[str, ...] = (
+    "target weights",
+    "KV cache",
+    "target CUDA graphs",
+    "draft weights",
+    "draft CUDA graphs",
+    "HTTP server",
+    "ready",
+)
+
+HISTORY = 3600  # samples kept per series (e.g. 15 min of 4 Hz GPU ticks)
+LOG_LINES = 5000
+ERRORS = 200
+
+
+@dataclass(slots=True)
+class LoadingState:
+    """Progress through start-up, with an ETA from the shard rate or earlier loads."""
+
+    phase: str | None = None
+    done_phases: list[str] = field(default_factory=list)
+    shards_done: int = 0
+    shards_total: int | None = None
+    started_at: float | None = None  # arrival time of the first load_begin
+    shards_started_at: float | None = None
+    shard_rate_s: float | None = None  # seconds per shard, from the bar or measured
+    ready_at: float | None = None
+    loads_seen: int = 0
+    previous_load_seconds: float | None = None  # from an earlier load of the same profile
+
+    def elapsed(self, now: float) -> float | None:
+        if self.started_at is None:
+            return None
+        end = self.ready_at if self.ready_at is not None else now
+        return max(0.0, end - self.started_at)
+
+    def eta_seconds(self, now: float) -> float | None:
+        """Seconds to ready: shards left x rate while loading shards, else from history."""
+        if self.ready_at is not None:
+            return 0.0
+        if self.shards_total and self.shard_rate_s and self.loads_seen <= 1:
+            left = max(0, self.shards_total - self.shards_done)
+            return left * self.shard_rate_s
+        if self.previous_load_seconds is not None and self.started_at is not None:
+            return max(0.0, self.previous_load_seconds - (now - self.started_at))
+        return None
+
+
+@dataclass(slots=True)
+class Point:
+    at: float
+    value: float
+
+
+class StateStore:
+    """Applies events; keeps the latest state and bounded histories of every series."""
+
+    def __init__(self, history: int = HISTORY) -> None:
+        self.history = history
+        self.connection: ConnectionState | None = None
+        self.run: RunInfo | None = None
+        self.run_state: str = "stopped"
+        self.loading = LoadingState()
+        self.failure: ServerFailed | None = None
+        self.last_decode: Decode | None = None
+        self.throughput: deque[Point] = deque(maxlen=history)
+        self.accept_len: deque[Point] = deque(maxlen=history)
+        self.probe: deque[ProbeTiming] = deque(maxlen=history)
+        self.gpus: dict[int, GpuReading] = {}
+        self.gpu_util: dict[int, deque[Point]] = {}
+        self.gpu_mem: dict[int, deque[Point]] = {}
+        self.log: deque[LogLine] = deque(maxlen=LOG_LINES)
+        self.errors: deque[ServerError] = deque(maxlen=ERRORS)
+        self.launch_marks: deque[Point] = deque(maxlen=256)  # when each launch began
+        self.events_applied = 0
+        self._clock: Callable[[], float] = time.time
+
+    # --- derived figures ---------------------------------------------------------------------
+
+    def throughput_stats(self) -> tuple[float | None, float | None, float | None]:
+        """(current, mean, max) gen throughput of the current run."""
+        if not self.throughput:
+            return None, None, None
+        values = [p.value for p in self.throughput]
+        return values[-1], sum(values) / len(values), max(values)
+
+    def phase_means(self, last: int = 200) -> tuple[float, float, float] | None:
+        """Mean (draft, verify, extend) ms over the last cycles."""
+        if not self.probe:
+            return None
+        recent = list(self.probe)[-last:]
+        n = len(recent)
+        return (
+            sum(r.draft_ms for r in recent) / n,
+            sum(r.verify_ms for r in recent) / n,
+            sum(r.extend_ms for r in recent) / n,
+        )
+
+    # --- applying events ---------------------------------------------------------------------
+
+    def apply(self, event: Event, at: float | None = None) -> None:
+        now = self._clock() if at is None else at
+        self.events_applied += 1
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, now)
+
+    def _on_connection(self, e: ConnectionState, now: float) -> None:
+        self.connection = e
+
+    def _on_run(self, e: RunInfo, now: float) -> None:
+        fresh = self.run is None or self.run.run_id != e.run_id
+        self.run = e
+        if fresh:
+            previous = self.loading.previous_load_seconds
+            self.loading = LoadingState(previous_load_seconds=previous)
+            self.failure = None
+            self.last_decode = None
+            self.throughput.clear()
+            self.accept_len.clear()
+            self.probe.clear()
+            self.launch_marks.append(Point(now, 0.0))
+            if not e.reattached:
+                self.run_state = "loading"
+
+    def _on_run_state(self, e: RunState, now: float) -> None:
+        self.run_state = e.state
+
+    def _enter(self, phase: str) -> None:
+        loading = self.loading
+        if loading.phase is not None and loading.phase != phase:
+            if loading.phase not in loading.done_phases:
+                loading.done_phases.append(loading.phase)
+        loading.phase = phase
+
+    def _on_load_begin(self, e: LoadBegin, now: float) -> None:
+        loading = self.loading
+        if loading.started_at is None:
+            loading.started_at = now
+        if self.run_state in ("stopped", "failed"):
+            self.run_state = "loading"
+        loading.loads_seen += 1
+        self._enter("target weights" if loading.loads_seen == 1 else "draft weights")
+
+    def _on_shards(self, e: ShardProgress, now: float) -> None:
+        loading = self.loading
+        if loading.loads_seen > 1:
+            return  # the draft's own one-shard bar says nothing about the target's ETA
+        if loading.shards_started_at is None:
+            loading.shards_started_at = now
+        loading.shards_done = e.done
+        loading.shards_total = e.total
+        if e.seconds_per_shard:
+            loading.shard_rate_s = e.seconds_per_shard
+        elif e.done > 0:
+            loading.shard_rate_s = (now - loading.shards_started_at) / e.done
+
+    def _on_load_end(self, e: LoadEnd, now: float) -> None:
+        if self.loading.loads_seen <= 1 and self.loading.shards_total:
+            self.loading.shards_done = self.loading.shards_total
+
+    def _on_kv(self, e: KvCache, now: float) -> None:
+        if self.loading.loads_seen <= 1:
+            self._enter("KV cache")
+
+    def _on_graph_begin(self, e: GraphBegin, now: float) -> None:
+        self._enter("target CUDA graphs" if e.role in (None, "target") else "draft CUDA graphs")
+
+    def _on_graph_end(self, e: GraphEnd, now: float) -> None:
+        pass
+
+    def _on_http(self, e: HttpUp, now: float) -> None:
+        self._enter("HTTP server")
+
+    def _on_ready(self, e: Ready, now: float) -> None:
+        loading = self.loading
+        self._enter("ready")
+        loading.done_phases.append("ready")
+        loading.ready_at = now
+        if loading.started_at is not None:
+            loading.previous_load_seconds = now - loading.started_at
+        self.run_state = "ready"
+
+    def _on_decode(self, e: Decode, now: float) -> None:
+        self.last_decode = e
+        self.throughput.append(Point(now, e.gen_throughput))
+        if e.accept_len is not None:
+            self.accept_len.append(Point(now, e.accept_len))
+
+    def _on_error(self, e: ServerError, now: float) -> None:
+        self.errors.append(e)
+
+    def _on_failed(self, e: ServerFailed, now: float) -> None:
+        self.failure = e
+        self.run_state = "hung" if e.hung else "failed"
+
+    def _on_log(self, e: LogLine, now: float) -> None:
+        self.log.append(e)
+
+    def _on_probe(self, e: ProbeTiming, now: float) -> None:
+        self.probe.append(e)
+
+    def _on_gpu(self, e: GpuSample, now: float) -> None:
+        for reading in e.gpus:
+            self.gpus[reading.index] = reading
+            util = self.gpu_util.setdefault(reading.index, deque(maxlen=self.history))
+            mem = self.gpu_mem.setdefault(reading.index, deque(maxlen=self.history))
+            if reading.util_gpu is not None:
+                util.append(Point(e.wall, reading.util_gpu))
+            if reading.mem_used_mb is not None:
+                mem.append(Point(e.wall, reading.mem_used_mb))
+
+
+_HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
+    ConnectionState: StateStore._on_connection,
+    RunInfo: StateStore._on_run,
+    RunState: StateStore._on_run_state,
+    LoadBegin: StateStore._on_load_begin,
+    ShardProgress: StateStore._on_shards,
+    LoadEnd: StateStore._on_load_end,
+    KvCache: StateStore._on_kv,
+    GraphBegin: StateStore._on_graph_begin,
+    GraphEnd: StateStore._on_graph_end,
+    HttpUp: StateStore._on_http,
+    Ready: StateStore._on_ready,
+    Decode: StateStore._on_decode,
+    ServerError: StateStore._on_error,
+    ServerFailed: StateStore._on_failed,
+    LogLine: StateStore._on_log,
+    ProbeTiming: StateStore._on_probe,
+    GpuSample: StateStore._on_gpu,
+}  # type: ignore[dict-item]
+
+
+class EventBus:
+    """Fan-out of events to async subscribers, each with its own bounded queue.
+
+    A slow subscriber drops its oldest events (counted in ``dropped``) rather than stalling
+    the producer: the store, applied synchronously on publish, never misses anything.
+    """
+
+    def __init__(self, store: StateStore | None = None, queue_size: int = 10_000) -> None:
+        self.store = store if store is not None else StateStore()
+        self.queue_size = queue_size
+        self._subscribers: list[asyncio.Queue[tuple[float, Event]]] = []
+        self.dropped = 0
+
+    def publish(self, event: Event, at: float | None = None) -> None:
+        now = time.time() if at is None else at
+        self.store.apply(event, now)
+        for queue in self._subscribers:
+            if queue.full():
+                queue.get_nowait()
+                self.dropped += 1
+            queue.put_nowait((now, event))
+
+    def subscribe(self) -> asyncio.Queue[tuple[float, Event]]:
+        queue: asyncio.Queue[tuple[float, Event]] = asyncio.Queue(self.queue_size)
+        self._subscribers.append(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[tuple[float, Event]]) -> None:
+        if queue in self._subscribers:
+            self._subscribers.remove(queue)
