@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from specmon.agent import GpuReading  # the GPU schema lives with the agent, which ships alone
+
 ErrorCategory = Literal["oom", "nccl", "other"]
 ModelRole = Literal["target", "draft"]
 GraphRole = Literal["target", "draft", "draft_extend"]
@@ -240,34 +242,6 @@ class ProbeTiming(Event):
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
     source: Literal["probe", "step_time"] = "probe"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GpuReading:
-    """One GPU at one tick. Fields the device does not support are None."""
-
-    index: int
-    uuid: str | None = None
-    name: str | None = None
-    util_gpu: float | None = None
-    util_mem: float | None = None
-    mem_used_mb: float | None = None
-    mem_total_mb: float | None = None
-    power_w: float | None = None
-    power_limit_w: float | None = None
-    temp_c: float | None = None
-    sm_clock_mhz: float | None = None
-    mem_clock_mhz: float | None = None
-    pcie_tx_kbs: float | None = None
-    pcie_rx_kbs: float | None = None
-    nvlink_tx_kbs: float | None = None
-    nvlink_rx_kbs: float | None = None
-    throttle_reasons: tuple[str, ...] | None = None
-    processes: tuple[tuple[int, float | None], ...] = ()  # (pid, used MB)
-    error: str | None = None  # e.g. "gpu_is_lost"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

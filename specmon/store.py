@@ -138,6 +138,8 @@ class StateStore:
     def apply(self, event: Event, at: float | None = None) -> None:
         now = self._clock() if at is None else at
         self.events_applied += 1
+        if event.rank not in (None, 0) and isinstance(event, _RANK0_ONLY):
+            return  # every TP rank prints its own copy of start-up lines; TP0 speaks for all
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event, now)
@@ -247,6 +249,8 @@ class StateStore:
             if reading.mem_used_mb is not None:
                 mem.append(Point(e.wall, reading.mem_used_mb))
 
+
+_RANK0_ONLY = (LoadBegin, LoadEnd, KvCache, GraphBegin, GraphEnd, ShardProgress)
 
 _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     ConnectionState: StateStore._on_connection,

@@ -1,0 +1,53 @@
+"""The per-cycle timing record: written by the probe inside SGLang and by the simulator,
+read by the host session. One JSON object per line in ``$SPECMON_PROBE_FILE``:
+
+  {"wall": float, "draft_ms": float, "verify_ms": float, "extend_ms": float, "cycle_ms": float,
+   "batch_size": int|null, "draft_tokens": int|null, "accepted_tokens": int|null}
+  {"type": "warning", "message": str}     (e.g. a probe target missing in this SGLang version)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from specmon.events import ProbeTiming
+
+RECORD_KEYS = ("wall", "draft_ms", "verify_ms", "extend_ms", "cycle_ms", "batch_size",
+               "draft_tokens", "accepted_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeWarning:
+    message: str
+
+
+def parse_probe_line(line: str) -> ProbeTiming | ProbeWarning | None:
+    """One line of a probe file; None for garbage or a torn last line (never raises)."""
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    if data.get("type") == "warning":
+        return ProbeWarning(str(data.get("message", "")))
+    try:
+        return ProbeTiming(
+            wall=float(data["wall"]),
+            draft_ms=float(data["draft_ms"]),
+            verify_ms=float(data["verify_ms"]),
+            extend_ms=float(data["extend_ms"]),
+            cycle_ms=float(data["cycle_ms"]),
+            batch_size=_int_or_none(data.get("batch_size")),
+            draft_tokens=_int_or_none(data.get("draft_tokens")),
+            accepted_tokens=_int_or_none(data.get("accepted_tokens")),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _int_or_none(value: object) -> int | None:
+    if value is None:
+        return None
+    return int(value)  # type: ignore[arg-type]
