@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -26,33 +26,33 @@ class GpuReading:
     """One GPU at one tick. A field the device does not support is None."""
 
     index: int
-    uuid: Optional[str] = None
-    name: Optional[str] = None
-    util_gpu: Optional[float] = None  # percent
-    util_mem: Optional[float] = None  # percent
-    mem_used_mb: Optional[float] = None
-    mem_total_mb: Optional[float] = None
-    power_w: Optional[float] = None
-    power_limit_w: Optional[float] = None
-    temp_c: Optional[float] = None
-    sm_clock_mhz: Optional[float] = None
-    mem_clock_mhz: Optional[float] = None
-    pcie_tx_kbs: Optional[float] = None
-    pcie_rx_kbs: Optional[float] = None
-    nvlink_tx_kbs: Optional[float] = None
-    nvlink_rx_kbs: Optional[float] = None
-    throttle_reasons: Optional[Tuple[str, ...]] = None
-    processes: Tuple[Tuple[int, Optional[float]], ...] = ()  # (pid, used MB)
-    error: Optional[str] = None  # e.g. "gpu_is_lost": the GPU fell off the bus
+    uuid: str | None = None
+    name: str | None = None
+    util_gpu: float | None = None  # percent
+    util_mem: float | None = None  # percent
+    mem_used_mb: float | None = None
+    mem_total_mb: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    pcie_tx_kbs: float | None = None
+    pcie_rx_kbs: float | None = None
+    nvlink_tx_kbs: float | None = None
+    nvlink_rx_kbs: float | None = None
+    throttle_reasons: tuple[str, ...] | None = None
+    processes: tuple[tuple[int, float | None], ...] = ()  # (pid, used MB)
+    error: str | None = None  # e.g. "gpu_is_lost": the GPU fell off the bus
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 _READING_FIELDS = tuple(f.name for f in fields(GpuReading))
 
 
-def reading_from_dict(data: Dict[str, Any]) -> GpuReading:
+def reading_from_dict(data: dict[str, Any]) -> GpuReading:
     """Build a reading from one wire dict; unknown keys (newer agents) are ignored."""
     values = {k: data[k] for k in _READING_FIELDS if k in data}
     if values.get("throttle_reasons") is not None:
@@ -63,15 +63,32 @@ def reading_from_dict(data: Dict[str, Any]) -> GpuReading:
     return GpuReading(**values)
 
 
-def header_line(source: str, host: str, gpus: int, driver: Optional[str] = None,
-                nvml: Optional[str] = None, cuda: Optional[str] = None) -> str:
-    return json.dumps({"type": "header", "schema": SCHEMA_VERSION, "source": source,
-                       "driver": driver, "nvml": nvml, "cuda": cuda, "host": host, "gpus": gpus})
+def header_line(
+    source: str,
+    host: str,
+    gpus: int,
+    driver: str | None = None,
+    nvml: str | None = None,
+    cuda: str | None = None,
+) -> str:
+    return json.dumps(
+        {
+            "type": "header",
+            "schema": SCHEMA_VERSION,
+            "source": source,
+            "driver": driver,
+            "nvml": nvml,
+            "cuda": cuda,
+            "host": host,
+            "gpus": gpus,
+        }
+    )
 
 
-def tick_line(wall: float, readings: List[GpuReading]) -> str:
-    return json.dumps({"type": "tick", "wall": round(wall, 3),
-                       "gpus": [r.to_dict() for r in readings]})
+def tick_line(wall: float, readings: list[GpuReading]) -> str:
+    return json.dumps(
+        {"type": "tick", "wall": round(wall, 3), "gpus": [r.to_dict() for r in readings]}
+    )
 
 
 def message_line(kind: str, message: str) -> str:

@@ -41,8 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="A terminal console for speculative-decoding LLM servers on GPU hosts.",
     )
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
-    parser.add_argument("--config", metavar="PATH", help="config file (default: ./specmon.toml, "
-                        "then the user config dir)")
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        help="config file (default: ./specmon.toml, then the user config dir)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     for name, module, help_text in COMMANDS:
         if importlib.util.find_spec(f"specmon.commands.{module}") is None:
@@ -61,8 +64,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(importlib.import_module(f"specmon.commands.{args._module}").run(args) or 0)
     except SpecmonError as exc:
-        print(f"specmon: {exc}" if not str(exc).startswith("specmon") else str(exc),
-              file=sys.stderr)
+        print(
+            f"specmon: {exc}" if not str(exc).startswith("specmon") else str(exc), file=sys.stderr
+        )
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

@@ -25,8 +25,13 @@ class HostController(ABC):
         """Stop streams and the agent; the server itself keeps running (except in the demo)."""
 
     @abstractmethod
-    async def launch(self, profile: str, *, flags: Mapping[str, str] | None = None,
-                     env: Mapping[str, str] | None = None) -> str:
+    async def launch(
+        self,
+        profile: str,
+        *,
+        flags: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> str:
         """Stop any run (verified gone, GPU memory released), then launch; returns the run id."""
 
     @abstractmethod

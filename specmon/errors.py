@@ -18,8 +18,14 @@ class UsageError(SpecmonError):
 class ConfigError(UsageError):
     """A problem in specmon.toml; the message names the file, the key and the line."""
 
-    def __init__(self, message: str, *, path: str | None = None, key: str | None = None,
-                 line: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        key: str | None = None,
+        line: int | None = None,
+    ) -> None:
         where = ""
         if path is not None:
             where = f"{path}:{line}: " if line is not None else f"{path}: "

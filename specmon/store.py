@@ -167,9 +167,9 @@ class StateStore:
 
     def _enter(self, phase: str) -> None:
         loading = self.loading
-        if loading.phase is not None and loading.phase != phase:
-            if loading.phase not in loading.done_phases:
-                loading.done_phases.append(loading.phase)
+        previous = loading.phase
+        if previous is not None and previous != phase and previous not in loading.done_phases:
+            loading.done_phases.append(previous)
         loading.phase = phase
 
     def _on_load_begin(self, e: LoadBegin, now: float) -> None:

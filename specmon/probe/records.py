@@ -13,8 +13,16 @@ from dataclasses import dataclass
 
 from specmon.events import ProbeTiming
 
-RECORD_KEYS = ("wall", "draft_ms", "verify_ms", "extend_ms", "cycle_ms", "batch_size",
-               "draft_tokens", "accepted_tokens")
+RECORD_KEYS = (
+    "wall",
+    "draft_ms",
+    "verify_ms",
+    "extend_ms",
+    "cycle_ms",
+    "batch_size",
+    "draft_tokens",
+    "accepted_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
