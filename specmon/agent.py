@@ -14,7 +14,18 @@ Wire format, one JSON object per line:
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import csv
 import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -93,3 +104,1007 @@ def tick_line(wall: float, readings: list[GpuReading]) -> str:
 
 def message_line(kind: str, message: str) -> str:
     return json.dumps({"type": kind, "message": message})
+
+
+# --- the sampler: NVML first, nvidia-smi's loop mode when pynvml is missing -----------------
+
+
+DEFAULT_RATE_HZ = 4.0
+MAX_RATE_HZ = 50.0
+DEFAULT_PCIE_INTERVAL_S = 2.0  # the blocking PCIe query's own cadence, when counters are missing
+DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
+SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
+MIB = 1024.0 * 1024.0
+UINT_MAX = 0xFFFFFFFF  # an NVLink field's scope id meaning "all links summed"
+
+# NVML codes, copied so that a pynvml that lacks a constant still works.
+NVML_SUCCESS = 0
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
+NVML_ERROR_GPU_IS_LOST = 15
+PERMANENT_NVML_ERRORS = (
+    NVML_ERROR_NOT_SUPPORTED,
+    NVML_ERROR_NO_PERMISSION,
+    NVML_ERROR_FUNCTION_NOT_FOUND,
+)
+NVML_TEMPERATURE_GPU = 0
+NVML_CLOCK_SM = 1
+NVML_CLOCK_MEM = 2
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+FI_NVLINK_DATA_TX_KIB = 138
+FI_NVLINK_DATA_RX_KIB = 139
+FI_PCIE_TX_BYTES = 197
+FI_PCIE_RX_BYTES = 198
+
+# Clock event ("throttle") reason bits, the same in every driver generation that has them.
+THROTTLE_REASON_NAMES = (
+    (0x001, "gpu_idle"),
+    (0x002, "applications_clocks"),
+    (0x004, "sw_power_cap"),
+    (0x008, "hw_slowdown"),
+    (0x010, "sync_boost"),
+    (0x020, "sw_thermal"),
+    (0x040, "hw_thermal"),
+    (0x080, "hw_power_brake"),
+    (0x100, "display_clock"),
+)
+
+
+def throttle_reason_names(mask: int) -> tuple[str, ...]:
+    """Name the set bits of a clock-event mask; bits this agent does not know stay visible."""
+    names = [name for bit, name in THROTTLE_REASON_NAMES if mask & bit]
+    known = 0
+    for bit, _ in THROTTLE_REASON_NAMES:
+        known |= bit
+    if mask & ~known:
+        names.append("0x%x" % (mask & ~known))
+    return tuple(names)
+
+
+class AgentFatal(Exception):
+    """A condition the agent cannot stream through: reported as one error line, then exit 1."""
+
+
+class GpuLost(Exception):
+    """NVML said the GPU fell off the bus: the reading carries the error, the rest go on."""
+
+
+def _text(value: Any) -> str:
+    """Old pynvml versions return bytes where newer ones return str."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+class NoticeLog:
+    """Notices the sampler wants shown, each at most once; thread-safe (the PCIe thread uses it)."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._pending: list[str] = []
+        self._lock = threading.Lock()
+
+    def once(self, key: str, message: str) -> None:
+        with self._lock:
+            if key not in self._seen:
+                self._seen.add(key)
+                self._pending.append(message)
+
+    def drain(self) -> list[str]:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        return pending
+
+
+class _Gpu:
+    """What the NVML sampler keeps per GPU between ticks."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.handle: Any = None
+        self.uuid: str | None = None
+        self.name: str | None = None
+        self.lost: str | None = None  # the NVML message once the GPU fell off the bus
+        self.unsupported: set[str] = set()
+        self.counters: dict[int, tuple[float, float]] = {}  # field id -> (value, seconds)
+        self.counter_fields: list[Any] | None = None  # None: not probed yet
+        self.pcie_from_thread: tuple[float | None, float | None] = (None, None)
+
+
+class NvmlSampler:
+    """Reads every GPU through pynvml. Every query is total: unsupported gives None, never raises."""
+
+    source = "nvml"
+
+    def __init__(
+        self, nvml: Any, notices: NoticeLog, pcie_interval_s: float = DEFAULT_PCIE_INTERVAL_S
+    ) -> None:
+        self.nvml = nvml
+        self.notices = notices
+        self.pcie_interval_s = pcie_interval_s
+        self.gpus: list[_Gpu] = []
+        self.driver: str | None = None
+        self.nvml_version: str | None = None
+        self.cuda: str | None = None
+        self._nvml_error = getattr(nvml, "NVMLError", None) or Exception
+        self._stop = threading.Event()
+        self._pcie_thread: threading.Thread | None = None
+        self._pcie_lock = threading.Lock()
+
+    # -- start and stop --
+
+    def open(self, host: str) -> None:
+        try:
+            self.nvml.nvmlInit()
+        except Exception as exc:
+            raise AgentFatal(self._init_failure(host, exc)) from None
+        self.driver = self._system("driver", "nvmlSystemGetDriverVersion")
+        self.nvml_version = self._system("nvml", "nvmlSystemGetNVMLVersion")
+        cuda = self._system_raw("nvmlSystemGetCudaDriverVersion_v2")
+        if cuda is None:
+            cuda = self._system_raw("nvmlSystemGetCudaDriverVersion")
+        if isinstance(cuda, int) and cuda > 0:
+            self.cuda = f"{cuda // 1000}.{(cuda % 1000) // 10}"
+        try:
+            count = int(self.nvml.nvmlDeviceGetCount())
+        except Exception as exc:
+            raise AgentFatal(f"NVML cannot count the GPUs on host {host}: {exc}") from None
+        if count <= 0:
+            raise AgentFatal(
+                "no NVIDIA GPU on host {}: NVML found 0 devices (driver {})".format(
+                    host, self.driver or "unknown"
+                )
+            )
+        for index in range(count):
+            gpu = _Gpu(index)
+            try:
+                gpu.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+            except Exception as exc:
+                self._mark_lost(gpu, exc)
+                self.gpus.append(gpu)
+                continue
+            try:
+                uuid = self._query(gpu, "uuid", "nvmlDeviceGetUUID", gpu.handle)
+                name = self._query(gpu, "name", "nvmlDeviceGetName", gpu.handle)
+            except GpuLost as exc:
+                self._mark_lost(gpu, exc)
+            else:
+                gpu.uuid = None if uuid is None else _text(uuid)
+                gpu.name = None if name is None else _text(name)
+            self.gpus.append(gpu)
+        self._read_counters_all()  # primes the counters: the first tick already has rates
+        if any(g.lost is None and "pcie_counters" in g.unsupported for g in self.gpus):
+            self._pcie_thread = threading.Thread(
+                target=self._pcie_loop, name="pcie-throughput", daemon=True
+            )
+            self._pcie_thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._pcie_thread is not None:
+            self._pcie_thread.join(timeout=2.0)
+        with contextlib.suppress(Exception):  # shutting down: nothing useful to report
+            self.nvml.nvmlShutdown()
+
+    def _init_failure(self, host: str, exc: Exception) -> str:
+        code = getattr(exc, "value", None)
+        if code == NVML_ERROR_LIBRARY_NOT_FOUND:
+            return f"no NVIDIA driver on host {host}: {exc} (libnvidia-ml.so.1 is not installed)"
+        if code == NVML_ERROR_DRIVER_NOT_LOADED:
+            return (
+                f"no NVIDIA driver on host {host}: {exc} (the nvidia kernel module is not loaded)"
+            )
+        return f"NVIDIA driver unusable on host {host}: NVML failed to start: {exc}"
+
+    # -- the one total wrapper --
+
+    def _query(self, gpu: _Gpu, field: str, function: str, *args: Any) -> Any:
+        """Call one NVML function for one GPU: its value, or None when it cannot answer.
+
+        A GPU that is lost raises GpuLost; everything else is caught here, and a field that
+        is unsupported is noted once and never asked again for that GPU.
+        """
+        if field in gpu.unsupported:
+            return None
+        call = getattr(self.nvml, function, None)
+        if call is None:
+            gpu.unsupported.add(field)
+            self.notices.once(
+                "missing:" + function,
+                f"{field}: not available in this pynvml ({function} is missing); reported as null",
+            )
+            return None
+        try:
+            return call(*args)
+        except self._nvml_error as exc:
+            code = getattr(exc, "value", None)
+            if code == NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost(str(exc)) from None
+            if code in PERMANENT_NVML_ERRORS:
+                gpu.unsupported.add(field)
+                self.notices.once(
+                    "unsupported:" + field,
+                    f"{field}: not supported on GPU {gpu.index} ({function}: {exc}); "
+                    "reported as null",
+                )
+            else:
+                self.notices.once(
+                    f"failed:{field}:{code}",
+                    f"{field}: {function} failed on GPU {gpu.index}: {exc}; reported as null",
+                )
+            return None
+        except Exception as exc:
+            self.notices.once(
+                "broken:" + field,
+                f"{field}: {function} raised {type(exc).__name__}: {exc}; reported as null",
+            )
+            return None
+
+    def _system_raw(self, function: str) -> Any:
+        call = getattr(self.nvml, function, None)
+        if call is None:
+            return None
+        try:
+            return call()
+        except Exception:
+            return None
+
+    def _system(self, label: str, function: str) -> str | None:
+        value = self._system_raw(function)
+        return None if value is None else _text(value)
+
+    def _mark_lost(self, gpu: _Gpu, exc: Exception) -> None:
+        gpu.lost = str(exc) or "GPU is lost"
+        self.notices.once(
+            f"lost:{gpu.index}",
+            f"GPU {gpu.index} ({gpu.uuid or gpu.name or 'uuid unknown'}) is lost: {gpu.lost}; "
+            "it is reported with error=gpu_is_lost, the others stream on",
+        )
+
+    # -- counters: NVLink and PCIe bytes through one cheap field-values call --
+
+    def _read_counters(self, gpu: _Gpu) -> dict[int, float]:
+        """Rates (KiB/s) from cumulative counters since the previous call."""
+        if "pcie_counters" in gpu.unsupported and "nvlink" in gpu.unsupported:
+            return {}
+        if gpu.counter_fields is None:
+            gpu.counter_fields = [
+                (FI_NVLINK_DATA_TX_KIB, UINT_MAX),
+                (FI_NVLINK_DATA_RX_KIB, UINT_MAX),
+                FI_PCIE_TX_BYTES,
+                FI_PCIE_RX_BYTES,
+            ]
+        if not gpu.counter_fields:
+            return {}
+        values = self._query(
+            gpu, "field_values", "nvmlDeviceGetFieldValues", gpu.handle, gpu.counter_fields
+        )
+        if values is None:
+            gpu.unsupported.update(("pcie_counters", "nvlink"))
+            return {}
+        now = time.monotonic()
+        rates: dict[int, float] = {}
+        keep: list[Any] = []
+        for requested, value in zip(gpu.counter_fields, values):  # noqa: B905 (3.8)
+            field_id = requested[0] if isinstance(requested, tuple) else requested
+            if getattr(value, "nvmlReturn", NVML_SUCCESS) != NVML_SUCCESS:
+                continue
+            keep.append(requested)
+            number = _field_number(value)
+            if number is None:
+                continue
+            stamp_us = getattr(value, "timestamp", 0) or 0
+            seconds = stamp_us / 1e6 if stamp_us > 0 else now
+            previous = gpu.counters.get(field_id)
+            gpu.counters[field_id] = (number, seconds)
+            if previous is not None and seconds > previous[1] and number >= previous[0]:
+                rate = (number - previous[0]) / (seconds - previous[1])
+                if field_id in (FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES):
+                    rate /= 1024.0  # bytes -> KiB
+                rates[field_id] = rate
+        if len(keep) != len(gpu.counter_fields):
+            kept_ids = {r[0] if isinstance(r, tuple) else r for r in keep}
+            if FI_PCIE_TX_BYTES not in kept_ids:
+                gpu.unsupported.add("pcie_counters")
+            if FI_NVLINK_DATA_TX_KIB not in kept_ids:
+                gpu.unsupported.add("nvlink")
+                self.notices.once(
+                    "unsupported:nvlink",
+                    f"nvlink: no NVLink throughput counters on GPU {gpu.index}; reported as null",
+                )
+            gpu.counter_fields = keep
+        return rates
+
+    def _read_counters_all(self) -> None:
+        for gpu in self.gpus:
+            if gpu.lost is None:
+                try:
+                    self._read_counters(gpu)
+                except GpuLost as exc:
+                    self._mark_lost(gpu, exc)
+
+    # -- PCIe through the blocking query, on its own thread, when counters are missing --
+
+    def _pcie_loop(self) -> None:
+        while not self._stop.is_set():
+            for gpu in self.gpus:
+                if self._stop.is_set():
+                    return
+                if gpu.lost is not None or "pcie_counters" not in gpu.unsupported:
+                    continue
+                try:
+                    tx = self._query(
+                        gpu,
+                        "pcie_tx",
+                        "nvmlDeviceGetPcieThroughput",
+                        gpu.handle,
+                        NVML_PCIE_UTIL_TX_BYTES,
+                    )
+                    rx = self._query(
+                        gpu,
+                        "pcie_rx",
+                        "nvmlDeviceGetPcieThroughput",
+                        gpu.handle,
+                        NVML_PCIE_UTIL_RX_BYTES,
+                    )
+                except GpuLost:
+                    continue  # the main loop reports it
+                with self._pcie_lock:
+                    gpu.pcie_from_thread = (
+                        None if tx is None else float(tx),
+                        None if rx is None else float(rx),
+                    )
+            self._stop.wait(self.pcie_interval_s)
+
+    # -- one tick --
+
+    def sample(self) -> list[GpuReading]:
+        readings = []
+        for gpu in self.gpus:
+            if gpu.lost is None:
+                try:
+                    readings.append(self._read(gpu))
+                    continue
+                except GpuLost as exc:
+                    self._mark_lost(gpu, exc)
+            readings.append(
+                GpuReading(index=gpu.index, uuid=gpu.uuid, name=gpu.name, error="gpu_is_lost")
+            )
+        return readings
+
+    def _read(self, gpu: _Gpu) -> GpuReading:
+        h = gpu.handle
+        q = self._query
+        util = q(gpu, "utilization", "nvmlDeviceGetUtilizationRates", h)
+        memory = q(gpu, "memory", "nvmlDeviceGetMemoryInfo", h)
+        power = q(gpu, "power", "nvmlDeviceGetPowerUsage", h)
+        limit = q(gpu, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
+        temp = q(gpu, "temperature", "nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
+        sm_clock = q(gpu, "sm_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM)
+        mem_clock = q(gpu, "mem_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_MEM)
+        if hasattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons"):
+            reasons = q(gpu, "throttle_reasons", "nvmlDeviceGetCurrentClocksEventReasons", h)
+        else:  # drivers and bindings before the rename
+            reasons = q(gpu, "throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        procs = q(gpu, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
+        rates = self._read_counters(gpu)
+        if "pcie_counters" in gpu.unsupported:
+            with self._pcie_lock:
+                pcie_tx, pcie_rx = gpu.pcie_from_thread
+        else:
+            pcie_tx, pcie_rx = rates.get(FI_PCIE_TX_BYTES), rates.get(FI_PCIE_RX_BYTES)
+        return GpuReading(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            util_gpu=_number(getattr(util, "gpu", None)),
+            util_mem=_number(getattr(util, "memory", None)),
+            mem_used_mb=_scaled(getattr(memory, "used", None), MIB),
+            mem_total_mb=_scaled(getattr(memory, "total", None), MIB),
+            power_w=_scaled(power, 1000.0),
+            power_limit_w=_scaled(limit, 1000.0),
+            temp_c=_number(temp),
+            sm_clock_mhz=_number(sm_clock),
+            mem_clock_mhz=_number(mem_clock),
+            pcie_tx_kbs=_rounded(pcie_tx),
+            pcie_rx_kbs=_rounded(pcie_rx),
+            nvlink_tx_kbs=_rounded(rates.get(FI_NVLINK_DATA_TX_KIB)),
+            nvlink_rx_kbs=_rounded(rates.get(FI_NVLINK_DATA_RX_KIB)),
+            throttle_reasons=None if reasons is None else throttle_reason_names(int(reasons)),
+            processes=_processes(procs),
+        )
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _scaled(value: Any, divisor: float) -> float | None:
+    number = _number(value)
+    return None if number is None else round(number / divisor, 1)
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)
+
+
+def _field_number(value: Any) -> float | None:
+    """The number in an nvmlFieldValue_t, whatever its value type."""
+    kind = getattr(value, "valueType", 3)
+    union = getattr(value, "value", None)
+    attribute = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal"}.get(
+        kind, "ullVal"
+    )
+    return _number(getattr(union, attribute, None))
+
+
+def _processes(procs: Any) -> tuple[tuple[int, float | None], ...]:
+    if not procs:
+        return ()
+    out = []
+    for proc in procs:
+        pid = getattr(proc, "pid", None)
+        if pid is None:
+            continue
+        used = getattr(proc, "usedGpuMemory", None)
+        if used is not None and used >= 2**63:  # NVML's "not available" in old bindings
+            used = None
+        out.append((int(pid), _scaled(used, MIB)))
+    return tuple(out)
+
+
+class NvmlTicker:
+    """Paces NVML samples on a monotonic schedule; a late tick never causes a burst."""
+
+    def __init__(self, sampler: NvmlSampler, rate_hz: float) -> None:
+        self.sampler = sampler
+        self.period = 1.0 / rate_hz
+        self._next: float | None = None
+
+    def next_tick(self, stop: threading.Event) -> tuple[float, list[GpuReading]] | None:
+        if self._next is None:
+            self._next = time.monotonic()
+        delay = self._next - time.monotonic()
+        if delay > 0 and stop.wait(delay):
+            return None
+        wall = time.time()
+        readings = self.sampler.sample()
+        self._next += self.period
+        now = time.monotonic()
+        if self._next < now:
+            self._next = now
+        return wall, readings
+
+
+# --- the nvidia-smi fallback: one long-lived `-lms` process, the same schema -----------------
+
+SMI_COLUMNS = (
+    "index",
+    "uuid",
+    "name",
+    "utilization.gpu",
+    "utilization.memory",
+    "memory.used",
+    "memory.total",
+    "power.draw",
+    "power.limit",
+    "temperature.gpu",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks_throttle_reasons.active",
+)
+# Newer drivers call the throttle reasons "clock event reasons"; either name may be refused.
+SMI_REASON_COLUMNS = ("clocks_throttle_reasons.active", "clocks_event_reasons.active")
+SMI_FORMAT = "--format=csv,noheader,nounits"
+SMI_COMPUTE_APPS = "--query-compute-apps=gpu_uuid,pid,used_memory"
+_SMI_FLOAT_FIELDS = {
+    "utilization.gpu": "util_gpu",
+    "utilization.memory": "util_mem",
+    "memory.used": "mem_used_mb",
+    "memory.total": "mem_total_mb",
+    "power.draw": "power_w",
+    "power.limit": "power_limit_w",
+    "temperature.gpu": "temp_c",
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "mem_clock_mhz",
+}
+
+
+def _smi_cells(line: str) -> list[str]:
+    return [cell.strip() for cell in next(csv.reader([line]))]
+
+
+def _smi_value(cell: str) -> str | None:
+    """nvidia-smi writes '[N/A]', '[Not Supported]' or 'N/A' for what it cannot read."""
+    if not cell or cell.startswith("[") or cell in ("N/A", "Not Supported"):
+        return None
+    return cell
+
+
+def reading_from_smi_csv(line: str, columns: tuple[str, ...] = SMI_COLUMNS) -> GpuReading:
+    """One `nvidia-smi --query-gpu` CSV line (noheader, nounits) as a reading.
+
+    Raises ValueError on a line that is not such a row (nvidia-smi's own messages, say).
+    """
+    cells = _smi_cells(line)
+    if len(cells) != len(columns):
+        raise ValueError(f"expected {len(columns)} columns, got {len(cells)}")
+    values: dict[str, Any] = {}
+    for column, cell in zip(columns, cells):  # noqa: B905 (3.8)
+        value = _smi_value(cell)
+        if column == "index":
+            if value is None:
+                raise ValueError("no GPU index")
+            values["index"] = int(value)
+        elif column in ("uuid", "name"):
+            values[column] = value
+        elif column in SMI_REASON_COLUMNS:
+            values["throttle_reasons"] = (
+                None if value is None else throttle_reason_names(int(value, 16))
+            )
+        elif column in _SMI_FLOAT_FIELDS:
+            values[_SMI_FLOAT_FIELDS[column]] = None if value is None else float(value)
+    return GpuReading(**values)
+
+
+def processes_from_smi_csv(text: str) -> dict[str, tuple[tuple[int, float | None], ...]]:
+    """`nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory` output, by GPU uuid."""
+    found: dict[str, list[tuple[int, float | None]]] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        cells = _smi_cells(line)
+        if len(cells) != 3 or _smi_value(cells[0]) is None:
+            continue
+        try:
+            pid = int(cells[1])
+        except ValueError:
+            continue
+        used = _smi_value(cells[2])
+        try:
+            used_mb = None if used is None else float(used)
+        except ValueError:
+            used_mb = None
+        found.setdefault(cells[0], []).append((pid, used_mb))
+    return {uuid: tuple(procs) for uuid, procs in found.items()}
+
+
+def _first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return "no output"
+
+
+class SmiSampler:
+    """Reads every GPU from one `nvidia-smi --query-gpu ... -lms N` process, for hosts without
+    pynvml. Compute processes come from a separate nvidia-smi call every few seconds."""
+
+    source = "nvidia-smi"
+
+    def __init__(
+        self,
+        notices: NoticeLog,
+        rate_hz: float,
+        processes_interval_s: float = DEFAULT_PROCESSES_INTERVAL_S,
+        executable: str = "nvidia-smi",
+    ) -> None:
+        self.notices = notices
+        self.period = 1.0 / rate_hz
+        self.processes_interval_s = processes_interval_s
+        self.executable = executable
+        self.columns = SMI_COLUMNS
+        self.driver: str | None = None
+        self.nvml_version: str | None = None
+        self.cuda: str | None = None
+        self.gpu_count = 0
+        self._loop: subprocess.Popen[str] | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue(maxsize=4096)
+        self._pending: list[GpuReading] = []
+        self._processes: dict[str, tuple[tuple[int, float | None], ...]] = {}
+        self._processes_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._last_unparsed = ""
+
+    def _run_once(self, args: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.executable, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=SMI_TIMEOUT_S,
+            check=False,
+        )
+
+    def open(self, host: str) -> None:
+        probe = None
+        for reason_column in (*SMI_REASON_COLUMNS, None):
+            columns = tuple(c for c in SMI_COLUMNS if c not in SMI_REASON_COLUMNS)
+            if reason_column is not None:
+                columns += (reason_column,)
+            try:
+                probe = self._run_once(
+                    ["--query-gpu=driver_version," + ",".join(columns), SMI_FORMAT]
+                )
+            except FileNotFoundError:
+                raise AgentFatal(
+                    f"no NVIDIA driver on host {host}: python3 ({sys.executable}) has no pynvml module "
+                    "(nvidia-ml-py) and nvidia-smi is not on PATH"
+                ) from None
+            except (OSError, subprocess.SubprocessError) as exc:
+                raise AgentFatal(
+                    f"no NVIDIA driver on host {host}: nvidia-smi could not run: {exc}"
+                ) from None
+            if probe.returncode == 0 or "valid field" not in probe.stdout:
+                self.columns = columns
+                break
+        assert probe is not None
+        if probe.returncode != 0:
+            message = _first_line(probe.stdout)
+            if "no devices" in message.lower():
+                raise AgentFatal(f"no NVIDIA GPU on host {host}: nvidia-smi: {message}")
+            raise AgentFatal(
+                f"no NVIDIA driver on host {host}: nvidia-smi failed "
+                f"(exit {probe.returncode}): {message}"
+            )
+        rows = [line for line in probe.stdout.splitlines() if line.strip()]
+        if not rows:
+            raise AgentFatal(f"no NVIDIA GPU on host {host}: nvidia-smi lists no GPUs")
+        self.gpu_count = len(rows)
+        self.driver = _smi_value(_smi_cells(rows[0])[0])
+        if self.columns[-1] not in SMI_REASON_COLUMNS:
+            self.notices.once(
+                "unsupported:throttle_reasons",
+                "throttle_reasons: this nvidia-smi knows no clock reason field; reported as null",
+            )
+        self.notices.once(
+            "smi:counters",
+            "pcie and nvlink throughput: not available through nvidia-smi; reported as null",
+        )
+        self._refresh_processes()
+        self._loop = subprocess.Popen(
+            [
+                self.executable,
+                "--query-gpu=" + ",".join(self.columns),
+                SMI_FORMAT,
+                "-lms",
+                str(max(1, round(self.period * 1000))),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            universal_newlines=True,
+        )
+        for target, name in ((self._read_loop, "smi-reader"), (self._processes_loop, "smi-apps")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _read_loop(self) -> None:
+        loop = self._loop
+        assert loop is not None and loop.stdout is not None
+        for line in loop.stdout:
+            with contextlib.suppress(queue.Full):  # a stalled reader loses old samples: fine
+                self._lines.put(line, timeout=1.0)
+            if self._stop.is_set():
+                break
+        self._lines.put(None)
+
+    def _refresh_processes(self) -> None:
+        try:
+            result = self._run_once([SMI_COMPUTE_APPS, SMI_FORMAT])
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.notices.once("smi:apps", f"processes: nvidia-smi failed: {exc}")
+            return
+        if result.returncode != 0:
+            self.notices.once(
+                "smi:apps", f"processes: nvidia-smi failed: {_first_line(result.stdout)}"
+            )
+            return
+        with self._processes_lock:
+            self._processes = processes_from_smi_csv(result.stdout)
+
+    def _processes_loop(self) -> None:
+        while not self._stop.wait(self.processes_interval_s):
+            self._refresh_processes()
+
+    def next_tick(self, stop: threading.Event) -> tuple[float, list[GpuReading]] | None:
+        stall_limit = max(10.0 * self.period, 10.0)
+        last_line = time.monotonic()
+        while not stop.is_set():
+            try:
+                line = self._lines.get(timeout=0.2)
+            except queue.Empty:
+                if time.monotonic() - last_line > stall_limit:
+                    raise AgentFatal(
+                        f"nvidia-smi stopped writing samples for {stall_limit:.0f} s"
+                    ) from None
+                continue
+            if line is None:
+                code = self._loop.wait(timeout=5.0) if self._loop is not None else None
+                raise AgentFatal(
+                    "nvidia-smi exited (code {}): {}".format(
+                        code, self._last_unparsed or "no message"
+                    )
+                )
+            last_line = time.monotonic()
+            try:
+                reading = reading_from_smi_csv(line, self.columns)
+            except ValueError:
+                self._last_unparsed = line.strip()
+                if line.strip():
+                    self.notices.once(
+                        "smi:unparsed",
+                        f"nvidia-smi wrote a line that is no sample: {line.strip()}",
+                    )
+                continue
+            if any(r.index == reading.index for r in self._pending):
+                complete, self._pending = self._pending, [reading]  # a GPU's row went missing
+                return time.time(), self._with_processes(complete)
+            self._pending.append(reading)
+            if len(self._pending) >= self.gpu_count:
+                complete, self._pending = self._pending, []
+                return time.time(), self._with_processes(complete)
+        return None
+
+    def _with_processes(self, readings: list[GpuReading]) -> list[GpuReading]:
+        with self._processes_lock:
+            processes = self._processes
+        out = []
+        for reading in readings:
+            procs = processes.get(reading.uuid or "", ())
+            out.append(_replace_processes(reading, procs))
+        return out
+
+    def close(self) -> None:
+        self._stop.set()
+        loop = self._loop
+        if loop is not None and loop.poll() is None:
+            loop.terminate()
+            try:
+                loop.wait(timeout=3.0)
+            except subprocess.TimeoutExpired:
+                loop.kill()
+                loop.wait(timeout=3.0)
+        if loop is not None and loop.stdout is not None:
+            loop.stdout.close()
+
+
+def _replace_processes(
+    reading: GpuReading, procs: tuple[tuple[int, float | None], ...]
+) -> GpuReading:
+    values = {name: getattr(reading, name) for name in _READING_FIELDS}
+    values["processes"] = procs
+    return GpuReading(**values)
+
+
+# --- the command line and the main loop -------------------------------------------------------
+
+
+class AgentUsage(Exception):
+    """A bad agent command line: reported as one error line, exit 2."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise AgentUsage(message)
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog="agent.py",
+        description="Sample every NVIDIA GPU and write one JSON line per tick.",
+    )
+    add_agent_arguments(parser)
+    return parser
+
+
+def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
+    """The agent's options, shared with `specmon agent`."""
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=DEFAULT_RATE_HZ,
+        metavar="HZ",
+        help=f"samples per second (default {DEFAULT_RATE_HZ:g}, at most {MAX_RATE_HZ:g})",
+    )
+    parser.add_argument(
+        "--once", action="store_true", help="write the header and one tick, then exit"
+    )
+    parser.add_argument("--count", type=int, default=None, metavar="N", help="stop after N ticks")
+    parser.add_argument(
+        "--duration", type=float, default=None, metavar="S", help="stop after S seconds"
+    )
+    parser.add_argument(
+        "--source",
+        choices=("auto", "nvml", "nvidia-smi"),
+        default="auto",
+        help="auto: NVML through pynvml, or nvidia-smi when pynvml is missing",
+    )
+    parser.add_argument(
+        "--pcie-interval",
+        type=float,
+        default=DEFAULT_PCIE_INTERVAL_S,
+        metavar="S",
+        help="seconds between PCIe throughput reads on GPUs without PCIe byte counters",
+    )
+    parser.add_argument(
+        "--processes-interval",
+        type=float,
+        default=DEFAULT_PROCESSES_INTERVAL_S,
+        metavar="S",
+        help="nvidia-smi fallback: seconds between compute-process listings",
+    )
+    parser.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        metavar="PID",
+        help="exit when this process is gone (the shell that started the agent)",
+    )
+    parser.add_argument(
+        "--watch-stdin",
+        action="store_true",
+        help="exit when stdin reaches end of file (the console closed the channel)",
+    )
+
+
+def check_agent_options(options: argparse.Namespace) -> None:
+    """Raise AgentUsage for values argparse accepts but the agent must not run with."""
+    if not 0 < options.rate <= MAX_RATE_HZ:
+        raise AgentUsage(
+            f"--rate must be above 0 and at most {MAX_RATE_HZ:g} Hz, got {options.rate:g}"
+        )
+    if options.count is not None and options.count < 1:
+        raise AgentUsage(f"--count must be at least 1, got {options.count}")
+    if options.duration is not None and options.duration <= 0:
+        raise AgentUsage(f"--duration must be above 0, got {options.duration:g}")
+    for name in ("pcie_interval", "processes_interval"):
+        if getattr(options, name) < 0.1:
+            raise AgentUsage("--{} must be at least 0.1 s".format(name.replace("_", "-")))
+
+
+def _parent_alive(pid: int) -> bool:
+    if os.getppid() == 1 and pid != 1:
+        return False  # re-parented to init: the parent is gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _watch_stdin(stop: threading.Event) -> None:
+    stream = getattr(sys.stdin, "buffer", None)
+    if stream is None:
+        return
+    try:
+        while stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+            pass
+    except (OSError, ValueError):
+        pass
+    stop.set()
+
+
+def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) -> Any:
+    if options.source != "nvidia-smi":
+        try:
+            import pynvml
+        except ImportError:
+            if options.source == "nvml":
+                raise AgentFatal(
+                    f"pynvml (nvidia-ml-py) is not installed for {sys.executable} on host {host}"
+                ) from None
+        else:
+            nvml_sampler = NvmlSampler(pynvml, notices, options.pcie_interval)
+            nvml_sampler.open(host)
+            return nvml_sampler
+    smi_sampler = SmiSampler(notices, options.rate, options.processes_interval)
+    try:
+        smi_sampler.open(host)
+    except BaseException:
+        smi_sampler.close()
+        raise
+    return smi_sampler
+
+
+def _write(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the exit flush cannot fail loudly."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the agent until a signal, EOF on stdin (--watch-stdin), --count/--duration or a
+    broken pipe. Exit codes: 0 stopped, 1 fatal error (one error line), 2 bad arguments."""
+    try:
+        options = build_arg_parser().parse_args(argv)
+        check_agent_options(options)
+    except AgentUsage as exc:
+        _write(message_line("error", f"bad agent arguments: {exc}"))
+        return 2
+    return run_agent(options)
+
+
+def run_agent(options: argparse.Namespace) -> int:
+    host = socket.gethostname()
+    notices = NoticeLog()
+    stop = threading.Event()
+    count = 1 if options.once else options.count
+    previous_handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
+            if signum is not None:
+                previous_handlers[signum] = signal.signal(signum, lambda *_: stop.set())
+    sampler: Any = None
+    try:
+        if options.watch_stdin:
+            threading.Thread(target=_watch_stdin, args=(stop,), name="stdin", daemon=True).start()
+        try:
+            sampler = _open_sampler(options, host, notices)
+        except AgentFatal as exc:
+            _write(message_line("error", str(exc)))
+            return 1
+        gpus = sampler.gpu_count if isinstance(sampler, SmiSampler) else len(sampler.gpus)
+        _write(
+            header_line(
+                sampler.source, host, gpus, sampler.driver, sampler.nvml_version, sampler.cuda
+            )
+        )
+        ticker = NvmlTicker(sampler, options.rate) if isinstance(sampler, NvmlSampler) else sampler
+        started = time.monotonic()
+        ticks = 0
+        while not stop.is_set():
+            try:
+                tick = ticker.next_tick(stop)
+            except AgentFatal as exc:
+                for message in notices.drain():
+                    _write(message_line("notice", message))
+                _write(message_line("error", str(exc)))
+                return 1
+            if tick is None:
+                break
+            for message in notices.drain():
+                _write(message_line("notice", message))
+            _write(tick_line(tick[0], tick[1]))
+            ticks += 1
+            if count is not None and ticks >= count:
+                break
+            if options.duration is not None and time.monotonic() - started >= options.duration:
+                break
+            if options.parent_pid is not None and not _parent_alive(options.parent_pid):
+                break
+        return 0
+    except BrokenPipeError:
+        _silence_stdout()
+        return 0
+    finally:
+        if sampler is not None:
+            sampler.close()
+        for signum, handler in previous_handlers.items():
+            signal.signal(signum, handler)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

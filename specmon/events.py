@@ -229,6 +229,14 @@ class MetricsSnapshot(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServerInfo(Event):
+    """Selected fields of the server's ``/get_server_info`` (launch args, version, speeds)."""
+
+    kind: ClassVar[str] = "server_info"
+    values: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeTiming(Event):
     """One speculative cycle from the draft/verify probe (or the simulator writing its schema)."""
 

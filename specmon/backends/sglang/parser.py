@@ -1,0 +1,698 @@
+"""SGLang server log -> typed events.
+
+The formats are SGLang's own (0.4.6 to 0.5.23), see docs/parser.md. Decode lines dominate a
+running server's log, so complete chunks are scanned with one anchored regex that picks out
+the common decode line forms in C; every other line (and any decode line in an unusual form)
+goes through ``parse_line``-style dispatch. The parser never raises on input: bytes are decoded
+with replacement, ``\\r`` (tqdm redraws) counts as a line break and long lines are cut.
+"""
+
+from __future__ import annotations
+
+import codecs
+import dataclasses
+import re
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from specmon.backends import LogParser
+from specmon.events import (
+    Decode,
+    Event,
+    GraphBegin,
+    GraphEnd,
+    HttpUp,
+    KvCache,
+    LoadBegin,
+    LoadEnd,
+    Prefill,
+    Ready,
+    ServerError,
+    ShardProgress,
+)
+from specmon.events import ErrorCategory as ErrorCategory
+from specmon.events import GraphRole as GraphRole
+
+MAX_LINE_CHARS = 64 * 1024
+"""Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
+
+_TRACEBACK_MAX_LINES = 5000
+_CONTINUATION_MAX_LINES = 50
+
+# --- line prefixes ------------------------------------------------------------------------
+
+_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
+# SGLang's `[%(asctime)s{.ms}{ DP0 PP0 TP3 EP3}] ` and uvicorn's `[%(asctime)s] INFO:     `.
+_SGLANG_PREFIX = re.compile(rf"\[({_TS})((?: [A-Z][A-Z_]*\d+)*)\] (?:INFO: +)?")
+# PyTorch c10d lines: `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] ...`.
+_TORCH_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:(?:\[[^\]]*\] ?)?")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
+
+_rank_cache: dict[str, int | None] = {}
+
+
+def _rank_of(tags: str) -> int | None:
+    """The TP rank in a prefix's tags (` DP0 TP3 EP3` -> 3); None when the prefix has no TP."""
+    rank = _rank_cache.get(tags, -1)
+    if rank != -1:
+        return rank
+    rank = None
+    for tag in tags.split():
+        if tag.startswith("TP") and tag[2:].isdigit():
+            rank = int(tag[2:])
+    if len(_rank_cache) < 4096:
+        _rank_cache[tags] = rank
+    return rank
+
+
+# --- the fast decode path: common decode forms, whole line, found by one scan --------------
+
+_FAST_DECODE = re.compile(
+    rf"^\[({_TS})((?: [A-Z][A-Z_]*\d+)*)\] Decode batch(?: \[\d+\])?[.,] "
+    r"#running-req: (\d+), #token: (\d+), token usage: (\d+(?:\.\d+)?), "
+    r"(?:accept len: (\d+(?:\.\d+)?), )?(?:accept rate: (\d+(?:\.\d+)?), )?"
+    r"(?:cap len: [\d.]+, )?(?:block accept len: [\d.]+, )?"
+    r"(?:cuda graph: (True|False), )?"
+    r"gen throughput \(token/s\): (\d+(?:\.\d+)?), #queue-req: (\d+)(?:, )?$",
+    re.MULTILINE,
+)
+
+# --- per-message patterns (searched in the text after the prefix) --------------------------
+
+_KEYWORDS = re.compile(
+    r"Decode batch|Prefill batch|Load weight begin|Load weight end|shards|is allocated"
+    r"|Capture|Uvicorn running|fired up and ready|rror|out of memory|Out of memory|NCCL|nccl"
+    r"|Watchdog|watchdog timeout|hit an exception|scheduler is dead|sigquit|SIGQUIT"
+    r"|Initialization failed|unbalanced|Not enough memory|LONGER_CONTEXT_LEN|Health check failed"
+)
+_BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[\d+\])?[.,] ")
+_LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
+_LOAD_END = re.compile(r"Load weight end\. (?:elapsed=(\d+(?:\.\d+)?) s, )?type=([\w.]+)")
+_AVAIL_MEM = re.compile(r"avail mem=(\d+(?:\.\d+)?) GB")
+_MEM_USAGE = re.compile(r"mem usage=(\d+(?:\.\d+)?) GB")
+_DRAFT_MODEL_TYPE = re.compile(r"Eagle|EAGLE|MTP|NextN|Nextn|Draft|Medusa")
+_KV_TOKENS = re.compile(r"#tokens: (\d+)")
+_KV_SIZE = re.compile(r"KV size: (\d+(?:\.\d+)?) GB")
+_K_V_SIZES = re.compile(r"K size: (\d+(?:\.\d+)?) GB, V size: (\d+(?:\.\d+)?) GB")
+_GRAPH = re.compile(r"Capture ((?:[\w-]+ )*?)(?:cuda|CUDA) graph (begin|end)\.")
+_GRAPH_SECONDS = re.compile(r"(?:Time elapsed: |elapsed=)(\d+(?:\.\d+)?) s")
+_UVICORN = re.compile(r"Uvicorn running on \w+://[^\s:/]*:(\d+)")
+_SHARDS = re.compile(
+    r"^([^|\n]*?[Ss]hards): *\d+%[^|]*\|(?:[^|]*\|)? *(\d+)/(\d+)"
+    r"(?: \[([\d:?]*)<([\d:?]*), *([^\]]*)\])?"
+)
+_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
+
+_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
+    r"|Not enough memory\. Please try to increase --mem-fraction-static"
+    r"|Prefill out of memory|Decode out of memory"
+)
+_NCCL = re.compile(
+    r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"
+    r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+    r"|RemoteError)\b|NCCL communicator was aborted"
+)
+_OTHER_FATAL = re.compile(
+    r"Scheduler hit an exception|DetokenizerManager hit an exception"
+    r"|TokenizerManager hit an exception|Scheduler watchdog timeout|Rank \d+ scheduler is dead"
+    r"|Received sigquit from a child process|SIGQUIT received"
+    r"|Initialization failed\. warmup error|The memory capacity is unbalanced"
+    r"|set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN|Health check failed"
+    r"|Capture cuda graph failed|CUDA error: "
+)
+# A bare exception line whose traceback head was not seen (log cut, or parse_line alone).
+_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
+
+_TRACEBACK_HEAD = "Traceback (most recent call last)"
+_CHAIN_LINES = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _clock_seconds(text: str | None) -> float | None:
+    """tqdm's `01:27` or `1:02:03` -> seconds; None for `?` or an empty field."""
+    if not text or "?" in text:
+        return None
+    seconds = 0
+    for part in text.split(":"):
+        if not part.isdigit():
+            return None
+        seconds = seconds * 60 + int(part)
+    return float(seconds)
+
+
+def _split_prefix(line: str) -> tuple[str | None, int | None, str, bool]:
+    """(ts, rank, message, had_prefix) for one ANSI-free line."""
+    if line.startswith("["):
+        match = _SGLANG_PREFIX.match(line)
+        if match is not None:
+            return match.group(1), _rank_of(match.group(2)), line[match.end() :], True
+        match = _TORCH_RANK_PREFIX.match(line)
+        if match is not None:
+            return None, int(match.group(1)), line[match.end() :], True
+    return None, None, line, False
+
+
+def _fields(tail: str) -> dict[str, str]:
+    """`#running-req: 6, token usage: 0.02, ...` -> {"#running-req": "6", ...}."""
+    out: dict[str, str] = {}
+    for item in tail.split(", "):
+        key, sep, value = item.partition(": ")
+        if sep:
+            out[key.strip()] = value.strip().rstrip(",")
+    return out
+
+
+def _decode_from_fields(ts: str | None, rank: int | None, tail: str) -> Decode | None:
+    fields = _fields(tail)
+    running_req = _int(fields.get("#running-req"))
+    tokens = _int(fields.get("#token", fields.get("#full token")))
+    token_usage = _float(fields.get("token usage", fields.get("full token usage")))
+    gen_throughput = _float(fields.get("gen throughput (token/s)"))
+    queue_req = _int(fields.get("#queue-req"))
+    if (
+        running_req is None
+        or tokens is None
+        or token_usage is None
+        or gen_throughput is None
+        or queue_req is None
+    ):
+        return None
+    graph = next((v for k, v in fields.items() if k.endswith(" graph")), None)
+    return Decode(
+        ts=ts,
+        rank=rank,
+        running_req=running_req,
+        tokens=tokens,
+        token_usage=token_usage,
+        accept_len=_float(fields.get("accept len")),
+        accept_rate=_float(fields.get("accept rate")),
+        gen_throughput=gen_throughput,
+        queue_req=queue_req,
+        cuda_graph=None if graph is None else graph == "True",
+    )
+
+
+def _prefill_from_fields(ts: str | None, rank: int | None, tail: str) -> Prefill:
+    fields = _fields(tail)
+    return Prefill(
+        ts=ts,
+        rank=rank,
+        new_seq=_int(fields.get("#new-seq")),
+        new_token=_int(fields.get("#new-token")),
+        cached_token=_int(fields.get("#cached-token")),
+        running_req=_int(fields.get("#running-req")),
+        queue_req=_int(fields.get("#queue-req")),
+        input_throughput=_float(fields.get("input throughput (token/s)")),
+    )
+
+
+def _graph_role(words: str) -> GraphRole:
+    if "draft" in words:
+        return "draft_extend" if "extend" in words else "draft"
+    return "target"
+
+
+def error_category(text: str) -> ErrorCategory | None:
+    """The category of a fatal or alarming line, None when the line is not one."""
+    if _OOM.search(text):
+        return "oom"
+    if _NCCL.search(text):
+        return "nccl"
+    if _OTHER_FATAL.search(text):
+        # "Capture cuda graph failed" and crash lines that quote an OOM were caught above.
+        return "other"
+    return None
+
+
+def _shard_progress(text: str) -> ShardProgress | None:
+    match = _SHARDS.match(text)
+    if match is None:
+        return None
+    seconds_per_shard = None
+    if match.group(6):
+        rate = _RATE.search(match.group(6))
+        if rate is not None:
+            value = float(rate.group(1))
+            if rate.group(2) == "s/it":
+                seconds_per_shard = value
+            elif value > 0:
+                seconds_per_shard = 1.0 / value
+    return ShardProgress(
+        done=int(match.group(2)),
+        total=int(match.group(3)),
+        elapsed_s=_clock_seconds(match.group(4)),
+        remaining_s=_clock_seconds(match.group(5)),
+        seconds_per_shard=seconds_per_shard,
+    )
+
+
+def _message_event(ts: str | None, rank: int | None, message: str, prefixed: bool) -> Event | None:
+    """The event for one line's message (after its prefix), or None."""
+    keyword = _KEYWORDS.search(message)
+    if keyword is None:
+        return None
+    word = keyword.group()
+    if word in ("Decode batch", "Prefill batch"):
+        head = _BATCH_HEAD.search(message)
+        if head is not None:
+            tail = message[head.end() :]
+            if head.group(1) == "Decode":
+                return _decode_from_fields(ts, rank, tail)
+            return _prefill_from_fields(ts, rank, tail)
+    elif word == "Load weight begin":
+        match = _LOAD_BEGIN.search(message)
+        return LoadBegin(ts=ts, rank=rank, avail_mem_gb=_float(match and match.group(1)))
+    elif word == "Load weight end":
+        match = _LOAD_END.search(message)
+        model_type = match.group(2) if match else None
+        avail = _AVAIL_MEM.search(message)
+        usage = _MEM_USAGE.search(message)
+        draft = model_type is not None and _DRAFT_MODEL_TYPE.search(model_type) is not None
+        return LoadEnd(
+            ts=ts,
+            rank=rank,
+            mem_usage_gb=_float(usage and usage.group(1)),
+            avail_mem_gb=_float(avail and avail.group(1)),
+            elapsed_s=_float(match and match.group(1)),
+            model_type=model_type,
+            role="draft" if draft else "target",
+        )
+    elif word == "shards":
+        if not prefixed:
+            return _shard_progress(message)
+    elif word == "is allocated":
+        tokens = _KV_TOKENS.search(message)
+        if tokens is not None:
+            kv = _KV_SIZE.search(message)
+            if kv is not None:
+                size: float | None = float(kv.group(1))
+            else:
+                k_v = _K_V_SIZES.search(message)
+                size = float(k_v.group(1)) + float(k_v.group(2)) if k_v else None
+            return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
+    elif word == "Capture":
+        match = _GRAPH.search(message)
+        if match is not None:
+            role = _graph_role(match.group(1))
+            avail = _AVAIL_MEM.search(message)
+            if match.group(2) == "begin":
+                return GraphBegin(
+                    ts=ts, rank=rank, role=role, avail_mem_gb=_float(avail and avail.group(1))
+                )
+            seconds = _GRAPH_SECONDS.search(message)
+            usage = _MEM_USAGE.search(message)
+            return GraphEnd(
+                ts=ts,
+                rank=rank,
+                role=role,
+                seconds=_float(seconds and seconds.group(1)),
+                mem_usage_gb=_float(usage and usage.group(1)),
+                avail_mem_gb=_float(avail and avail.group(1)),
+            )
+    elif word == "Uvicorn running":
+        match = _UVICORN.search(message)
+        return HttpUp(ts=ts, rank=rank, port=_int(match and match.group(1)))
+    elif word == "fired up and ready":
+        return Ready(ts=ts, rank=rank)
+    category = error_category(message)
+    if category is None and not prefixed and _BARE_EXCEPTION.match(message):
+        category = "other"
+    if category is None:
+        return None
+    return ServerError(ts=ts, rank=rank, category=category, message=message.strip())
+
+
+def _clean(line: str) -> str:
+    if len(line) > MAX_LINE_CHARS:
+        line = line[:MAX_LINE_CHARS]
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line
+
+
+def parse_line(line: str) -> Event | None:
+    """The event one log line stands for, or None. Pure: no traceback or tqdm state.
+
+    A lone `SomeError: message` line counts as an error here; the stateful parser reads it
+    as the root cause of the traceback it ends.
+    """
+    line = _clean(line.rstrip("\r\n"))
+    ts, rank, message, prefixed = _split_prefix(line)
+    return _message_event(ts, rank, message, prefixed)
+
+
+class SGLangLogParser(LogParser):
+    """Stateful SGLang log reader for whole files and live tails alike.
+
+    State kept between chunks: the partial last line, an incremental UTF-8 decoder (so a
+    character split across chunks survives), the last shard counter (tqdm redraws of the same
+    n/N give one event) and whether the lines now arriving are traceback frames.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._discarding_overlong = False
+        self._last_shard: tuple[int, int] | None = None
+        self._in_traceback = False
+        self._traceback_lines = 0
+        self._traceback_ts: str | None = None
+        self._traceback_rank: int | None = None
+        self._continuation_lines = 0
+        self.lines_seen = 0
+        """Complete lines read so far (each `\\r` redraw counts as one)."""
+
+    # -- LogParser interface ----------------------------------------------------------------
+
+    def feed(self, chunk: str | bytes) -> list[Event]:
+        if isinstance(chunk, bytes | bytearray | memoryview):
+            text = self._decoder.decode(bytes(chunk))
+        elif isinstance(chunk, str):
+            text = chunk
+        else:
+            return []
+        if not text:
+            return []
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        cut = text.rfind("\n")
+        if cut < 0:
+            self._hold(text)
+            return self._eager_shard()
+        complete = text[:cut]
+        if self._pending or self._discarding_overlong:
+            complete = self._take_pending(complete)
+        self._pending = ""
+        self._hold(text[cut + 1 :])
+        events: list[Event] = []
+        self._scan(complete, events)
+        events.extend(self._eager_shard())
+        return events
+
+    def flush(self) -> list[Event]:
+        tail = self._decoder.decode(b"", final=True)
+        if tail:
+            self._hold(tail.replace("\r", "\n"))
+        rest, self._pending = self._pending, ""
+        self._discarding_overlong = False
+        events: list[Event] = []
+        if rest:
+            self._scan(rest, events)
+        return events
+
+    # -- chunk handling ---------------------------------------------------------------------
+
+    def _hold(self, text: str) -> None:
+        """Keep a partial line, but never more than MAX_LINE_CHARS of it."""
+        if self._discarding_overlong:
+            return
+        self._pending += text
+        if len(self._pending) > MAX_LINE_CHARS:
+            self._pending = self._pending[:MAX_LINE_CHARS]
+            self._discarding_overlong = True
+
+    def _take_pending(self, complete: str) -> str:
+        """Join the held partial line to the first complete line of this chunk."""
+        head, newline, rest = complete.partition("\n")
+        if self._discarding_overlong:
+            head = ""
+            self._discarding_overlong = False
+        return self._pending + head + newline + rest
+
+    def _eager_shard(self) -> list[Event]:
+        """A tqdm bar is complete before the `\\r` of its next redraw: report it right away."""
+        pending = self._pending
+        if not pending or "shards" not in pending or not pending.rstrip().endswith("]"):
+            return []
+        event = _shard_progress(_clean(pending))
+        if event is None:
+            return []
+        key = (event.done, event.total)
+        if key == self._last_shard:
+            return []
+        self._last_shard = key
+        return [event]
+
+    def _scan(self, text: str, events: list[Event]) -> None:
+        """Complete lines -> events: fast decode matches, everything between them line by line."""
+        self.lines_seen += text.count("\n") + 1
+        append = events.append
+        slow = self._slow_lines
+        position = 0
+        for match in _FAST_DECODE.finditer(text):
+            start = match.start()
+            if start > position:
+                slow(text[position:start], events)
+            position = match.end() + 1
+            self._continuation_lines = 0
+            (ts, tags, running, tokens, usage, accept_len, accept_rate, graph, gen, queue) = (
+                match.groups()
+            )
+            append(
+                _new_decode(
+                    ts,
+                    _rank_of(tags) if tags else None,
+                    int(running),
+                    int(tokens),
+                    float(usage),
+                    None if accept_len is None else float(accept_len),
+                    None if accept_rate is None else float(accept_rate),
+                    float(gen),
+                    int(queue),
+                    None if graph is None else graph == "True",
+                )
+            )
+        if position < len(text):
+            slow(text[position:], events)
+
+    def _slow_lines(self, text: str, events: list[Event]) -> None:
+        for line in text.split("\n"):
+            if line:
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
+
+    def _line(self, raw: str) -> Event | None:
+        line = _clean(raw)
+        ts, rank, message, prefixed = _split_prefix(line)
+        if self._in_traceback and not prefixed:
+            return self._traceback_line(line)
+        if _TRACEBACK_HEAD in message:
+            self._start_traceback(ts, rank)
+            return None
+        if not prefixed and self._continuation_lines:
+            # Lines after an exception's first line continue its message ("Possible
+            # solutions: ...", NCCL's "Last error: ..."): not new errors.
+            self._continuation_lines -= 1
+            if not line.startswith("[") and _shard_progress(line) is None:
+                return None
+        if prefixed:
+            self._continuation_lines = 0
+        event = _message_event(ts, rank, message, prefixed)
+        if isinstance(event, ShardProgress):
+            key = (event.done, event.total)
+            if key == self._last_shard:
+                return None
+            self._last_shard = key
+        elif isinstance(event, ServerError) and not prefixed:
+            self._continuation_lines = _CONTINUATION_MAX_LINES
+        return event
+
+    def _start_traceback(self, ts: str | None, rank: int | None) -> None:
+        self._in_traceback = True
+        self._traceback_lines = 0
+        self._traceback_ts, self._traceback_rank = ts, rank
+        self._continuation_lines = 0
+
+    def _traceback_line(self, line: str) -> Event | None:
+        """Inside a traceback: frames are skipped, the first unindented line is the cause."""
+        self._traceback_lines += 1
+        if self._traceback_lines > _TRACEBACK_MAX_LINES:
+            self._in_traceback = False
+            return None
+        stripped = line.strip()
+        if not stripped or line[0] in " \t" or stripped.startswith(_CHAIN_LINES):
+            return None
+        if stripped.startswith(_TRACEBACK_HEAD):
+            return None
+        self._in_traceback = False
+        self._continuation_lines = _CONTINUATION_MAX_LINES
+        return ServerError(
+            ts=self._traceback_ts,
+            rank=self._traceback_rank,
+            category=error_category(stripped) or "other",
+            message=stripped,
+        )
+
+
+# --- building Decode events quickly ----------------------------------------------------------
+
+_DECODE_ARGS = (
+    "ts",
+    "rank",
+    "running_req",
+    "tokens",
+    "token_usage",
+    "accept_len",
+    "accept_rate",
+    "gen_throughput",
+    "queue_req",
+    "cuda_graph",
+)
+
+
+def _make_decode_builder() -> Callable[..., Decode]:
+    """A positional Decode constructor for the hot path.
+
+    A frozen dataclass sets each field through ``object.__setattr__`` after keyword parsing;
+    writing the slots directly builds the same object in half the time. If Decode ever gains
+    a field this builder does not know, it falls back to the ordinary constructor.
+    """
+    names = tuple(f.name for f in dataclasses.fields(Decode))
+    if sorted(names) != sorted(_DECODE_ARGS) or not hasattr(Decode, "__slots__"):
+
+        def build_plain(*values: Any) -> Decode:
+            return Decode(**dict(zip(_DECODE_ARGS, values, strict=True)))
+
+        return build_plain
+    (s_ts, s_rank, s_run, s_tok, s_use, s_al, s_ar, s_gen, s_q, s_cg) = (
+        getattr(Decode, name).__set__ for name in _DECODE_ARGS
+    )
+    new = object.__new__
+
+    def build(
+        ts: str | None,
+        rank: int | None,
+        running_req: int,
+        tokens: int,
+        token_usage: float,
+        accept_len: float | None,
+        accept_rate: float | None,
+        gen_throughput: float,
+        queue_req: int,
+        cuda_graph: bool | None,
+    ) -> Decode:
+        event = new(Decode)
+        s_ts(event, ts)
+        s_rank(event, rank)
+        s_run(event, running_req)
+        s_tok(event, tokens)
+        s_use(event, token_usage)
+        s_al(event, accept_len)
+        s_ar(event, accept_rate)
+        s_gen(event, gen_throughput)
+        s_q(event, queue_req)
+        s_cg(event, cuda_graph)
+        return event
+
+    return build
+
+
+_new_decode = _make_decode_builder()
+
+
+# --- summaries -----------------------------------------------------------------------------
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace(",", "."))
+    except ValueError:
+        return None
+
+
+class LogSummary:
+    """Running totals over a stream of events, so a huge log need not be held in memory."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.first_load_begin: str | None = None
+        self.ready_ts: str | None = None
+        self.shards_total: int | None = None
+        self.decode_lines = 0
+        self._gen_sum = 0.0
+        self._accept_sum = 0.0
+        self._accept_count = 0
+        self.prefill_lines = 0
+        self.errors = 0
+        self.first_error: str | None = None
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Decode):
+            self.decode_lines += 1
+            self._gen_sum += event.gen_throughput
+            if event.accept_len is not None:
+                self._accept_sum += event.accept_len
+                self._accept_count += 1
+        elif isinstance(event, Prefill):
+            self.prefill_lines += 1
+        elif isinstance(event, ShardProgress):
+            if self.shards_total is None or event.total > self.shards_total:
+                self.shards_total = event.total
+        elif isinstance(event, LoadBegin):
+            if self.first_load_begin is None and event.ts is not None:
+                self.first_load_begin = event.ts
+        elif isinstance(event, Ready):
+            if not self.ready:
+                self.ready_ts = event.ts
+            self.ready = True
+        elif isinstance(event, ServerError):
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = event.message
+
+    def load_seconds(self) -> float | None:
+        begin, ready = _timestamp(self.first_load_begin), _timestamp(self.ready_ts)
+        if begin is None or ready is None or ready < begin:
+            return None
+        return round((ready - begin).total_seconds(), 3)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "kind": "summary",
+            "ready": self.ready,
+            "load_seconds": self.load_seconds(),
+            "shards_total": self.shards_total,
+            "decode_lines": self.decode_lines,
+            "mean_gen_throughput": (
+                round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
+            ),
+            "mean_accept_len": (
+                round(self._accept_sum / self._accept_count, 4) if self._accept_count else None
+            ),
+            "errors": self.errors,
+            "prefill_lines": self.prefill_lines,
+            "first_error": self.first_error,
+        }
+
+
+def summarize(events: Iterable[Event]) -> dict[str, Any]:
+    """The `--summary` record for a sequence of parsed events (see docs/parser.md)."""
+    summary = LogSummary()
+    for event in events:
+        summary.add(event)
+    return summary.result()

@@ -1,0 +1,930 @@
+"""specmon.toml: hosts, launch profiles and console settings, checked when read.
+
+The file is found in a documented order (``--config PATH``, ``./specmon.toml``, the user
+config dir) and every mistake in it is reported as ``file:line: key: message`` before
+anything connects or launches. A built-in ``local`` host and ``demo`` profile are always
+available, so ``specmon demo`` works from any directory; a file may redefine either.
+
+Imports stay light (no tomllib, platformdirs or difflib at import time): ``specmon --help``
+must stay fast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from specmon.errors import ConfigError
+
+CONFIG_FILE_NAME = "specmon.toml"
+CONFIG_DIR_ENV = "SPECMON_CONFIG_DIR"  # overrides the user config dir (tests, packaging)
+STATE_DIR_ENV = "SPECMON_STATE_DIR"  # overrides the local state dir
+SIM_TIME_SCALE_ENV = "SPECMON_SIM_TIME_SCALE"
+PYTHON_PLACEHOLDER = "{python}"  # a command word replaced by the host's python
+DEFAULT_REMOTE_STATE_DIR = "~/.local/state/specmon"
+BUILTIN_SOURCE = "<built-in defaults>"
+
+Transport = Literal["ssh", "local"]
+GpuAgentKind = Literal["nvml", "sim", "none"]
+TRANSPORTS: tuple[str, ...] = ("ssh", "local")
+GPU_AGENT_KINDS: tuple[str, ...] = ("nvml", "sim", "none")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+THEME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+# The demo host and profile, always present unless the file defines its own. Kept equal to
+# the `demo` profile and `local` host of the shipped specmon.toml (a test checks it).
+BUILTIN_CONFIG_TOML = """\
+[hosts.local]
+transport = "local"
+
+[profiles.demo]
+description = "The built-in simulator: EAGLE-3, TP8, 64 shards, 8 simulated GPUs"
+command = ["{python}", "-m", "specmon.sim"]
+model_path = "moonshotai/Kimi-K2.5"
+draft_model_path = "/models/kimi-k2.5-eagle3"
+tp = 8
+port = 30000
+mem_fraction_static = 0.88
+extra_args = ["--trust-remote-code", "--enable-metrics"]
+probe = true
+gpu_agent = "sim"
+stop_grace_s = 10.0
+
+[profiles.demo.speculative]
+algorithm = "EAGLE3"
+num_steps = 5
+eagle_topk = 1
+num_draft_tokens = 6
+
+[profiles.demo.env]
+SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = "1"
+SPECMON_SIM_TIME_SCALE = "0.02"
+SPECMON_SIM_SHARDS = "64"
+SPECMON_SIM_GPUS = "8"
+"""
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    """A machine to run servers on. ``address`` may be an ~/.ssh/config alias."""
+
+    name: str
+    address: str
+    user: str | None = None
+    port: int | None = None
+    transport: Transport = "ssh"
+    identity_file: str | None = None
+    known_hosts: str | None = None
+    ssh_options: dict[str, str] = field(default_factory=dict)
+    python: str = "python3"
+    state_dir: str = DEFAULT_REMOTE_STATE_DIR
+
+    @property
+    def label(self) -> str:
+        """How the console names the host: "local" or "user@address:port"."""
+        if self.transport == "local":
+            return "local"
+        text = f"{self.user}@{self.address}" if self.user else self.address
+        return f"{text}:{self.port}" if self.port else text
+
+
+@dataclass(frozen=True)
+class SpeculativeSettings:
+    """The speculative-decoding flags; steps/topk/draft tokens None lets SGLang choose."""
+
+    algorithm: str
+    num_steps: int | None = None
+    eagle_topk: int | None = None
+    num_draft_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named server launch. ``to_launch_spec`` turns it into the exact argv and env."""
+
+    name: str
+    model_path: str
+    backend: str = "sglang"
+    command: tuple[str, ...] = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
+    draft_model_path: str | None = None
+    tp: int | None = None
+    port: int | None = None
+    host_bind: str | None = None
+    speculative: SpeculativeSettings | None = None
+    mem_fraction_static: float | None = None
+    extra_args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    probe: bool = False
+    gpu_agent: GpuAgentKind = "nvml"
+    stop_grace_s: float = 30.0
+    description: str = ""
+    baseline_profile: str | None = None
+
+    def base_args(self) -> tuple[str, ...]:
+        """The flags this profile's fields stand for, followed by ``extra_args``."""
+        from specmon.launch import render_flag
+
+        args: list[str] = [*render_flag("model-path", self.model_path)]
+        if self.tp is not None:
+            args += render_flag("tp", str(self.tp))
+        if self.host_bind is not None:
+            args += render_flag("host", self.host_bind)
+        if self.port is not None:
+            args += render_flag("port", str(self.port))
+        spec = self.speculative
+        if spec is not None:
+            args += render_flag("speculative-algorithm", spec.algorithm)
+        if self.draft_model_path is not None:
+            args += render_flag("speculative-draft-model-path", self.draft_model_path)
+        if spec is not None:
+            for name, value in (
+                ("speculative-num-steps", spec.num_steps),
+                ("speculative-eagle-topk", spec.eagle_topk),
+                ("speculative-num-draft-tokens", spec.num_draft_tokens),
+            ):
+                if value is not None:
+                    args += render_flag(name, str(value))
+        if self.mem_fraction_static is not None:
+            args += render_flag("mem-fraction-static", repr(self.mem_fraction_static))
+        args += self.extra_args
+        return tuple(args)
+
+    def to_launch_spec(
+        self,
+        flags: Mapping[str, str | bool | None] | None = None,
+        env: Mapping[str, str | None] | None = None,
+        *,
+        python: str = "python3",
+    ) -> Any:  # LaunchSpec; typed loosely so importing config stays cheap
+        """The launch with overrides applied, e.g. ``{"speculative-num-steps": "2"}`` and
+        ``{"NCCL_PROTO": "LL"}`` (None removes). ``python`` replaces the "{python}" command
+        word: pass the host's ``HostConfig.python``. Not validated: call ``.validate()``."""
+        from specmon.launch import LaunchSpec
+
+        command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in self.command)
+        spec = LaunchSpec(self.backend, command, self.base_args(), dict(self.env))
+        if flags:
+            spec = spec.with_flags(flags)
+        if env:
+            spec = spec.with_env(env)
+        return spec
+
+
+@dataclass(frozen=True)
+class UiConfig:
+    """Console settings: theme name and how often to sample, poll and redraw."""
+
+    theme: str = "dark"
+    gpu_sample_hz: float = 4.0
+    http_poll_s: float = 2.0
+    redraw_hz: float = 10.0
+    log_lines: int = 2000
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything read from specmon.toml (plus the built-in demo host and profile)."""
+
+    source: Path | None
+    hosts: dict[str, HostConfig]
+    profiles: dict[str, Profile]
+    ui: UiConfig = field(default_factory=UiConfig)
+    state_dir: Path = field(default_factory=lambda: default_state_dir())
+    default_host: str | None = None
+    default_profile: str | None = None
+
+    def host(self, name: str) -> HostConfig:
+        """The named host, or a ConfigError with a "did you mean" hint."""
+        if name in self.hosts:
+            return self.hosts[name]
+        raise ConfigError(
+            f"unknown host {name!r}{_did_you_mean(name, self.hosts)}; "
+            f"known: {', '.join(sorted(self.hosts)) or 'none'}",
+            path=str(self.source) if self.source else None,
+        )
+
+    def profile(self, name: str) -> Profile:
+        """The named profile, or a ConfigError with a "did you mean" hint."""
+        if name in self.profiles:
+            return self.profiles[name]
+        raise ConfigError(
+            f"unknown profile {name!r}{_did_you_mean(name, self.profiles)}; "
+            f"known: {', '.join(sorted(self.profiles)) or 'none'}",
+            path=str(self.source) if self.source else None,
+        )
+
+
+# --- finding and loading ----------------------------------------------------------------
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where specmon keeps local state (ledger, load times): $SPECMON_STATE_DIR or the
+    platform's user state dir."""
+    environ = os.environ if environ is None else environ
+    if environ.get(STATE_DIR_ENV):
+        return Path(environ[STATE_DIR_ENV]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_state_dir("specmon"))
+
+
+def user_config_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$SPECMON_CONFIG_DIR, else the platform's user config dir (XDG_CONFIG_HOME on Linux)."""
+    environ = os.environ if environ is None else environ
+    if environ.get(CONFIG_DIR_ENV):
+        return Path(environ[CONFIG_DIR_ENV]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("specmon"))
+
+
+def find_config_path(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Path | None:
+    """``path`` (must exist), else ./specmon.toml, else the user config dir's specmon.toml,
+    else None (only the built-in defaults apply)."""
+    if path is not None:
+        explicit = Path(path).expanduser()
+        if not explicit.is_file():
+            reason = "is a directory" if explicit.is_dir() else "does not exist"
+            raise ConfigError(f"config file {reason}", path=str(explicit))
+        return explicit
+    local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
+    if local.is_file():
+        return local
+    user = user_config_dir(environ) / CONFIG_FILE_NAME
+    if user.is_file():
+        return user
+    return None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Config:
+    """Find, read and check the config; ConfigError (file:line: key: message) on any mistake.
+
+    ``environ`` (default os.environ) supplies $SPECMON_SIM_TIME_SCALE, which overrides the
+    time scale of every profile that sets one (the simulator profiles).
+    """
+    environ = os.environ if environ is None else environ
+    found = find_config_path(path, cwd=cwd, environ=environ)
+    builtin = parse_config_text(BUILTIN_CONFIG_TOML, None, environ=environ)
+    if found is None:
+        config = builtin
+    else:
+        try:
+            text = found.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"not UTF-8 text ({exc.reason})", path=str(found)) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read: {exc.strerror}", path=str(found)) from None
+        config = parse_config_text(text, found, environ=environ)
+        hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
+        profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
+        config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
+    return _apply_environment(config, environ)
+
+
+def _missing_from(builtin: Mapping[str, Any], defined: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in builtin.items() if name not in defined}
+
+
+def _apply_environment(config: Config, environ: Mapping[str, str]) -> Config:
+    scale = environ.get(SIM_TIME_SCALE_ENV)
+    if scale is None:
+        return config
+    from specmon.backends.sglang.flags import _env_value_problem
+
+    problem = _env_value_problem(SIM_TIME_SCALE_ENV, scale)
+    if problem:
+        raise ConfigError(problem, path="environment", key=SIM_TIME_SCALE_ENV)
+    profiles = {
+        name: dataclasses.replace(profile, env={**profile.env, SIM_TIME_SCALE_ENV: scale})
+        if SIM_TIME_SCALE_ENV in profile.env
+        else profile
+        for name, profile in config.profiles.items()
+    }
+    return dataclasses.replace(config, profiles=profiles)
+
+
+def parse_config_text(
+    text: str, source: Path | None, *, environ: Mapping[str, str] | None = None
+) -> Config:
+    """Check and build a Config from TOML text; ``source`` names the file in errors."""
+    label = str(source) if source is not None else BUILTIN_SOURCE
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on Python 3.10 only
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line_match = re.search(r"line (\d+)", str(exc))
+        line = int(line_match.group(1)) if line_match else None
+        raise ConfigError(f"TOML syntax error: {exc}", path=label, line=line) from None
+    reader = _Reader(label, _TomlPositions(text))
+    return reader.read_config(data, source, environ if environ is not None else os.environ)
+
+
+# --- where keys are (tomllib has no positions) -------------------------------------------
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _split_key(text: str) -> tuple[list[str], str] | None:
+    """Read a dotted TOML key from the start of ``text``: (parts, rest) or None."""
+    parts: list[str] = []
+    rest = text.lstrip()
+    while True:
+        if rest.startswith('"'):
+            end = 1
+            while end < len(rest) and rest[end] != '"':
+                end += 2 if rest[end] == "\\" else 1
+            if end >= len(rest):
+                return None
+            raw = rest[1:end]
+            try:
+                parts.append(raw.encode("utf-8").decode("unicode_escape") if "\\" in raw else raw)
+            except UnicodeDecodeError:
+                parts.append(raw)
+            rest = rest[end + 1 :]
+        elif rest.startswith("'"):
+            end = rest.find("'", 1)
+            if end < 0:
+                return None
+            parts.append(rest[1:end])
+            rest = rest[end + 1 :]
+        else:
+            match = _BARE_KEY.match(rest)
+            if not match:
+                return None
+            parts.append(match.group(0))
+            rest = rest[match.end() :]
+        rest = rest.lstrip()
+        if rest.startswith("."):
+            rest = rest[1:].lstrip()
+            continue
+        return parts, rest
+
+
+class _TomlPositions:
+    """Line numbers of table headers and keys, found by scanning the text."""
+
+    def __init__(self, text: str) -> None:
+        self.lines: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        in_multiline: str | None = None
+        for number, line in enumerate(text.splitlines(), start=1):
+            if in_multiline is not None:
+                if line.count(in_multiline) % 2 == 1:
+                    in_multiline = None
+                continue
+            stripped = line.strip()
+            if stripped.startswith("["):
+                inner = stripped[2:] if stripped.startswith("[[") else stripped[1:]
+                parsed = _split_key(inner)
+                if parsed and parsed[1].lstrip().startswith("]"):
+                    table = tuple(parsed[0])
+                    self.lines.setdefault(table, number)
+                continue
+            parsed = _split_key(stripped)
+            if parsed and parsed[1].startswith("="):
+                path = table + tuple(parsed[0])
+                self.lines.setdefault(path, number)
+                for opener in ('"""', "'''"):
+                    if parsed[1].count(opener) % 2 == 1:
+                        in_multiline = opener
+
+    def line_of(self, path: Sequence[str]) -> int | None:
+        """The line of ``path`` or of its nearest enclosing table/key that has one."""
+        key = tuple(path)
+        while key:
+            if key in self.lines:
+                return self.lines[key]
+            key = key[:-1]
+        return None
+
+
+# --- checking -----------------------------------------------------------------------------
+
+_MISSING = object()
+
+
+def _did_you_mean(name: str, known: Sequence[str] | Mapping[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _type_name(value: object) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    for kind, text in names.items():
+        if type(value) is kind:
+            return text
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+HOST_KEYS = (
+    "address",
+    "user",
+    "port",
+    "transport",
+    "identity_file",
+    "known_hosts",
+    "ssh_options",
+    "python",
+    "state_dir",
+)
+PROFILE_KEYS = (
+    "description",
+    "extends",
+    "backend",
+    "command",
+    "model_path",
+    "draft_model_path",
+    "tp",
+    "port",
+    "host_bind",
+    "speculative",
+    "mem_fraction_static",
+    "extra_args",
+    "env",
+    "probe",
+    "gpu_agent",
+    "stop_grace_s",
+    "baseline_profile",
+)
+SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
+TOP_KEYS = ("state_dir", "default_host", "default_profile", "ui", "hosts", "profiles")
+
+# Which profile key a launch problem's subject (flag or variable) comes from.
+_SUBJECT_KEYS = {
+    "--model-path": ("model_path",),
+    "--speculative-draft-model-path": ("draft_model_path",),
+    "--tp": ("tp",),
+    "--port": ("port",),
+    "--host": ("host_bind",),
+    "--speculative-algorithm": ("speculative", "algorithm"),
+    "--speculative-num-steps": ("speculative", "num_steps"),
+    "--speculative-eagle-topk": ("speculative", "eagle_topk"),
+    "--speculative-num-draft-tokens": ("speculative", "num_draft_tokens"),
+    "--mem-fraction-static": ("mem_fraction_static",),
+}
+
+
+class _Reader:
+    """Reads the parsed TOML into dataclasses, raising ConfigError at the first mistake."""
+
+    def __init__(self, label: str, positions: _TomlPositions) -> None:
+        self.label = label
+        self.positions = positions
+
+    def error(self, path: Sequence[str], message: str) -> ConfigError:
+        return ConfigError(
+            message,
+            path=self.label,
+            key=".".join(path) if path else None,
+            line=self.positions.line_of(path),
+        )
+
+    def check_keys(self, table: Mapping[str, Any], path: Sequence[str], allowed: Sequence[str]):
+        for key in table:
+            if key not in allowed:
+                where = f"[{'.'.join(path)}]" if path else "the top level"
+                raise self.error(
+                    [*path, key],
+                    f"unknown key in {where}{_did_you_mean(key, allowed)} "
+                    f"(known: {', '.join(allowed)})",
+                )
+
+    def value(
+        self,
+        table: Mapping[str, Any],
+        path: Sequence[str],
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any = _MISSING,
+    ) -> Any:
+        if key not in table:
+            if default is _MISSING:
+                raise self.error([*path, key], "missing required key")
+            return default
+        value = table[key]
+        declared = kind if isinstance(kind, tuple) else (kind,)
+        expected = " or ".join(_type_name(k()) for k in declared)
+        kinds = (*declared, int) if float in declared else declared  # 10 is a number too
+        wrong = isinstance(value, bool) and bool not in kinds
+        if wrong or not isinstance(value, kinds):
+            raise self.error(
+                [*path, key], f"expected {expected}, got {_type_name(value)} {value!r:.60}"
+            )
+        if isinstance(value, str):
+            from specmon.launch import text_problem
+
+            problem = text_problem("value", value)
+            if problem:
+                raise self.error([*path, key], problem.partition(": ")[2])
+        if float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            return float(value)
+        return value
+
+    def number(
+        self,
+        table: Mapping[str, Any],
+        path: Sequence[str],
+        key: str,
+        kind: type,
+        low: float,
+        high: float,
+        default: Any = _MISSING,
+        low_inclusive: bool = True,
+    ) -> Any:
+        value = self.value(table, path, key, kind, default)
+        if value is None or (value is default and key not in table):
+            return value
+        too_low = value < low if low_inclusive else value <= low
+        if too_low or value > high:
+            bracket = "[" if low_inclusive else "("
+            raise self.error([*path, key], f"{value!r} is out of range {bracket}{low}, {high}]")
+        return value
+
+    def choice(
+        self,
+        table: Mapping[str, Any],
+        path: Sequence[str],
+        key: str,
+        choices: Sequence[str],
+        default: Any = _MISSING,
+    ) -> Any:
+        value = self.value(table, path, key, str, default)
+        if key in table and value not in choices:
+            raise self.error(
+                [*path, key],
+                f"{value!r} is not one of {', '.join(choices)}{_did_you_mean(value, choices)}",
+            )
+        return value
+
+    def string_list(self, table: Mapping[str, Any], path: Sequence[str], key: str) -> tuple:
+        items = self.value(table, path, key, list, [])
+        for position, item in enumerate(items):
+            if not isinstance(item, str):
+                raise self.error(
+                    [*path, key],
+                    f"item {position + 1} should be a string, got {_type_name(item)} {item!r:.40}",
+                )
+            from specmon.launch import text_problem
+
+            problem = text_problem(f"item {position + 1}", item)
+            if problem:
+                raise self.error([*path, key], problem)
+        return tuple(items)
+
+    def string_table(
+        self, table: Mapping[str, Any], path: Sequence[str], key: str, *, scalars: bool
+    ) -> dict[str, str]:
+        raw = self.value(table, path, key, dict, {})
+        out: dict[str, str] = {}
+        for name, value in raw.items():
+            if isinstance(value, str):
+                out[name] = value
+            elif scalars and isinstance(value, bool):
+                out[name] = "yes" if value else "no"
+            elif scalars and isinstance(value, int | float):
+                out[name] = str(value)
+            else:
+                expected = "a string, number or boolean" if scalars else "a string"
+                raise self.error(
+                    [*path, key, name], f"expected {expected}, got {_type_name(value)}"
+                )
+            from specmon.launch import text_problem
+
+            problem = text_problem("value", out[name])
+            if problem:
+                raise self.error([*path, key, name], problem.partition(": ")[2])
+        return out
+
+    def name_check(self, path: Sequence[str], name: str, what: str) -> None:
+        if not NAME_PATTERN.match(name):
+            raise self.error(
+                path,
+                f"{what} name {name!r:.40} should be letters, digits, '-' and '_' "
+                "(starting with a letter or digit, at most 64)",
+            )
+
+    # --- sections ---
+
+    def read_config(
+        self, data: Mapping[str, Any], source: Path | None, environ: Mapping[str, str]
+    ) -> Config:
+        self.check_keys(data, [], TOP_KEYS)
+        hosts_table = self.value(data, [], "hosts", dict, {})
+        hosts = {}
+        for name, table in hosts_table.items():
+            self.name_check(["hosts", name], name, "host")
+            if not isinstance(table, dict):
+                raise self.error(["hosts", name], f"expected a table, got {_type_name(table)}")
+            hosts[name] = self.read_host(name, table)
+        profiles_table = self.value(data, [], "profiles", dict, {})
+        profiles = {}
+        for name in profiles_table:
+            self.name_check(["profiles", name], name, "profile")
+            profiles[name] = self.read_profile(name, profiles_table)
+        for name, profile in profiles.items():
+            if profile.baseline_profile is not None and profile.baseline_profile not in profiles:
+                raise self.error(
+                    ["profiles", name, "baseline_profile"],
+                    f"no profile named {profile.baseline_profile!r}"
+                    f"{_did_you_mean(profile.baseline_profile, profiles)}",
+                )
+        ui = self.read_ui(self.value(data, [], "ui", dict, {}))
+        state_dir_text = self.value(data, [], "state_dir", str, None)
+        state_dir = (
+            Path(state_dir_text).expanduser() if state_dir_text else default_state_dir(environ)
+        )
+        default_host = self.value(data, [], "default_host", str, None)
+        if default_host is not None and default_host not in hosts and default_host != "local":
+            raise self.error(
+                ["default_host"],
+                f"no host named {default_host!r}{_did_you_mean(default_host, hosts)}",
+            )
+        default_profile = self.value(data, [], "default_profile", str, None)
+        if default_profile is not None and default_profile not in {*profiles, "demo"}:
+            raise self.error(
+                ["default_profile"],
+                f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",
+            )
+        return Config(
+            source=source,
+            hosts=hosts,
+            profiles=profiles,
+            ui=ui,
+            state_dir=state_dir,
+            default_host=default_host,
+            default_profile=default_profile,
+        )
+
+    def read_host(self, name: str, table: Mapping[str, Any]) -> HostConfig:
+        path = ["hosts", name]
+        self.check_keys(table, path, HOST_KEYS)
+        transport = self.choice(table, path, "transport", TRANSPORTS, "ssh")
+        address = self.value(table, path, "address", str, name if transport == "ssh" else "")
+        address = address or "localhost"
+        if transport == "ssh" and (address.startswith("-") or any(c.isspace() for c in address)):
+            raise self.error([*path, "address"], f"{address!r:.40} is not a host name or address")
+        user = self.value(table, path, "user", str, None)
+        if user is not None and (not user or user.startswith("-") or "@" in user):
+            raise self.error([*path, "user"], f"{user!r:.40} is not a user name")
+        port = self.number(table, path, "port", int, 1, 65535, None)
+        default_python = sys.executable if transport == "local" else "python3"
+        python = self.value(table, path, "python", str, default_python) or default_python
+        return HostConfig(
+            name=name,
+            address=address,
+            user=user,
+            port=port,
+            transport=transport,
+            identity_file=self.value(table, path, "identity_file", str, None),
+            known_hosts=self.value(table, path, "known_hosts", str, None),
+            ssh_options=self.string_table(table, path, "ssh_options", scalars=True),
+            python=python,
+            state_dir=self.value(table, path, "state_dir", str, DEFAULT_REMOTE_STATE_DIR),
+        )
+
+    def resolve_extends(
+        self, name: str, profiles: Mapping[str, Any], chain: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """A profile's table with its ``extends`` parent merged under it (env and
+        speculative tables merge key by key; the child wins)."""
+        path = ["profiles", name]
+        table = profiles[name]
+        if not isinstance(table, dict):
+            raise self.error(path, f"expected a table, got {_type_name(table)}")
+        parent_name = table.get("extends")
+        if parent_name is None:
+            return dict(table)
+        if not isinstance(parent_name, str):
+            raise self.error([*path, "extends"], f"expected a string, got {_type_name(parent_name)}")
+        if parent_name not in profiles:
+            raise self.error(
+                [*path, "extends"],
+                f"no profile named {parent_name!r}{_did_you_mean(parent_name, profiles)}",
+            )
+        if parent_name in (*chain, name):
+            cycle = " -> ".join([*chain, name, parent_name])
+            raise self.error([*path, "extends"], f"profiles extend each other in a loop: {cycle}")
+        parent = self.resolve_extends(parent_name, profiles, (*chain, name))
+        merged = {**parent, **table}
+        for key in ("env", "speculative"):
+            if isinstance(parent.get(key), dict) and isinstance(table.get(key), dict):
+                merged[key] = {**parent[key], **table[key]}
+        merged.pop("extends", None)
+        return merged
+
+    def read_profile(self, name: str, profiles: Mapping[str, Any]) -> Profile:
+        path = ["profiles", name]
+        raw = profiles[name]
+        if isinstance(raw, dict):
+            self.check_keys(raw, path, PROFILE_KEYS)
+        table = self.resolve_extends(name, profiles)
+        self.check_keys(table, path, PROFILE_KEYS)
+        from specmon.backends import BACKENDS
+        from specmon.launch import env_name_problem
+
+        backend = self.choice(table, path, "backend", tuple(BACKENDS), "sglang")
+        command = self.string_list(table, path, "command") or Profile.command
+        if "command" in table and not table["command"]:
+            raise self.error([*path, "command"], "is empty; name the server program to run")
+        speculative = None
+        if "speculative" in table:
+            spec_table = self.value(table, path, "speculative", dict)
+            spec_path = [*path, "speculative"]
+            self.check_keys(spec_table, spec_path, SPECULATIVE_KEYS)
+            from specmon.launch import SPECULATIVE_ALGORITHM_VALUES
+
+            speculative = SpeculativeSettings(
+                algorithm=self.choice(
+                    spec_table, spec_path, "algorithm", SPECULATIVE_ALGORITHM_VALUES
+                ),
+                num_steps=self.number(spec_table, spec_path, "num_steps", int, 1, 32, None),
+                eagle_topk=self.number(spec_table, spec_path, "eagle_topk", int, 1, 64, None),
+                num_draft_tokens=self.number(
+                    spec_table, spec_path, "num_draft_tokens", int, 1, 1024, None
+                ),
+            )
+        env = self.string_table(table, path, "env", scalars=False)
+        for env_name in env:
+            problem = env_name_problem(env_name)
+            if problem:
+                raise self.error([*path, "env", env_name], problem.partition(": ")[2])
+        profile = Profile(
+            name=name,
+            model_path=self.value(table, path, "model_path", str),
+            backend=backend,
+            command=command,
+            draft_model_path=self.value(table, path, "draft_model_path", str, None),
+            tp=self.number(table, path, "tp", int, 1, 64, None),
+            port=self.number(table, path, "port", int, 1, 65535, None),
+            host_bind=self.value(table, path, "host_bind", str, None),
+            speculative=speculative,
+            mem_fraction_static=self.number(
+                table, path, "mem_fraction_static", float, 0.0, 1.0, None, low_inclusive=False
+            ),
+            extra_args=self.string_list(table, path, "extra_args"),
+            env=env,
+            probe=self.value(table, path, "probe", bool, False),
+            gpu_agent=self.choice(table, path, "gpu_agent", GPU_AGENT_KINDS, "nvml"),
+            stop_grace_s=self.number(table, path, "stop_grace_s", float, 0.0, 3600.0, 30.0),
+            description=self.value(table, path, "description", str, ""),
+            baseline_profile=self.value(table, path, "baseline_profile", str, None),
+        )
+        for problem in profile.to_launch_spec().problems():
+            subject = problem.partition(": ")[0]
+            if subject in _SUBJECT_KEYS:
+                key_path = [*path, *_SUBJECT_KEYS[subject]]
+            elif subject in env:
+                key_path = [*path, "env", subject]
+            else:
+                key_path = [*path, "extra_args"]
+            raise self.error(key_path, problem)
+        return profile
+
+    def read_ui(self, table: Mapping[str, Any]) -> UiConfig:
+        path = ["ui"]
+        self.check_keys(table, path, UI_KEYS)
+        defaults = UiConfig()
+        theme = self.value(table, path, "theme", str, defaults.theme)
+        if not THEME_PATTERN.match(theme):
+            raise self.error(
+                [*path, "theme"], f"{theme!r:.40} is not a theme name (e.g. dark, light)"
+            )
+        return UiConfig(
+            theme=theme,
+            gpu_sample_hz=self.number(
+                table, path, "gpu_sample_hz", float, 0.1, 50.0, defaults.gpu_sample_hz
+            ),
+            http_poll_s=self.number(
+                table, path, "http_poll_s", float, 0.1, 600.0, defaults.http_poll_s
+            ),
+            redraw_hz=self.number(table, path, "redraw_hz", float, 0.5, 60.0, defaults.redraw_hz),
+            log_lines=self.number(table, path, "log_lines", int, 100, 1_000_000, defaults.log_lines),
+        )
+
+
+# --- writing a profile back ("save as new profile") ----------------------------------------
+
+
+def _toml_string(value: str) -> str:
+    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f"}
+    escapes["\r"] = "\\r"
+    out = []
+    for char in value:
+        if char in escapes:
+            out.append(escapes[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_key(key: str) -> str:
+    return key if _BARE_KEY.fullmatch(key) else _toml_string(key)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def render_profile_toml(profile: Profile) -> str:
+    """The TOML tables that ``load_config`` reads back as this same profile."""
+    table = _toml_key(profile.name)
+    lines = [f"[profiles.{table}]"]
+    fields: list[tuple[str, Any]] = [
+        ("description", profile.description or None),
+        ("backend", profile.backend),
+        ("command", list(profile.command)),
+        ("model_path", profile.model_path),
+        ("draft_model_path", profile.draft_model_path),
+        ("tp", profile.tp),
+        ("port", profile.port),
+        ("host_bind", profile.host_bind),
+        ("mem_fraction_static", profile.mem_fraction_static),
+        ("extra_args", list(profile.extra_args)),
+        ("probe", profile.probe),
+        ("gpu_agent", profile.gpu_agent),
+        ("stop_grace_s", profile.stop_grace_s),
+        ("baseline_profile", profile.baseline_profile),
+    ]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in fields if value is not None]
+    if profile.speculative is not None:
+        lines += ["", f"[profiles.{table}.speculative]"]
+        for key in SPECULATIVE_KEYS:
+            value = getattr(profile.speculative, key)
+            if value is not None:
+                lines.append(f"{key} = {_toml_value(value)}")
+    if profile.env:
+        lines += ["", f"[profiles.{table}.env]"]
+        lines += [f"{_toml_key(k)} = {_toml_string(v)}" for k, v in profile.env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
+    """Append ``profile`` to a config file (created if missing), keeping its text intact.
+
+    The result is checked as a whole before it replaces the file (atomically); a name that
+    is already taken or a profile that would not load is a ConfigError and nothing changes.
+    """
+    path = Path(config_path).expanduser()
+    try:
+        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read: {exc}", path=str(path)) from None
+    if existing.strip():
+        current = parse_config_text(existing, path)
+        if profile.name in current.profiles:
+            raise ConfigError(
+                "a profile of this name already exists; choose another name",
+                path=str(path),
+                key=f"profiles.{profile.name}",
+                line=_TomlPositions(existing).line_of(["profiles", profile.name]),
+            )
+    separator = "" if not existing or existing.endswith("\n\n") else "\n"
+    if existing and not existing.endswith("\n"):
+        separator = "\n\n"
+    combined = existing + separator + render_profile_toml(profile)
+    parse_config_text(combined, path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(combined, encoding="utf-8")
+        if path.exists():
+            os.chmod(temporary, path.stat().st_mode & 0o7777)
+        os.replace(temporary, path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write: {exc.strerror}", path=str(path)) from None

@@ -1,0 +1,188 @@
+"""Text reports of experiments: the sweep table, benchmark summaries and terminal plots.
+
+Plain strings (plotext for plots), so the CLI, logs of unattended runs and the console can all
+show the same thing. Every speed-up is printed next to the baseline it was computed against.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specmon.ledger import Baseline, format_age
+from specmon.sweep import SweepPointResult, rank_results
+
+NO_BASELINE = (
+    "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
+    "shown (measure one with `specmon sweep ... --baseline`)"
+)
+
+
+def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """A plain aligned table; columns in ``right`` are right-aligned (numbers)."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def baseline_line(baseline: Baseline | None, now: float | None = None) -> str:
+    return f"speed-up vs {baseline.describe(now)}" if baseline is not None else NO_BASELINE
+
+
+def sweep_table(
+    results: Sequence[SweepPointResult],
+    param_names: Sequence[str],
+    baseline: Baseline | None,
+    now: float | None = None,
+) -> str:
+    """The final sweep table: fastest first, speed-up vs the measured baseline, failures last."""
+    header = [
+        "#",
+        *param_names,
+        "status",
+        "tok/s",
+        "speed-up",
+        "accept len",
+        "verify ms",
+        "load s",
+        "note",
+    ]
+    first_number = 1 + len(param_names) + 1
+    right = set(range(first_number, first_number + 5)) | {0}
+    rows: list[list[str]] = []
+    rank = 0
+    for result in rank_results(results):
+        if result.status == "ok" and not result.is_baseline:
+            rank += 1
+            number = str(rank)
+        else:
+            number = "-"
+        if result.is_baseline:
+            params = ["(baseline)", *[""] * (len(param_names) - 1)] if param_names else []
+            speedup = "1.00x" if result.status == "ok" and baseline is not None else "-"
+        else:
+            params = [result.params.get(name, "") for name in param_names]
+            speedup = _fmt(result.speedup_vs_baseline, 2, "x")
+        note = ""
+        if result.status != "ok":
+            note = result.error or "failed"
+        rows.append(
+            [
+                number,
+                *params,
+                result.status,
+                _fmt(result.tok_s),
+                speedup,
+                _fmt(result.accept_len, 2),
+                _fmt(result.verify_ms, 2),
+                _fmt(result.load_seconds),
+                note,
+            ]
+        )
+    return render_table(header, rows, right) + "\n" + baseline_line(baseline, now)
+
+
+def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
+    """A stored benchmark (ledger row) as readable lines."""
+    now = time.time()
+    spec = row.get("speculative")
+    spec_text = {1: "on", 0: "off", True: "on", False: "off"}.get(spec, "unknown")
+    lines = [
+        f"benchmark b{row['id']}  {row['host']}  profile {row.get('profile') or '-'}  "
+        f"measured {format_age(now - row['created_at'])} ago",
+        f"  model {row.get('model') or '-'}  server {row.get('server_version') or '-'}  "
+        f"speculation {spec_text}  specmon {row.get('specmon_version')}",
+        f"  prompts {row['prompt_set']}  {row['requests']} requests x {row['max_tokens']} tokens"
+        f"  concurrency {row['concurrency']}  warm-up {row['warmup']}",
+        f"  tok/s {row['tok_s']:.1f} overall; per request median {row['tok_s_median']:.1f}"
+        f" (p10 {row['tok_s_p10']:.1f}, p90 {row['tok_s_p90']:.1f})",
+        f"  TTFT median {_fmt(row.get('ttft_median_ms'), 0, ' ms')}"
+        f" (p90 {_fmt(row.get('ttft_p90_ms'), 0, ' ms')})"
+        f"  accept len {_fmt(row.get('accept_len'), 2)}"
+        f" (/metrics {_fmt(row.get('metrics_accept_len'), 2)})",
+    ]
+    if row.get("verify_ms") is not None:
+        lines.append(
+            f"  per cycle ({row.get('timing_source')}): draft {row['draft_ms']:.2f} ms, "
+            f"verify {row['verify_ms']:.2f} ms, extend {row['extend_ms']:.2f} ms"
+        )
+    argv = row.get("argv") or []
+    env = row.get("env") or {}
+    if argv:
+        env_text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+        lines.append(f"  command: {env_text + ' ' if env_text else ''}{' '.join(argv)}")
+    if spec == 0:
+        lines.append("  this is a measured baseline (speculation off)")
+    elif baseline is not None:
+        lines.append(
+            f"  speed-up {row['tok_s'] / baseline.tok_s:.2f}x vs {baseline.describe(now)}"
+        )
+    else:
+        lines.append("  " + NO_BASELINE)
+    return "\n".join(lines)
+
+
+def sweep_plot(
+    results: Sequence[SweepPointResult],
+    baseline: Baseline | None,
+    x_name: str,
+    *,
+    width: int = 80,
+    height: int = 20,
+    color: bool = False,
+) -> str:
+    """tok/s against ``x_name`` (e.g. steps), one line per setting of the other parameters,
+    with the measured baseline as a horizontal line."""
+    import plotext as plt
+
+    series: dict[str, list[tuple[float, float]]] = {}
+    for result in results:
+        if result.is_baseline or result.status != "ok" or result.tok_s is None:
+            continue
+        raw_x = result.params.get(x_name)
+        if raw_x is None:
+            continue
+        try:
+            x = float(raw_x)
+        except ValueError:
+            continue
+        rest = {k: v for k, v in result.params.items() if k != x_name}
+        label = " ".join(f"{k}={v}" for k, v in rest.items()) or "tok/s"
+        series.setdefault(label, []).append((x, result.tok_s))
+    if not series:
+        return f"nothing to plot: no finished point has a numeric {x_name}"
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    if not color:
+        plt.theme("clear")
+    markers = ("dot", "x", "+", "star", "o", "sd", "hd", "braille")
+    for number, (label, points) in enumerate(sorted(series.items())):
+        points.sort()
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        plt.plot(xs, ys, label=label, marker=markers[number % len(markers)])
+    if baseline is not None:
+        plt.hline(baseline.tok_s)
+        plt.title(f"tok/s vs {x_name}; line: baseline b{baseline.benchmark_id} {baseline.tok_s:.1f}")
+    else:
+        plt.title(f"tok/s vs {x_name} (no measured baseline)")
+    plt.xlabel(x_name)
+    plt.ylabel("tok/s")
+    text = plt.build()
+    plt.clear_figure()
+    return text

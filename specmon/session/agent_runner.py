@@ -1,0 +1,150 @@
+"""Runs the GPU agent on the host for the session's lifetime and turns its lines into events.
+
+The agent runs under the helper's ``supervise`` wrapper, which kills it when our channel
+closes, so no agent outlives the console. It is restarted with backoff if it dies; an agent
+that reports an error (no NVIDIA driver) becomes an AgentStatus(state="error") event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specmon.agent import reading_from_dict
+from specmon.events import AgentStatus, GpuSample
+from specmon.session.transport import ConnectionLost
+
+if TYPE_CHECKING:
+    from specmon.session.host import HostSession
+
+AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent.py"
+
+
+def parse_agent_message(line: bytes | str) -> GpuSample | AgentStatus | None:
+    """One agent line as an event: ticks become GpuSample, header/error become AgentStatus."""
+    try:
+        data: Any = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    kind = data.get("type")
+    try:
+        if kind == "tick":
+            readings = tuple(reading_from_dict(g) for g in data.get("gpus") or ())
+            return GpuSample(wall=float(data["wall"]), gpus=readings)
+        if kind == "header":
+            versions = ", ".join(
+                f"{k} {data[k]}" for k in ("driver", "nvml", "cuda") if data.get(k) is not None
+            )
+            detail = f"{data.get('gpus')} GPUs via {data.get('source')}"
+            return AgentStatus(
+                state="started", detail=f"{detail} ({versions})" if versions else detail
+            )
+        if kind == "error":
+            return AgentStatus(state="error", detail=str(data.get("message")))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
+class GpuAgentRunner:
+    def __init__(self, session: HostSession) -> None:
+        self.session = session
+        self.state = "stopped"
+        self.last_sample: GpuSample | None = None
+        self.last_sample_at = 0.0  # time.time() of arrival
+        self.last_error: str | None = None
+
+    async def _argv(self, kind: str) -> list[str]:
+        s = self.session
+        opts = s.options
+        python = s.transport.python_argv(opts.python)
+        rate = str(opts.gpu_rate_hz)
+        if kind == "sim":
+            command = [*python, "-m", "specmon.sim.gpu_agent", "--state", s.sim_gpu_state_path]
+            command += ["--rate", rate]
+        else:
+            remote = f"{s.state_dir}/bin/agent.py"
+            await s.transport.write_file(
+                remote, AGENT_SOURCE.read_bytes(), timeout=opts.call_timeout_s
+            )
+            command = [*python, remote, "--rate", rate]
+        return [*s._helper, "supervise", "--state-dir", s.state_dir, "--", *command]
+
+    async def run(self) -> None:
+        s = self.session
+        kind = s.agent_kind
+        if kind == "none":
+            self.state = "stopped"
+            s.publish(AgentStatus(state="stopped", detail="no GPU agent configured"))
+            return
+        failures = 0
+        while True:
+            proc = await s.transport.start(await self._argv(kind))
+            ticked = False
+            try:
+                while True:
+                    line = await proc.readline()
+                    if not line:
+                        break
+                    event = parse_agent_message(line)
+                    if event is None:
+                        continue
+                    if isinstance(event, GpuSample):
+                        ticked = True
+                        self.state = "started"
+                        self.last_sample, self.last_sample_at = event, time.time()
+                    else:
+                        self.state = event.state
+                        if event.state == "error":
+                            self.last_error = event.detail
+                    s.publish(event)
+            finally:
+                await proc.kill()
+            if not s.transport.connected:
+                raise ConnectionLost("connection dropped while the GPU agent ran")
+            self.state = "stopped"
+            failures = 0 if ticked else failures + 1
+            if failures >= s.options.agent_max_failures:
+                s.publish(
+                    AgentStatus(
+                        state="error",
+                        detail=f"GPU agent gave up after {failures} failed starts"
+                        + (f": {self.last_error}" if self.last_error else ""),
+                    )
+                )
+                return
+            delay = min(30.0, 0.5 * 2 ** max(0, failures - 1))
+            s.publish(
+                AgentStatus(
+                    state="restarting",
+                    detail=f"GPU agent ended; restarting in {delay:.1f}s"
+                    + (f" (last error: {self.last_error})" if self.last_error else ""),
+                )
+            )
+            await asyncio.sleep(delay)
+
+    async def wait_gpu_released(self, since: float) -> tuple[bool, str]:
+        """Wait for a sample taken after ``since`` in which every GPU is back near idle."""
+        opts = self.session.options
+        if self.session.agent_kind == "none" or self.state != "started":
+            return True, "not checked: no GPU agent running"
+        deadline = time.monotonic() + opts.gpu_release_timeout_s
+        held: list[str] = []
+        while time.monotonic() < deadline:
+            sample = self.last_sample
+            if sample is not None and self.last_sample_at > since:
+                held = [
+                    f"GPU {r.index} {r.mem_used_mb:.0f} MB"
+                    for r in sample.gpus
+                    if r.mem_used_mb is not None and r.mem_used_mb > opts.gpu_idle_mb
+                ]
+                if not held:
+                    top = max((r.mem_used_mb or 0.0 for r in sample.gpus), default=0.0)
+                    return True, f"{len(sample.gpus)} GPUs back near idle (max {top:.0f} MB)"
+            await asyncio.sleep(0.1)
+        return False, "still held: " + ", ".join(held[:8]) if held else "no fresh GPU sample"

@@ -1,0 +1,133 @@
+"""HTTP to the server's port (through an SSH port forward, or plain localhost): /health and
+/get_server_info on a self-paced loop (one request at a time, so a slow answer never piles
+requests up), and /metrics scraped with prometheus-client's parser when the server has it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from specmon.events import HealthStatus, MetricsSnapshot, ServerInfo
+
+if TYPE_CHECKING:
+    from specmon.session.host import HostSession
+
+INFO_KEYS = (
+    "version",
+    "model_path",
+    "tp_size",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "mem_fraction_static",
+    "max_total_num_tokens",
+    "last_gen_throughput",
+    "avg_spec_accept_length",
+)
+INFO_EVERY = 10  # polls between /get_server_info refreshes once the server answers
+
+
+def server_info_values(data: Any) -> tuple[tuple[str, str], ...]:
+    """The fields of /get_server_info the console shows (internal_states[0] flattened in)."""
+    if not isinstance(data, dict):
+        return ()
+    flat = dict(data)
+    states = data.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        flat.update(states[0])
+    return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
+
+
+def metrics_values(text: str) -> tuple[tuple[str, float], ...]:
+    """SGLang's samples from a Prometheus text page, histogram buckets left out."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: list[tuple[str, float]] = []
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if not sample.name.startswith("sglang:") or sample.name.endswith("_bucket"):
+                continue
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values.append((f"{sample.name}{{{labels}}}" if labels else sample.name, sample.value))
+    return tuple(values)
+
+
+class HttpPoller:
+    def __init__(self, session: HostSession) -> None:
+        self.session = session
+        self._answers: dict[str, float] = {}
+
+    def last_answer(self, run_id: str) -> float:
+        """time.monotonic() of the run's last HTTP answer (0.0: never)."""
+        return self._answers.get(run_id, 0.0)
+
+    async def run(self) -> None:
+        from specmon.backends import get_backend
+
+        s = self.session
+        follow = s._follow
+        if follow is None or follow.ended:
+            return
+        run_id = follow.run.run_id
+        port = follow.run.port or 30000
+        backend = get_backend("sglang")
+        local_port = await s.transport.forward_port(port)
+        base = f"http://127.0.0.1:{local_port}"
+        interval = s.options.health_interval_s
+        last_status: int | None | str = "unset"
+        metrics_supported: bool | None = None
+        polls = 0
+        async with httpx.AsyncClient(timeout=s.options.http_timeout_s, trust_env=False) as client:
+            while not follow.ended:
+                started = time.monotonic()
+                status: int | None = None
+                try:
+                    response = await client.get(base + backend.health_path)
+                    status = response.status_code
+                    self._answers[run_id] = time.monotonic()
+                except httpx.HTTPError:
+                    pass
+                latency_ms = (time.monotonic() - started) * 1000
+                if status != last_status:
+                    s.publish(HealthStatus(status=status, latency_ms=round(latency_ms, 1)))
+                    last_status = status
+                if status == 200:
+                    if polls % INFO_EVERY == 0:
+                        await self._server_info(client, base + backend.info_path)
+                    if metrics_supported is not False:
+                        metrics_supported = await self._metrics(client, base + "/metrics")
+                    polls += 1
+                elapsed = time.monotonic() - started
+                await asyncio.sleep(max(0.05, interval - elapsed))
+
+    async def _server_info(self, client: httpx.AsyncClient, url: str) -> None:
+        try:
+            response = await client.get(url)
+            if response.status_code == 200:
+                values = server_info_values(response.json())
+                if values:
+                    self.session.publish(ServerInfo(values=values))
+        except (httpx.HTTPError, ValueError):
+            pass
+
+    async def _metrics(self, client: httpx.AsyncClient, url: str) -> bool | None:
+        try:
+            response = await client.get(url)
+        except httpx.HTTPError:
+            return None
+        if response.status_code == 404:
+            return False
+        if response.status_code != 200:
+            return None
+        try:
+            values = metrics_values(response.text)
+        except ValueError:
+            return None
+        if values:
+            self.session.publish(MetricsSnapshot(values=values))
+        return True

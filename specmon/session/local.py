@@ -1,0 +1,150 @@
+"""The local transport: the host is this machine (``specmon demo``, ``specmon launch local``).
+
+It runs the very same helper and commands as SSH, only through subprocesses, so the demo
+exercises the same supervisor code path a real host does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from specmon.session.transport import CommandResult, RemoteProcess, Transport, TransportError
+
+
+def _expand(arg: str) -> str:
+    return os.path.expanduser(arg) if arg.startswith("~/") else arg
+
+
+class LocalProcess(RemoteProcess):
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self._proc = proc
+
+    async def readline(self) -> bytes:
+        assert self._proc.stdout is not None
+        try:
+            return await self._proc.stdout.readline()
+        except (ValueError, asyncio.LimitOverrunError):
+            return await self._proc.stdout.read(1 << 20)
+
+    async def close_stdin(self) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.is_closing():
+            self._proc.stdin.close()
+
+    async def wait(self, timeout: float) -> int | None:
+        try:
+            return await asyncio.wait_for(self._proc.wait(), timeout)
+        except asyncio.TimeoutError:
+            return None
+
+    async def kill(self) -> None:
+        await self.close_stdin()
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.send_signal(signal.SIGKILL)
+            await self.wait(5.0)
+
+
+class LocalTransport(Transport):
+    """Subprocesses on this machine. ``python3`` means this interpreter, so an installed
+    specmon (a venv) runs the simulator and the sim GPU agent without activating anything."""
+
+    is_local = True
+
+    def __init__(self, label: str = "local") -> None:
+        self.label = label
+        self._open = False
+        self._closed = asyncio.Event()
+        self._children: set[asyncio.subprocess.Process] = set()
+
+    async def connect(self) -> None:
+        self._open = True
+        self._closed.clear()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    @property
+    def connected(self) -> bool:
+        return self._open
+
+    async def close(self) -> None:
+        self._open = False
+        self._closed.set()
+        for proc in list(self._children):
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 5.0)
+        self._children.clear()
+
+    def python_argv(self, python: str) -> list[str]:
+        return [sys.executable]
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parents[2])
+        current = env.get("PYTHONPATH")
+        env["PYTHONPATH"] = package_root if not current else f"{package_root}{os.pathsep}{current}"
+        return env
+
+    async def run(
+        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float
+    ) -> CommandResult:
+        proc = await asyncio.create_subprocess_exec(
+            *[_expand(a) for a in argv],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=self._env(),
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input or b""), timeout)
+        except asyncio.TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            raise TransportError(
+                f"local command timed out after {timeout:.0f}s: {argv[0]}"
+            ) from None
+        return CommandResult(proc.returncode if proc.returncode is not None else -1, out, err)
+
+    async def start(self, argv: Sequence[str]) -> RemoteProcess:
+        proc = await asyncio.create_subprocess_exec(
+            *[_expand(a) for a in argv],
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env=self._env(),
+            limit=4 << 20,
+        )
+        self._children.add(proc)
+        proc_ref = proc
+        asyncio.get_running_loop().create_task(self._forget_when_done(proc_ref))
+        return LocalProcess(proc)
+
+    async def _forget_when_done(self, proc: asyncio.subprocess.Process) -> None:
+        await proc.wait()
+        self._children.discard(proc)
+
+    async def write_file(self, path: str, data: bytes, *, timeout: float) -> None:
+        target = Path(_expand(path))
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload.")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise TransportError(f"cannot write {target}: {exc.strerror}") from None
+
+    async def forward_port(self, remote_port: int) -> int:
+        return remote_port

@@ -1,0 +1,552 @@
+"""specmon's supervisor on the host: one stdlib-only script, uploaded on connect and run with
+the host's python3 (3.8+). Every subcommand prints JSON; nothing here imports specmon.
+
+Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
+  hello       make the state dir (0700); print this file's sha256, python, host, user
+  launch      start a server detached (own session and process group) under a monitor that
+              records its exit; spec JSON on stdin: {"argv", "env", "profile", "port", "meta"}
+  status      list runs with liveness (pid + process start time, so a reused pid is not alive)
+  stop        SIGTERM the run's process group, wait, SIGKILL, confirm the group is empty;
+              prints one JSON line per step
+  hold-lock   take the host's flock and hold it until stdin closes (so a dropped console never
+              leaves a stale lock); prints {"ok": true} or who holds it and since when
+  follow      stream a run's log and probe file from byte offsets as framed JSON lines, then
+              its exit; ends when stdin closes
+  annotate    merge keys into a run's meta.json (e.g. the ready time, for later ETAs)
+  supervise   run a child (the GPU agent) in its own process group, relay its stdout, and kill
+              the group when stdin closes
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+RUN_ID_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyz-_")
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def state_dir(path):
+    path = os.path.abspath(os.path.expanduser(path))
+    os.makedirs(os.path.join(path, "runs"), mode=0o700, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def run_dir(state, run_id):
+    if not run_id or set(run_id) - RUN_ID_CHARS:
+        raise SystemExit(fail(f"bad run id {run_id!r}"))
+    return os.path.join(state, "runs", run_id)
+
+
+def fail(message):
+    emit({"ok": False, "error": message})
+    return 3
+
+
+def read_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path, data):
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def proc_start_ticks(pid):
+    """The process start time in clock ticks since boot (/proc/PID/stat field 22), or None."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19])
+
+
+def proc_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2 :].split()[0]
+
+
+def group_members(pgid):
+    """Pids whose process group is pgid (zombies excluded: they hold no resources)."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(name))
+    return members
+
+
+def leader_alive(run):
+    pid = run.get("pid")
+    if not pid:
+        return False
+    ticks = proc_start_ticks(pid)
+    if ticks is None or ticks != run.get("start_ticks"):
+        return False
+    return proc_state(pid) not in (None, "Z")
+
+
+def run_alive(run, exit_info):
+    """A run lives while its leader lives, or while any process of its group is left."""
+    if leader_alive(run):
+        return True
+    if exit_info is None and run.get("pgid") and run.get("start_ticks") is not None:
+        # The leader is gone but the monitor has not recorded an exit yet: look at the group
+        # only while the monitor itself is alive (after a reboot pgids are meaningless).
+        monitor = run.get("monitor_pid")
+        if monitor and proc_start_ticks(monitor) == run.get("monitor_ticks"):
+            return bool(group_members(run["pgid"]))
+    return False
+
+
+# --- launch ---------------------------------------------------------------------------------
+
+
+def cmd_launch(args):
+    state = state_dir(args.state_dir)
+    spec = json.load(sys.stdin)
+    argv = [str(a) for a in spec["argv"]]
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
+    env.update({str(k): str(v) for k, v in (spec.get("extra_env") or {}).items()})
+    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-%04x" % (os.getpid() & 0xFFFF)
+    rdir = run_dir(state, run_id)
+    os.makedirs(rdir, mode=0o700)
+    for key, value in (spec.get("run_env") or {}).items():
+        env[str(key)] = str(value).replace("{run_dir}", rdir)
+    for key, value in (spec.get("prepend_path") or {}).items():
+        first = str(value).replace("{run_dir}", rdir)
+        env[str(key)] = first + (os.pathsep + env[key] if env.get(key) else "")
+    for rel, content_b64 in (spec.get("files") or {}).items():
+        target = os.path.join(rdir, rel)
+        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(base64.b64decode(content_b64))
+    log_path = os.path.join(rdir, "server.log")
+    open(log_path, "ab").close()
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # intermediate: new session, fork the monitor, exit so it is reparented
+        os.close(read_fd)
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        monitor(argv, env, rdir, log_path, write_fd, spec)
+        os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    data = b""
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    os.close(read_fd)
+    result = json.loads(data.decode() or '{"ok": false, "error": "monitor died"}')
+    result["run_id"] = run_id
+    result["run_dir"] = rdir
+    emit(result)
+    return 0 if result.get("ok") else 3
+
+
+def monitor(argv, env, rdir, log_path, report_fd, spec):
+    """Starts the server in its own process group and records how it ended."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    log = open(log_path, "ab", buffering=0)  # noqa: SIM115 (held for the server's life)
+    started = time.time()
+    try:
+        child = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=rdir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        os.write(
+            report_fd,
+            json.dumps({"ok": False, "error": f"cannot start {argv[0]}: {exc}"}).encode(),
+        )
+        os.close(report_fd)
+        write_json(
+            os.path.join(rdir, "exit.json"),
+            {"code": 127, "signal": None, "ended_at": time.time(), "error": str(exc)},
+        )
+        return
+    run = {
+        "run_id": os.path.basename(rdir),
+        "argv": argv,
+        "env": spec.get("env") or {},
+        "profile": spec.get("profile"),
+        "port": spec.get("port"),
+        "meta": spec.get("meta") or {},
+        "pid": child.pid,
+        "pgid": child.pid,
+        "start_ticks": proc_start_ticks(child.pid),
+        "monitor_pid": os.getpid(),
+        "monitor_ticks": proc_start_ticks(os.getpid()),
+        "started_at": started,
+        "log": log_path,
+        "user": env.get("USER") or env.get("LOGNAME"),
+        "host": socket.gethostname(),
+    }
+    write_json(os.path.join(rdir, "run.json"), run)
+    report = dict(run, ok=True)
+    os.write(report_fd, json.dumps(report).encode())
+    os.close(report_fd)
+    code = child.wait()
+    ended = {"ended_at": time.time()}
+    if code < 0:
+        ended.update(code=None, signal=-code)
+    else:
+        ended.update(code=code, signal=None)
+    write_json(os.path.join(rdir, "exit.json"), ended)
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def describe(state, run_id):
+    rdir = os.path.join(state, "runs", run_id)
+    run = read_json(os.path.join(rdir, "run.json"))
+    if run is None:
+        return None
+    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    meta = read_json(os.path.join(rdir, "meta.json")) or {}
+    try:
+        log_size = os.path.getsize(os.path.join(rdir, "server.log"))
+    except OSError:
+        log_size = 0
+    alive = run_alive(run, exit_info)
+    return dict(run, alive=alive, exit=exit_info, annotations=meta, log_size=log_size, run_dir=rdir)
+
+
+def cmd_status(args):
+    state = state_dir(args.state_dir)
+    runs = []
+    for run_id in sorted(os.listdir(os.path.join(state, "runs"))):
+        info = describe(state, run_id)
+        if info is not None:
+            runs.append(info)
+    emit({"ok": True, "runs": runs[-args.limit :], "now": time.time()})
+    return 0
+
+
+# --- stop -----------------------------------------------------------------------------------
+
+
+def wait_group_gone(pgid, deadline):
+    while time.time() < deadline:
+        if not group_members(pgid):
+            return True
+        time.sleep(0.05)
+    return not group_members(pgid)
+
+
+def cmd_stop(args):
+    state = state_dir(args.state_dir)
+    rdir = run_dir(state, args.run_id)
+    run = read_json(os.path.join(rdir, "run.json"))
+    if run is None or not run.get("pgid"):
+        return fail(f"run {args.run_id} has no record of a process group this helper started")
+    pgid = run["pgid"]
+    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    if not run_alive(run, exit_info):
+        emit({"step": "group_gone", "seconds": 0.0, "detail": "already stopped"})
+        emit({"ok": True, "already": True})
+        return 0
+    start = time.time()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    emit({"step": "sigterm", "seconds": round(time.time() - start, 3)})
+    gone = wait_group_gone(pgid, time.time() + args.grace)
+    if gone:
+        emit(
+            {"step": "exited", "seconds": round(time.time() - start, 3), "detail": "after SIGTERM"}
+        )
+    else:
+        kill_at = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGKILL)
+        emit(
+            {
+                "step": "sigkill",
+                "seconds": round(kill_at - start, 3),
+                "detail": f"grace {args.grace:.1f}s ran out",
+            }
+        )
+        gone = wait_group_gone(pgid, time.time() + args.kill_wait)
+    left = group_members(pgid)
+    emit(
+        {
+            "step": "group_gone",
+            "seconds": round(time.time() - start, 3),
+            "detail": "no process left" if not left else f"left: {left}",
+        }
+    )
+    emit({"ok": not left, "left": left})
+    return 0 if not left else 3
+
+
+# --- lock -----------------------------------------------------------------------------------
+
+
+def cmd_hold_lock(args):
+    state = state_dir(args.state_dir)
+    path = os.path.join(state, "lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        holder = {}
+        with contextlib.suppress(ValueError):
+            holder = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
+        emit(
+            {
+                "ok": False,
+                "owner": holder.get("owner"),
+                "since": holder.get("since"),
+                "pid": holder.get("pid"),
+            }
+        )
+        return 4
+    os.ftruncate(fd, 0)
+    os.pwrite(
+        fd, json.dumps({"owner": args.owner, "since": time.time(), "pid": os.getpid()}).encode(), 0
+    )
+    emit({"ok": True})
+    # Held until the console closes stdin or its connection drops (EOF): flock dies with us.
+    deadline = time.time() + args.max_hold
+    while time.time() < deadline:
+        ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break
+    os.ftruncate(fd, 0)
+    return 0
+
+
+# --- follow ---------------------------------------------------------------------------------
+
+
+def read_from(path, offset, limit):
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def stdin_closed(timeout):
+    ready, _, _ = select.select([sys.stdin], [], [], timeout)
+    return bool(ready) and not os.read(sys.stdin.fileno(), 4096)
+
+
+def cmd_follow(args):
+    state = state_dir(args.state_dir)
+    rdir = run_dir(state, args.run_id)
+    run = read_json(os.path.join(rdir, "run.json")) or {}
+    log_path = os.path.join(rdir, "server.log")
+    probe_path = os.path.join(rdir, "probe.jsonl")
+    offsets = {"log": args.log_offset, "probe": args.probe_offset}
+    paths = {"log": log_path, "probe": probe_path}
+    last_beat = time.time()
+    dead_since = None
+    while True:
+        sent = False
+        for stream in ("log", "probe"):
+            data = read_from(paths[stream], offsets[stream], 256 * 1024)
+            if data:
+                emit({"t": stream, "o": offsets[stream], "b": base64.b64encode(data).decode()})
+                offsets[stream] += len(data)
+                sent = True
+        if sent:
+            last_beat = time.time()
+            continue
+        exit_info = read_json(os.path.join(rdir, "exit.json"))
+        if exit_info is None and not run_alive(run, None):
+            # The monitor writes exit.json right after the leader ends; give it a moment, and
+            # report an unknown exit if it never comes (monitor killed, host rebooted).
+            dead_since = dead_since or time.time()
+            if time.time() - dead_since > 2.0:
+                exit_info = {"code": None, "signal": None, "unknown": True}
+        if exit_info is not None:
+            # Drain what the server wrote before it ended, then report the exit once.
+            if not any(read_from(paths[s], offsets[s], 1) for s in paths):
+                emit({"t": "exit", "exit": exit_info, "offsets": offsets})
+                return 0
+            continue
+        if time.time() - last_beat >= 1.0:
+            emit({"t": "beat", "offsets": offsets, "alive": run_alive(run, None) if run else False})
+            last_beat = time.time()
+        if stdin_closed(args.interval):
+            return 0
+
+
+# --- annotate / supervise -------------------------------------------------------------------
+
+
+def cmd_annotate(args):
+    state = state_dir(args.state_dir)
+    rdir = run_dir(state, args.run_id)
+    path = os.path.join(rdir, "meta.json")
+    meta = read_json(path) or {}
+    meta.update(json.loads(args.json))
+    write_json(path, meta)
+    emit({"ok": True})
+    return 0
+
+
+def cmd_supervise(args):
+    state_dir(args.state_dir)
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        return fail("supervise: no command")
+    child = subprocess.Popen(
+        argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, start_new_session=True
+    )
+    os.set_blocking(child.stdout.fileno(), False)
+    out_fd = sys.stdout.fileno()
+    code = None
+    try:
+        while True:
+            ready, _, _ = select.select([sys.stdin, child.stdout], [], [], 1.0)
+            if child.stdout in ready:
+                data = child.stdout.read()
+                if data:
+                    os.write(out_fd, data)
+                elif data is not None:  # EOF: the child closed stdout; it is ending
+                    try:
+                        code = child.wait(timeout=1.0)
+                        break
+                    except subprocess.TimeoutExpired:
+                        pass
+            if sys.stdin in ready and not os.read(sys.stdin.fileno(), 4096):
+                break
+            if child.poll() is not None and child.stdout not in ready:
+                code = child.returncode
+                break
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM)
+        try:
+            child.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    return 0 if code is None else (code if code >= 0 else 128 - code)
+
+
+def cmd_hello(args):
+    state = state_dir(args.state_dir)
+    with open(os.path.abspath(__file__), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
+    emit(
+        {
+            "ok": True,
+            "sha256": digest,
+            "python": sys.version.split()[0],
+            "host": socket.gethostname(),
+            "user": os.environ.get("USER") or os.environ.get("LOGNAME"),
+            "state_dir": state,
+            "time": time.time(),
+        }
+    )
+    return 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="specmon_helper")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    for name in (
+        "hello",
+        "launch",
+        "status",
+        "stop",
+        "hold-lock",
+        "follow",
+        "annotate",
+        "supervise",
+    ):
+        p = sub.add_parser(name)
+        p.add_argument("--state-dir", required=True)
+        if name in ("stop", "follow", "annotate"):
+            p.add_argument("--run-id", required=True)
+    sub.choices["status"].add_argument("--limit", type=int, default=200)
+    sub.choices["stop"].add_argument("--grace", type=float, default=30.0)
+    sub.choices["stop"].add_argument("--kill-wait", type=float, default=10.0)
+    sub.choices["hold-lock"].add_argument("--owner", required=True)
+    sub.choices["hold-lock"].add_argument("--max-hold", type=float, default=3600.0)
+    sub.choices["follow"].add_argument("--log-offset", type=int, default=0)
+    sub.choices["follow"].add_argument("--probe-offset", type=int, default=0)
+    sub.choices["follow"].add_argument("--interval", type=float, default=0.05)
+    sub.choices["annotate"].add_argument("--json", required=True)
+    sub.choices["supervise"].add_argument("argv", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    handler = {
+        "hello": cmd_hello,
+        "launch": cmd_launch,
+        "status": cmd_status,
+        "stop": cmd_stop,
+        "hold-lock": cmd_hold_lock,
+        "follow": cmd_follow,
+        "annotate": cmd_annotate,
+        "supervise": cmd_supervise,
+    }[args.cmd]
+    try:
+        return handler(args)
+    except BrokenPipeError:
+        return 0
+    except OSError as exc:
+        return fail(f"{args.cmd}: {exc}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""The SSH transport (asyncssh): ssh config aliases, users, ports, identity files, the agent and
+known_hosts as OpenSSH has them; host keys verified, an unknown or changed one refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+
+from specmon.session.transport import (
+    CommandResult,
+    ConnectionLost,
+    HostKeyError,
+    RemoteProcess,
+    Transport,
+    TransportError,
+)
+
+
+def shell_word(arg: str) -> str:
+    """Quote for the remote shell; a leading ``~/`` still means the remote home."""
+    if arg.startswith("~/"):
+        rest = arg[2:]
+        return '"$HOME"/' + shlex.quote(rest) if rest else '"$HOME"'
+    return shlex.quote(arg)
+
+
+def shell_command(argv: Sequence[str]) -> str:
+    return " ".join(shell_word(a) for a in argv)
+
+
+@dataclass(slots=True)
+class SshTarget:
+    """Where to connect. ``host`` may be an ssh config alias; None fields defer to ssh config."""
+
+    host: str
+    port: int | None = None
+    username: str | None = None
+    identity_files: tuple[str, ...] = ()
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts (and ssh config)
+    config_files: tuple[str, ...] | None = None  # None: ~/.ssh/config
+    options: dict[str, str] = field(default_factory=dict)  # extra ssh config lines
+    connect_timeout: float = 15.0
+    keepalive_s: float = 5.0
+
+    @property
+    def label(self) -> str:
+        user = f"{self.username}@" if self.username else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{user}{self.host}{port}"
+
+
+class SshProcess(RemoteProcess):
+    def __init__(self, process: asyncssh.SSHClientProcess[bytes]) -> None:
+        self._process = process
+
+    async def readline(self) -> bytes:
+        try:
+            return await self._process.stdout.readline()
+        except (asyncssh.Error, OSError, asyncio.IncompleteReadError):
+            return b""
+
+    async def close_stdin(self) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
+            self._process.stdin.write_eof()
+
+    async def wait(self, timeout: float) -> int | None:
+        try:
+            result = await asyncio.wait_for(self._process.wait_closed(), timeout)
+        except (asyncio.TimeoutError, asyncssh.Error, OSError):
+            return None
+        del result
+        return self._process.exit_status
+
+    async def kill(self) -> None:
+        await self.close_stdin()
+        self._process.close()
+        with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
+            await asyncio.wait_for(self._process.wait_closed(), 5.0)
+
+
+class SshTransport(Transport):
+    def __init__(self, target: SshTarget) -> None:
+        self.target = target
+        self.label = target.label
+        self._conn: asyncssh.SSHClientConnection | None = None
+
+    def _connect_options(self) -> dict[str, Any]:
+        t = self.target
+        kwargs: dict[str, Any] = {
+            "connect_timeout": t.connect_timeout,
+            "keepalive_interval": t.keepalive_s,
+            "keepalive_count_max": 3,
+        }
+        if t.port:
+            kwargs["port"] = t.port
+        if t.username:
+            kwargs["username"] = t.username
+        if t.identity_files:
+            kwargs["client_keys"] = [str(Path(p).expanduser()) for p in t.identity_files]
+        if t.known_hosts is not None:
+            kwargs["known_hosts"] = str(Path(t.known_hosts).expanduser())
+        if t.config_files is not None:
+            kwargs["config"] = [str(Path(p).expanduser()) for p in t.config_files]
+        return kwargs
+
+    async def connect(self) -> None:
+        t = self.target
+        try:
+            self._conn = await asyncssh.connect(t.host, **self._connect_options())
+        except asyncssh.HostKeyNotVerifiable as exc:
+            raise HostKeyError(await self._host_key_message(str(exc))) from None
+        except asyncssh.PermissionDenied:
+            raise TransportError(
+                f"ssh to {self.label}: permission denied (no accepted key; check the user, "
+                "the identity file and the ssh agent)"
+            ) from None
+        except asyncssh.Error as exc:
+            raise TransportError(f"ssh to {self.label}: {exc.reason or exc}") from None
+        except asyncio.TimeoutError:
+            raise TransportError(
+                f"ssh to {self.label}: timed out after {t.connect_timeout:.0f}s"
+            ) from None
+        except OSError as exc:
+            raise TransportError(f"cannot reach {self.label}: {exc.strerror or exc}") from None
+
+    async def _host_key_message(self, reason: str) -> str:
+        t = self.target
+        port = t.port or 22
+        fingerprint = "unknown"
+        options = {k: v for k, v in self._connect_options().items() if k in ("port", "config")}
+        with contextlib.suppress(Exception):
+            key = await asyncio.wait_for(asyncssh.get_server_host_key(t.host, **options), 10)
+            if key is not None:
+                fingerprint = key.get_fingerprint("sha256")
+        known = t.known_hosts or "~/.ssh/known_hosts"
+        port_flag = f"-p {port} " if port != 22 else ""
+        return (
+            f"host key for {t.host}:{port} is not trusted ({reason}); it was refused. "
+            f"The host presents {fingerprint}. If that is the host's real key, accept it with: "
+            f"ssh-keyscan {port_flag}{t.host} >> {known}  (if the key changed, first remove the "
+            f"old one: ssh-keygen -R {'[' + t.host + ']:' + str(port) if port != 22 else t.host})"
+        )
+
+    async def wait_closed(self) -> None:
+        if self._conn is not None:
+            await self._conn.wait_closed()
+
+    @property
+    def connected(self) -> bool:
+        conn = self._conn
+        return conn is not None and not conn.is_closed()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
+                await asyncio.wait_for(conn.wait_closed(), 5.0)
+
+    def _live(self) -> asyncssh.SSHClientConnection:
+        if self._conn is None or self._conn.is_closed():
+            raise ConnectionLost(f"ssh connection to {self.label} is closed")
+        return self._conn
+
+    def python_argv(self, python: str) -> list[str]:
+        return shlex.split(python)
+
+    async def run(
+        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float
+    ) -> CommandResult:
+        conn = self._live()
+        try:
+            result = await asyncio.wait_for(
+                conn.run(shell_command(argv), input=input or b"", encoding=None, check=False),
+                timeout,
+            )
+        except asyncio.TimeoutError:
+            raise TransportError(
+                f"remote call timed out after {timeout:.0f}s on {self.label}: {argv[-1] if argv else ''}"
+            ) from None
+        except (asyncssh.Error, OSError) as exc:
+            raise ConnectionLost(f"ssh to {self.label} failed during a call: {exc}") from None
+        stdout = result.stdout if isinstance(result.stdout, bytes) else b""
+        stderr = result.stderr if isinstance(result.stderr, bytes) else b""
+        code = result.exit_status if result.exit_status is not None else -1
+        return CommandResult(code, stdout, stderr)
+
+    async def start(self, argv: Sequence[str]) -> RemoteProcess:
+        conn = self._live()
+        try:
+            process = await asyncio.wait_for(
+                conn.create_process(shell_command(argv), encoding=None), 15.0
+            )
+        except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
+            raise ConnectionLost(f"ssh to {self.label}: cannot start a command: {exc}") from None
+        return SshProcess(process)
+
+    async def write_file(self, path: str, data: bytes, *, timeout: float) -> None:
+        directory, _, name = path.rpartition("/")
+        d = shell_word(directory or ".")
+        tmp = f"{d}/.upload.$$"
+        script = f"umask 077 && mkdir -p {d} && cat > {tmp} && mv -f {tmp} {d}/{shlex.quote(name)}"
+        result = await self.run(["sh", "-c", script], input=data, timeout=timeout)
+        if result.returncode != 0:
+            raise TransportError(
+                f"cannot write {path} on {self.label}: "
+                f"{result.stderr.decode(errors='replace').strip()}"
+            )
+
+    async def forward_port(self, remote_port: int) -> int:
+        conn = self._live()
+        try:
+            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", remote_port)
+        except (asyncssh.Error, OSError) as exc:
+            raise ConnectionLost(
+                f"cannot forward port {remote_port} via {self.label}: {exc}"
+            ) from None
+        return int(listener.get_port())

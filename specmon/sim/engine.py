@@ -1,0 +1,351 @@
+"""The simulated scheduler: prefill, speculative decode cycles at the modelled real speed,
+SGLang's periodic ``Prefill batch`` / ``Decode batch`` lines and the probe's timing records.
+
+Decode is never time-scaled: one draft+verify cycle takes what the performance model says
+(~26-36 ms), so tok/s, accept length and cycle times are those of the real host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from specmon.sim import perf
+from specmon.sim.logwriter import LogWriter
+
+_WORDS = (
+    "Paris is the capital and largest city of France , on the Seine river in the north of "
+    "the country . It is a centre of finance , diplomacy , commerce , culture , fashion and "
+    "gastronomy , and one of the most visited cities in the world . The city has been a "
+    "major hub of science and the arts since the seventeenth century ."
+).split()
+PREFILL_TOKENS_PER_SECOND = 9000.0  # rough prefill speed of the measured host, batch of one
+PREFILL_FIXED_S = 0.02
+PROBE_FLUSH_RECORDS = 16
+
+
+@dataclass
+class SimRequest:
+    """One generation in flight. ``updates`` carries (new token ids, finished) to streamers."""
+
+    rid: str
+    prompt_tokens: int
+    max_new_tokens: int
+    created: float = field(default_factory=time.time)
+    output_ids: list[int] = field(default_factory=list)
+    verify_ct: int = 0
+    accepted_drafts: int = 0
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    finished_at: float | None = None
+    queue_time: float = 0.0
+    updates: asyncio.Queue[bool] = field(default_factory=asyncio.Queue)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    count_in_metrics: bool = True
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def remaining(self) -> int:
+        return max(0, self.max_new_tokens - len(self.output_ids))
+
+    def text(self) -> str:
+        return "".join(
+            (" " if i and _WORDS[t % len(_WORDS)] not in ",." else "") + _WORDS[t % len(_WORDS)]
+            for i, t in enumerate(self.output_ids)
+        )
+
+
+@dataclass
+class EngineStats:
+    """What ``/server_info`` and ``/metrics`` report about decoding."""
+
+    last_gen_throughput: float = 0.0
+    last_accept_length: float = 0.0
+    last_accept_rate: float = 0.0
+    verify_total: int = 0
+    tokens_accepted_total: int = 0  # tokens per request per verify, summed
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    requests_total: int = 0
+    cuda_graph_passes: int = 0
+
+    @property
+    def avg_accept_length(self) -> float:
+        return self.tokens_accepted_total / self.verify_total if self.verify_total else 0.0
+
+
+class Engine:
+    """Runs the batches. ``on_decode_iteration`` lets faults fire at a chosen iteration."""
+
+    def __init__(
+        self,
+        settings: perf.SpecSettings,
+        writer: LogWriter,
+        *,
+        log_rank: int | None,
+        decode_log_interval: int,
+        max_running_requests: int,
+        max_total_tokens: int,
+        seed: int,
+        probe_path: Path | None = None,
+        on_decode_iteration: Callable[[int], None] | None = None,
+        on_busy: Callable[[float], None] | None = None,
+        on_latency: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.log_rank = log_rank
+        self.decode_log_interval = decode_log_interval
+        self.max_running_requests = max_running_requests
+        self.max_total_tokens = max(1, max_total_tokens)
+        self.rng = random.Random(seed)
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.stats = EngineStats()
+        self.forward_ct_decode = 0
+        self.user_decode_iterations = 0
+        self.hung = False
+        self._wakeup = asyncio.Event()
+        self._probe_path = probe_path
+        self._probe_file: TextIO | None = None
+        self._probe_buffer: list[str] = []
+        self._window_tokens = 0
+        self._window_accepted = 0
+        self._window_verifies = 0
+        self._window_started = time.monotonic()
+        self._on_decode_iteration = on_decode_iteration
+        self._on_busy = on_busy
+        self._on_latency = on_latency
+        self._busy_s = 0.0
+        self._busy_window_start = time.monotonic()
+
+    # --- requests -------------------------------------------------------------------------
+
+    def submit(self, request: SimRequest) -> None:
+        self.waiting.append(request)
+        self._wakeup.set()
+
+    def abort_all(self) -> None:
+        for request in [*self.waiting, *self.running]:
+            request.finished_at = time.time()
+            request.done.set()
+            request.updates.put_nowait(True)
+        self.waiting.clear()
+        self.running.clear()
+
+    @property
+    def used_tokens(self) -> int:
+        return sum(r.prompt_tokens + r.completion_tokens for r in self.running)
+
+    @property
+    def token_usage(self) -> float:
+        return self.used_tokens / self.max_total_tokens
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve batches until cancelled; a hung engine just sleeps (the process lives on)."""
+        next_deadline = time.monotonic()
+        try:
+            while True:
+                if self.hung:
+                    await asyncio.sleep(3600)
+                    continue
+                if self.waiting and len(self.running) < self.max_running_requests:
+                    await self._prefill()
+                    next_deadline = time.monotonic()
+                elif self.running:
+                    next_deadline = await self._decode_cycle(next_deadline)
+                else:
+                    self._report_busy(force=True)
+                    self._wakeup.clear()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(self._wakeup.wait(), timeout=0.5)
+                    next_deadline = time.monotonic()
+                    self._window_started = time.monotonic()
+        finally:
+            self.flush_probe()
+
+    async def _prefill(self) -> None:
+        room = self.max_running_requests - len(self.running)
+        batch, self.waiting = self.waiting[:room], self.waiting[room:]
+        new_tokens = sum(r.prompt_tokens for r in batch)
+        seconds = PREFILL_FIXED_S + new_tokens / PREFILL_TOKENS_PER_SECOND
+        started = time.monotonic()
+        await asyncio.sleep(seconds)
+        self._busy_s += time.monotonic() - started
+        now = time.time()
+        for request in batch:
+            request.queue_time = max(0.0, now - seconds - request.created)
+            self._emit(request, 1)
+        self.writer.rank(
+            self.log_rank,
+            f"Prefill batch, #new-seq: {len(batch)}, #new-token: {new_tokens}, "
+            f"#cached-token: 0, token usage: {self.token_usage:.2f}, "
+            f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
+            f"input throughput (token/s): {new_tokens / seconds:.2f}, cuda graph: False",
+        )
+        self.running.extend(r for r in batch if r.remaining > 0)
+        for request in batch:
+            if request.remaining == 0:
+                self._finish(request)
+
+    async def _decode_cycle(self, deadline: float) -> float:
+        settings = self.settings
+        batch = list(self.running)
+        cost = perf.cycle_cost(settings, len(batch))
+        draft_ms = perf.jittered(cost.draft_ms, self.rng) if cost.draft_ms else 0.0
+        verify_ms = perf.jittered(cost.verify_ms, self.rng)
+        extend_ms = perf.jittered(cost.extend_ms, self.rng) if cost.extend_ms else 0.0
+        cycle_ms = draft_ms + verify_ms + extend_ms
+        deadline += cycle_ms / 1000.0
+        now = time.monotonic()
+        if deadline < now - 0.1:  # the machine stalled: do not burst to catch up
+            deadline = now + cycle_ms / 1000.0
+        await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        if self.hung:
+            return deadline
+        self._busy_s += cycle_ms / 1000.0
+        accepted_in_batch = 0
+        for request in batch:
+            accepted = perf.sample_accepted(settings, self.rng) if settings.speculative else 0
+            tokens = min(accepted + 1, request.remaining)
+            request.verify_ct += 1
+            request.accepted_drafts += max(0, tokens - 1)
+            accepted_in_batch += max(0, tokens - 1)
+            self._window_tokens += tokens
+            self._window_accepted += tokens
+            self._window_verifies += 1
+            self.stats.verify_total += 1
+            self.stats.tokens_accepted_total += tokens
+            self._emit(request, tokens)
+            if request.remaining == 0:
+                self._finish(request)
+        self.stats.cuda_graph_passes += 1
+        if settings.speculative:
+            self._probe_record(
+                draft_ms, verify_ms, extend_ms, cycle_ms, len(batch), accepted_in_batch
+            )
+        self.forward_ct_decode += 1
+        if any(r.count_in_metrics for r in batch):
+            self.user_decode_iterations += 1
+        if self.forward_ct_decode % self.decode_log_interval == 0:
+            self._log_decode()
+        self._report_busy()
+        if self._on_decode_iteration is not None and any(r.count_in_metrics for r in batch):
+            self._on_decode_iteration(self.user_decode_iterations)
+        return deadline
+
+    def _emit(self, request: SimRequest, tokens: int) -> None:
+        now = time.time()
+        for _ in range(tokens):
+            request.output_ids.append(self.rng.randrange(len(_WORDS) * 1000))
+        if request.first_token_at is None:
+            request.first_token_at = now
+            self._observe(request, "ttft", now - request.created)
+        elif request.last_token_at is not None:
+            self._observe(request, "itl", (now - request.last_token_at) / tokens)
+        request.last_token_at = now
+        request.updates.put_nowait(False)
+
+    def _observe(self, request: SimRequest, what: str, seconds: float) -> None:
+        if request.count_in_metrics and self._on_latency is not None:
+            self._on_latency(what, seconds)
+
+    def _finish(self, request: SimRequest) -> None:
+        request.finished_at = time.time()
+        if request in self.running:
+            self.running.remove(request)
+        if request.count_in_metrics:
+            self.stats.requests_total += 1
+            self.stats.prompt_tokens_total += request.prompt_tokens
+            self.stats.generation_tokens_total += request.completion_tokens
+            self._observe(request, "e2e", request.finished_at - request.created)
+        request.done.set()
+        request.updates.put_nowait(True)
+
+    def _log_decode(self) -> None:
+        now = time.monotonic()
+        gap = max(1e-6, now - self._window_started)
+        self.stats.last_gen_throughput = self._window_tokens / gap
+        message = (
+            f"Decode batch, #running-req: {len(self.running)}, #token: {self.used_tokens}, "
+            f"token usage: {self.token_usage:.2f}, "
+        )
+        if self.settings.speculative and self._window_verifies:
+            accept_len = self._window_accepted / self._window_verifies
+            self.stats.last_accept_length = accept_len
+            self.stats.last_accept_rate = accept_len / self.settings.num_draft_tokens
+            message += (
+                f"accept len: {accept_len:.2f}, accept rate: {self.stats.last_accept_rate:.2f}, "
+            )
+        message += (
+            f"cuda graph: True, gen throughput (token/s): {self.stats.last_gen_throughput:.2f}, "
+            f"#queue-req: {len(self.waiting)}"
+        )
+        self.writer.rank(self.log_rank, message)
+        self._window_tokens = self._window_accepted = self._window_verifies = 0
+        self._window_started = now
+
+    def _report_busy(self, force: bool = False) -> None:
+        """Tell the GPU model how busy the last ~0.5 s were (utilisation follows)."""
+        now = time.monotonic()
+        span = now - self._busy_window_start
+        if self._on_busy is None or (span < 0.5 and not force):
+            return
+        fraction = min(1.0, self._busy_s / span) if span > 0 else 0.0
+        self._on_busy(fraction)
+        self._busy_s = 0.0
+        self._busy_window_start = now
+
+    # --- probe records ---------------------------------------------------------------------
+
+    def _probe_record(
+        self,
+        draft_ms: float,
+        verify_ms: float,
+        extend_ms: float,
+        cycle_ms: float,
+        batch_size: int,
+        accepted: int,
+    ) -> None:
+        if self._probe_path is None:
+            return
+        self._probe_buffer.append(
+            json.dumps(
+                {
+                    "wall": round(time.time(), 6),
+                    "draft_ms": round(draft_ms, 4),
+                    "verify_ms": round(verify_ms, 4),
+                    "extend_ms": round(extend_ms, 4),
+                    "cycle_ms": round(cycle_ms, 4),
+                    "batch_size": batch_size,
+                    "draft_tokens": self.settings.num_draft_tokens,
+                    "accepted_tokens": accepted,
+                }
+            )
+        )
+        if len(self._probe_buffer) >= PROBE_FLUSH_RECORDS:
+            self.flush_probe()
+
+    def flush_probe(self) -> None:
+        if self._probe_path is None or not self._probe_buffer:
+            return
+        try:
+            if self._probe_file is None:
+                self._probe_file = self._probe_path.open("a", encoding="utf-8")
+            self._probe_file.write("\n".join(self._probe_buffer) + "\n")
+            self._probe_file.flush()
+        except OSError:
+            self._probe_path = None
+        self._probe_buffer.clear()

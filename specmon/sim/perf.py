@@ -1,0 +1,189 @@
+"""The simulator's performance model: what one decode cycle costs and how many tokens it yields.
+
+Calibrated to the figures measured on a real Kimi-K2.5 / EAGLE-3 / TP8 host
+(/work/shared/reference/figures.md, explained in docs/simulator.md), so that tuning in the
+console moves tok/s the way it moved on that host. Pure functions: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+# --- measured anchors -----------------------------------------------------------------------
+DRAFT_MS_PER_STEP = 0.87 / 5  # draft phase 0.87 ms per cycle at 5 steps
+EXTEND_MS = 0.26  # cycle at 5 steps = 28.7 ms / 0.962 = 29.83 ms, minus draft and verify
+VERIFY_MS_PER_TOKEN = (28.7 - 25.6) / 3  # 6 tokens: 28.7 ms, 3 tokens: 25.6 ms
+VERIFY_FIXED_MS = 25.6 - 3 * VERIFY_MS_PER_TOKEN  # graph replay + all-reduce latency
+BASELINE_STEP_MS = 1000.0 / 62.9  # no speculation, batch 1, same server config
+ALLREDUCE_SHARE = 0.45  # of verify (and of a plain decode step) in the measured config
+TUNED_ALLREDUCE_FACTOR = 0.40  # LL + Ring + P2P SYS: 0.45 * (1 - 0.40) = 27% off verify
+CUSTOM_ALLREDUCE_FACTOR = 0.90  # SGLang's custom all-reduce vs default NCCL, same sizes
+
+# --- acceptance: per-position conditional acceptance p_j = max(floor, first * decay^(j-1)) ---
+ACCEPT_FIRST = 0.68
+ACCEPT_DECAY = 0.66
+ACCEPT_FLOOR = 0.34
+
+# --- batching: each extra running request makes every cycle a little longer ---------------
+BATCH_VERIFY_SLOWDOWN = 0.035  # per extra request, fraction of the batch-1 verify time
+BATCH_DRAFT_SLOWDOWN = 0.02
+
+# Share of the full NCCL tuning gain that each setting brings on its own.
+_PROTO_GAIN = {"LL": 0.5, "LL128": 0.25, "SIMPLE": 0.0}
+_ALGO_GAIN = {"RING": 0.25, "TREE": 0.0}
+_P2P_GAIN = {"SYS": 0.25, "PHB": 0.125, "PXB": 0.0625}
+
+
+@dataclass(frozen=True, slots=True)
+class SpecSettings:
+    """The launch settings the model depends on; ``num_steps`` 0 means no speculation."""
+
+    num_steps: int = 0
+    topk: int = 1
+    num_draft_tokens: int = 1
+    disable_custom_all_reduce: bool = False
+    nccl_proto: str | None = None
+    nccl_algo: str | None = None
+    nccl_p2p_level: str | None = None
+
+    @property
+    def speculative(self) -> bool:
+        return self.num_steps > 0
+
+    @classmethod
+    def from_launch(
+        cls,
+        num_steps: int | None,
+        topk: int | None,
+        num_draft_tokens: int | None,
+        disable_custom_all_reduce: bool,
+        env: Mapping[str, str],
+    ) -> SpecSettings:
+        return cls(
+            num_steps=num_steps or 0,
+            topk=topk or 1,
+            num_draft_tokens=num_draft_tokens or ((num_steps or 0) + 1),
+            disable_custom_all_reduce=disable_custom_all_reduce,
+            nccl_proto=env.get("NCCL_PROTO") or None,
+            nccl_algo=env.get("NCCL_ALGO") or None,
+            nccl_p2p_level=env.get("NCCL_P2P_LEVEL") or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CycleCost:
+    """Expected milliseconds of one decode iteration, by phase (all zero but verify without spec)."""
+
+    draft_ms: float
+    verify_ms: float
+    extend_ms: float
+
+    @property
+    def cycle_ms(self) -> float:
+        return self.draft_ms + self.verify_ms + self.extend_ms
+
+
+def _first_listed(value: str | None) -> str | None:
+    """The setting NCCL would use for all-reduce from a list such as ``LL,LL128`` or
+    ``^LL128;allreduce:LL``: a per-op allreduce entry wins, a negation alone says nothing."""
+    if not value:
+        return None
+    entries = [e.strip() for e in value.split(";") if e.strip()]
+    for entry in entries:
+        op, sep, rest = entry.partition(":")
+        if sep and op.strip().lower() == "allreduce":
+            entries = [rest]
+            break
+    for entry in entries:
+        if ":" in entry or entry.startswith("^"):
+            continue
+        first = entry.split(",")[0].strip()
+        if first:
+            return first.upper()
+    return None
+
+
+def nccl_tuning_fraction(settings: SpecSettings) -> float:
+    """0 (NCCL defaults) .. 1 (LL + Ring + P2P SYS): how much of the measured gain applies."""
+    gain = _PROTO_GAIN.get(_first_listed(settings.nccl_proto) or "", 0.0)
+    gain += _ALGO_GAIN.get(_first_listed(settings.nccl_algo) or "", 0.0)
+    gain += _P2P_GAIN.get((settings.nccl_p2p_level or "").strip().upper(), 0.0)
+    return min(1.0, gain)
+
+
+def allreduce_factor(settings: SpecSettings) -> float:
+    """All-reduce time relative to the measured configuration (NCCL carrying it, defaults).
+
+    NCCL variables only matter when NCCL carries the small decode all-reduces, i.e. with
+    ``--disable-custom-all-reduce`` (sglang.md section 8); otherwise custom all-reduce runs.
+    """
+    if not settings.disable_custom_all_reduce:
+        return CUSTOM_ALLREDUCE_FACTOR
+    return 1.0 - (1.0 - TUNED_ALLREDUCE_FACTOR) * nccl_tuning_fraction(settings)
+
+
+def _allreduce_scaled(ms: float, settings: SpecSettings) -> float:
+    return ms * (1.0 - ALLREDUCE_SHARE) + ms * ALLREDUCE_SHARE * allreduce_factor(settings)
+
+
+def cycle_cost(settings: SpecSettings, batch_size: int = 1) -> CycleCost:
+    """Expected phase times of one iteration at ``batch_size`` running requests."""
+    extra = max(0, batch_size - 1)
+    if not settings.speculative:
+        step = _allreduce_scaled(BASELINE_STEP_MS, settings) * (1 + BATCH_VERIFY_SLOWDOWN * extra)
+        return CycleCost(draft_ms=0.0, verify_ms=step, extend_ms=0.0)
+    # topk > 1 drafts a tree: each step proposes topk candidates.
+    draft = DRAFT_MS_PER_STEP * settings.num_steps * math.sqrt(settings.topk)
+    verify = VERIFY_FIXED_MS + VERIFY_MS_PER_TOKEN * settings.num_draft_tokens
+    return CycleCost(
+        draft_ms=draft * (1 + BATCH_DRAFT_SLOWDOWN * extra),
+        verify_ms=_allreduce_scaled(verify, settings) * (1 + BATCH_VERIFY_SLOWDOWN * extra),
+        extend_ms=EXTEND_MS * (1 + BATCH_DRAFT_SLOWDOWN * extra),
+    )
+
+
+def position_accept_probability(position: int, topk: int = 1) -> float:
+    """Chance that draft token ``position`` (1-based) is accepted given all before it were."""
+    base = max(ACCEPT_FLOOR, ACCEPT_FIRST * ACCEPT_DECAY ** (position - 1))
+    if topk > 1:  # more candidates per position: a modestly better chance one matches
+        base = 1.0 - (1.0 - base) ** (1.0 + 0.25 * math.log2(topk))
+    return base
+
+
+def draft_depth(settings: SpecSettings) -> int:
+    """How many draft positions can be accepted in one verify (a chain of num_steps)."""
+    return min(settings.num_steps, max(0, settings.num_draft_tokens - 1))
+
+
+def expected_accept_length(settings: SpecSettings) -> float:
+    """Expected tokens per request per verify: accepted drafts + the bonus token."""
+    if not settings.speculative:
+        return 1.0
+    total, chain = 1.0, 1.0
+    for position in range(1, draft_depth(settings) + 1):
+        chain *= position_accept_probability(position, settings.topk)
+        total += chain
+    return total
+
+
+def expected_tokens_per_second(settings: SpecSettings, batch_size: int = 1) -> float:
+    """Per-request decode speed in tokens per second."""
+    return expected_accept_length(settings) / cycle_cost(settings, batch_size).cycle_ms * 1000.0
+
+
+def sample_accepted(settings: SpecSettings, rng: random.Random) -> int:
+    """Draw how many draft tokens one request gets accepted in one verify (0..depth)."""
+    accepted = 0
+    for position in range(1, draft_depth(settings) + 1):
+        if rng.random() >= position_accept_probability(position, settings.topk):
+            break
+        accepted += 1
+    return accepted
+
+
+def jittered(ms: float, rng: random.Random, spread: float = 0.03) -> float:
+    """A measured time: the expected one with a little Gaussian noise, never below 60%."""
+    return max(ms * 0.6, rng.gauss(ms, ms * spread))

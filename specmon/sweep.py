@@ -1,0 +1,643 @@
+"""Unattended sweeps: relaunch a profile over a grid of settings, benchmark each, record all.
+
+The loop an operator used to run by hand (change a flag, wait for the server, benchmark,
+compare) made reliable: every point is launched through the host session, waited for with an
+ETA, benchmarked with the fixed prompt set and written to the ledger in one transaction. A
+failed combination is recorded with its root cause and the sweep moves on; an interrupted sweep
+(same host, profile, grid and settings) resumes without redoing finished points.
+
+UI-free: :class:`SweepRunner` reports progress through ``on_event`` callbacks (the dataclasses
+below), which `specmon sweep` prints and the console's Experiments screen can show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import json
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
+from specmon.controller import HostController
+from specmon.errors import SpecmonError, UsageError
+from specmon.ledger import (
+    Baseline,
+    BenchContext,
+    Ledger,
+    PointRow,
+    RunRecord,
+    params_key,
+)
+
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+MAX_POINTS = 1000
+READY_POLL_S = 0.2
+LOADING_REPORT_S = 1.0
+
+
+# --- the grid -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GridAxis:
+    """One ``--grid name=v1,v2``: an env var if the name starts uppercase, else a flag."""
+
+    name: str
+    values: tuple[str, ...]
+
+    @property
+    def is_env(self) -> bool:
+        return self.name[:1].isupper()
+
+
+def parse_grid(texts: Sequence[str]) -> tuple[GridAxis, ...]:
+    """``["speculative-num-steps=1,2", "NCCL_PROTO=LL,Simple"]`` -> axes; UsageError if bad."""
+    axes: list[GridAxis] = []
+    seen: set[str] = set()
+    for text in texts:
+        name, sep, raw_values = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UsageError(f"--grid {text!r}: expected NAME=VALUE[,VALUE...]")
+        if name.startswith("-"):
+            raise UsageError(f"--grid {text!r}: write flags without the leading '--' ({name})")
+        pattern = _ENV_NAME if name[:1].isupper() else _FLAG_NAME
+        if not pattern.match(name):
+            kind = "environment variable" if name[:1].isupper() else "flag"
+            raise UsageError(f"--grid {text!r}: {name!r} is not a valid {kind} name")
+        if name in seen:
+            raise UsageError(f"--grid: {name} is given twice; list all its values in one --grid")
+        values = tuple(v.strip() for v in raw_values.split(","))
+        if not values or any(not v for v in values):
+            raise UsageError(f"--grid {text!r}: empty value in the list")
+        if len(set(values)) != len(values):
+            raise UsageError(f"--grid {text!r}: a value is listed twice")
+        seen.add(name)
+        axes.append(GridAxis(name, values))
+    if not axes:
+        raise UsageError("give at least one --grid NAME=VALUE[,VALUE...]")
+    total = 1
+    for axis in axes:
+        total *= len(axis.values)
+    if total > MAX_POINTS:
+        raise UsageError(f"the grid has {total} combinations; at most {MAX_POINTS} per sweep")
+    return tuple(axes)
+
+
+def combinations(axes: Sequence[GridAxis]) -> list[dict[str, str]]:
+    """Every combination, in grid order (the last axis varies fastest)."""
+    names = [axis.name for axis in axes]
+    return [
+        dict(zip(names, values, strict=True))
+        for values in itertools.product(*(a.values for a in axes))
+    ]
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What one sweep measures; its ``key`` identifies it for resuming."""
+
+    host: str
+    profile: str
+    axes: tuple[GridAxis, ...]
+    baseline: bool
+    bench: BenchSettings
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "profile": self.profile,
+            "grid": [{"name": a.name, "values": list(a.values)} for a in self.axes],
+            "baseline": self.baseline,
+            "bench": asdict(self.bench),
+        }
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One launch of the sweep: the grid values, and the exact spec that realises them."""
+
+    params: dict[str, str]
+    is_baseline: bool
+    spec: Any  # specmon.launch.LaunchSpec
+    profile: str
+    notes: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The ledger's key for this point; the baseline's grid values are empty."""
+        return params_key({} if self.is_baseline else self.params)
+
+    def label(self) -> str:
+        if self.is_baseline:
+            return "baseline (speculation off)"
+        return " ".join(f"{k}={v}" for k, v in self.params.items())
+
+
+def baseline_profile_name(config: Any, profile_name: str) -> str | None:
+    """The profile that measures ``profile_name``'s baseline, if the config names one.
+
+    A profile's own ``baseline_profile`` key wins; otherwise a profile called
+    ``<name>-baseline`` is used. None: the baseline is the profile with speculation removed.
+    """
+    profile = config.profiles[profile_name]
+    named = getattr(profile, "baseline_profile", None)
+    if named:
+        if named not in config.profiles:
+            raise UsageError(
+                f"profile {profile_name!r}: baseline_profile {named!r} is not a profile"
+            )
+        return str(named)
+    candidate = f"{profile_name}-baseline"
+    return candidate if candidate in config.profiles else None
+
+
+def plan_points(config: Any, plan: SweepPlan) -> list[SweepPoint]:
+    """The sweep's launches (baseline first), each validated before anything runs.
+
+    With ``--speculative-eagle-topk 1`` SGLang needs draft tokens = steps + 1; when the grid
+    varies the steps but not the draft tokens, the draft tokens follow (as SGLang itself would
+    adjust them) and the point says so in its notes.
+    """
+    if plan.profile not in config.profiles:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise UsageError(f"unknown profile {plan.profile!r}; profiles: {known}")
+    profile = config.profiles[plan.profile]
+    points: list[SweepPoint] = []
+    problems: list[str] = []
+    if plan.baseline:
+        name = baseline_profile_name(config, plan.profile)
+        if name is not None:
+            spec = config.profiles[name].to_launch_spec()
+            note = f"baseline profile {name}"
+        else:
+            spec = profile.to_launch_spec().without_speculation()
+            name = plan.profile
+            note = f"profile {plan.profile} with every --speculative-* flag removed"
+        if spec.flag("speculative-algorithm"):
+            raise UsageError(
+                f"baseline profile {name!r} runs speculative decoding "
+                f"(--speculative-algorithm {spec.flag('speculative-algorithm')}); a baseline "
+                "must have speculation off"
+            )
+        points.append(SweepPoint({}, True, spec, name, (note,)))
+    for params in combinations(plan.axes):
+        flags = {k: v for k, v in params.items() if not k[:1].isupper()}
+        env = {k: v for k, v in params.items() if k[:1].isupper()}
+        notes: list[str] = []
+        spec = profile.to_launch_spec(flags=flags, env=env)
+        steps = spec.flag("speculative-num-steps")
+        if (
+            "speculative-num-steps" in flags
+            and "speculative-num-draft-tokens" not in flags
+            and spec.flag("speculative-eagle-topk") == "1"
+            and steps
+            and steps.isdigit()
+        ):
+            draft_tokens = str(int(steps) + 1)
+            if spec.flag("speculative-num-draft-tokens") != draft_tokens:
+                spec = spec.with_flags({"speculative-num-draft-tokens": draft_tokens})
+                notes.append(f"speculative-num-draft-tokens={draft_tokens} (steps + 1, topk 1)")
+        point_problems = spec.problems()
+        label = " ".join(f"{k}={v}" for k, v in params.items())
+        problems.extend(f"[{label}] {p}" for p in point_problems)
+        points.append(SweepPoint(params, False, spec, plan.profile, tuple(notes)))
+    if problems:
+        raise UsageError("the grid has invalid combinations: " + "; ".join(problems))
+    return points
+
+
+# --- progress events (for the console's Experiments screen and the CLI) --------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SweepStarted:
+    sweep_id: int
+    points: tuple[SweepPoint, ...]
+    resumed: bool
+    done_keys: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PointSkipped:
+    """Already finished in the interrupted sweep this one resumes."""
+
+    index: int
+    point: SweepPoint
+    result: SweepPointResult
+
+
+@dataclass(frozen=True, slots=True)
+class PointStarted:
+    index: int
+    point: SweepPoint
+    command: str
+
+
+@dataclass(frozen=True, slots=True)
+class PointLoading:
+    index: int
+    phase: str | None
+    elapsed_s: float
+    eta_s: float | None
+    shards_done: int
+    shards_total: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class PointBenchmarking:
+    index: int
+    progress: BenchProgress
+
+
+@dataclass(frozen=True, slots=True)
+class PointFinished:
+    index: int
+    point: SweepPoint
+    result: SweepPointResult
+
+
+@dataclass(frozen=True, slots=True)
+class SweepFinished:
+    sweep_id: int
+    results: tuple[SweepPointResult, ...]
+    baseline: Baseline | None
+
+
+SWEEP_EVENT_TYPES = (
+    SweepStarted,
+    PointSkipped,
+    PointStarted,
+    PointLoading,
+    PointBenchmarking,
+    PointFinished,
+    SweepFinished,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPointResult:
+    """A finished point as shown in the final table and written by ``--json``."""
+
+    params: dict[str, str]
+    is_baseline: bool
+    status: str  # "ok" | "failed"
+    tok_s: float | None
+    accept_len: float | None
+    verify_ms: float | None
+    load_seconds: float | None
+    error: str | None = None
+    root_cause: tuple[str, ...] = ()
+    speedup_vs_baseline: float | None = None
+    benchmark_id: int | None = None
+    speculative: bool | None = None
+    model: str | None = None
+
+    def with_baseline(self, baseline: Baseline | None) -> SweepPointResult:
+        """Speed-up only against a measured baseline of the same coordinates; else None."""
+        from dataclasses import replace
+
+        speedup = None
+        if (
+            baseline is not None
+            and self.status == "ok"
+            and self.tok_s is not None
+            and not self.is_baseline
+            and self.model == baseline.model
+        ):
+            speedup = baseline.speedup(self.tok_s)
+        return replace(self, speedup_vs_baseline=speedup)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "params": dict(self.params),
+            "status": self.status,
+            "tok_s": self.tok_s,
+            "speedup_vs_baseline": self.speedup_vs_baseline,
+            "accept_len": self.accept_len,
+            "verify_ms": self.verify_ms,
+            "load_seconds": self.load_seconds,
+            "error": self.error,
+        }
+        if self.is_baseline:
+            out["baseline"] = True
+        return out
+
+
+def result_from_row(row: PointRow) -> SweepPointResult:
+    return SweepPointResult(
+        params=dict(row.params),
+        is_baseline=row.is_baseline,
+        status=row.status,
+        tok_s=row.tok_s,
+        accept_len=row.accept_len,
+        verify_ms=row.verify_ms,
+        load_seconds=row.load_seconds,
+        error=row.error,
+        root_cause=row.root_cause,
+        benchmark_id=row.benchmark_ref,
+        speculative=row.speculative,
+        model=row.model,
+    )
+
+
+def rank_results(results: Sequence[SweepPointResult]) -> list[SweepPointResult]:
+    """Finished points by tok/s, fastest first; failed points last, in sweep order."""
+    ok = sorted((r for r in results if r.status == "ok"), key=lambda r: -(r.tok_s or 0.0))
+    return ok + [r for r in results if r.status != "ok"]
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+class PointFailed(SpecmonError):
+    def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.root_cause = tuple(root_cause)
+
+
+@dataclass
+class SweepRunner:
+    """Runs a planned sweep over a connected host; one point at a time, every point recorded.
+
+    ``controller`` must offer ``launch_spec(spec, profile=...)`` (the host session does) and
+    ``http_base_url()`` for the running server. ``on_event`` receives the progress dataclasses
+    above, from the event loop's thread.
+    """
+
+    controller: HostController
+    ledger: Ledger
+    plan: SweepPlan
+    points: list[SweepPoint]
+    on_event: Callable[[Any], None] | None = None
+    ready_timeout_s: float = 3600.0
+    fresh: bool = False
+    stop_at_end: bool = True
+    sweep_id: int | None = field(default=None, init=False)
+
+    def _emit(self, event: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
+
+    async def run(self) -> SweepFinished:
+        """Run every unfinished point; returns the final results (resumed points included)."""
+        existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
+        if existing is not None:
+            sweep_id = existing.id
+            rows = {row.params_key: row for row in self.ledger.sweep_points(sweep_id)}
+            self.ledger.set_sweep_status(sweep_id, "running")
+        else:
+            sweep_id = self.ledger.start_sweep(
+                self.plan.key, self.plan.host, self.plan.profile, self.plan.to_dict()
+            )
+            rows = {}
+        self.sweep_id = sweep_id
+        self._emit(
+            SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))
+        )
+        results: list[SweepPointResult] = []
+        try:
+            for index, point in enumerate(self.points):
+                row = rows.get(point.key)
+                if row is not None:
+                    result = result_from_row(row)
+                    self._emit(PointSkipped(index, point, result))
+                else:
+                    result = await self._run_point(sweep_id, index, point)
+                    self._emit(PointFinished(index, point, result))
+                results.append(result)
+            if self.stop_at_end:
+                await self.controller.stop()
+        except BaseException:
+            self.ledger.set_sweep_status(sweep_id, "interrupted")
+            raise
+        self.ledger.set_sweep_status(sweep_id, "finished")
+        baseline = self._baseline_for(results)
+        final = tuple(r.with_baseline(baseline) for r in results)
+        finished = SweepFinished(sweep_id, final, baseline)
+        self._emit(finished)
+        return finished
+
+    def _baseline_for(self, results: Sequence[SweepPointResult]) -> Baseline | None:
+        model = next((r.model for r in results if r.status == "ok" and r.model), None)
+        if model is None:
+            return None
+        return self.ledger.find_baseline(
+            host=self.plan.host,
+            model=model,
+            prompt_set=self.plan.bench.prompt_set,
+            concurrency=self.plan.bench.concurrency,
+        )
+
+    async def _run_point(self, sweep_id: int, index: int, point: SweepPoint) -> SweepPointResult:
+        self._emit(PointStarted(index, point, point.spec.shell_command()))
+        store = self.controller.bus.store
+        run_id: str | None = None
+        launched_at = time.monotonic()
+        load_seconds: float | None = None
+        try:
+            run_id = await self.controller.launch_spec(point.spec, profile=point.profile)  # type: ignore[attr-defined]
+            launched_at = time.monotonic()
+            await self._wait_ready(index, run_id)
+            load_seconds = time.monotonic() - launched_at
+            base_url = await _base_url(self.controller)
+            from specmon.bench.timing import ProbeCollector
+
+            async with ProbeCollector(self.controller.bus) as probes:
+                result = await run_benchmark(
+                    base_url,
+                    self.plan.bench,
+                    on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
+                    phase_timing=probes.phase_times,
+                )
+            _check_served_flags(point, result.server_info)
+            if point.is_baseline and result.speculative is not False:
+                raise PointFailed(
+                    "the baseline server does not report speculation off in /get_server_info; "
+                    "an unconfirmed baseline is not recorded as one"
+                )
+        except (SpecmonError, OSError) as exc:
+            if load_seconds is None:
+                load_seconds = time.monotonic() - launched_at
+            root_cause = tuple(getattr(exc, "root_cause", ()))
+            failure = store.failure
+            if (
+                not root_cause
+                and failure is not None
+                and (run_id is None or failure.run_id in (None, run_id))
+            ):
+                root_cause = failure.root_cause
+            message = str(exc) or type(exc).__name__
+            run = RunRecord(
+                host=self.plan.host,
+                profile=point.profile,
+                argv=point.spec.argv,
+                env=point.spec.env_dict(),
+                status=_failed_status(store),
+                run_id=run_id,
+                load_seconds=load_seconds,
+                error=message,
+                root_cause=root_cause,
+            )
+            self.ledger.record_sweep_point(
+                sweep_id,
+                point.params if not point.is_baseline else {},
+                is_baseline=point.is_baseline,
+                status="failed",
+                run=run,
+                load_seconds=load_seconds,
+                error=message,
+                root_cause=root_cause,
+            )
+            if isinstance(exc, BenchError | PointFailed) or store.run_state in ("ready", "loading"):
+                await _quietly_stop(self.controller)
+            return SweepPointResult(
+                params=dict(point.params),
+                is_baseline=point.is_baseline,
+                status="failed",
+                tok_s=None,
+                accept_len=None,
+                verify_ms=None,
+                load_seconds=load_seconds,
+                error=message,
+                root_cause=root_cause,
+            )
+        run = RunRecord(
+            host=self.plan.host,
+            profile=point.profile,
+            argv=point.spec.argv,
+            env=point.spec.env_dict(),
+            status="ready",
+            run_id=run_id,
+            load_seconds=load_seconds,
+        )
+        context = BenchContext(
+            host=self.plan.host,
+            profile=point.profile,
+            argv=point.spec.argv,
+            env=point.spec.env_dict(),
+        )
+        self.ledger.record_sweep_point(
+            sweep_id,
+            point.params,
+            is_baseline=point.is_baseline,
+            status="ok",
+            run=run,
+            benchmark=(result, context),
+            load_seconds=load_seconds,
+        )
+        phases = result.phase_times
+        return SweepPointResult(
+            params=dict(point.params),
+            is_baseline=point.is_baseline,
+            status="ok",
+            tok_s=result.tok_s_overall,
+            accept_len=result.accept_len,
+            verify_ms=phases.verify_ms if phases else None,
+            load_seconds=load_seconds,
+            speculative=result.speculative,
+            model=result.model,
+        )
+
+    async def _wait_ready(self, index: int, run_id: str) -> None:
+        """Until the run is ready; PointFailed with the root cause if it fails, hangs or is slow."""
+        store = self.controller.bus.store
+        started = time.monotonic()
+        last_report = 0.0
+        while True:
+            now = time.monotonic()
+            current = store.run.run_id if store.run is not None else None
+            if current == run_id:
+                if store.run_state == "ready":
+                    return
+                if store.run_state in ("failed", "hung") and store.failure is not None:
+                    failure = store.failure
+                    cause = failure.root_cause[-1] if failure.root_cause else None
+                    what = "hung" if failure.hung else f"failed ({failure.category})"
+                    detail = f": {cause}" if cause else ""
+                    if failure.hung and failure.last_phase:
+                        detail = f" in phase {failure.last_phase}{detail}"
+                    raise PointFailed(f"server {what}{detail}", failure.root_cause)
+                if store.run_state == "stopped":
+                    raise PointFailed("server stopped before it was ready")
+            elapsed = now - started
+            if elapsed > self.ready_timeout_s:
+                phase = store.loading.phase or "start-up"
+                raise PointFailed(
+                    f"not ready after {self.ready_timeout_s:.0f} s (last phase: {phase})"
+                )
+            if now - last_report >= LOADING_REPORT_S:
+                last_report = now
+                loading = store.loading
+                self._emit(
+                    PointLoading(
+                        index,
+                        loading.phase,
+                        elapsed,
+                        loading.eta_seconds(time.time()),
+                        loading.shards_done,
+                        loading.shards_total,
+                    )
+                )
+            await asyncio.sleep(READY_POLL_S)
+
+
+def _failed_status(store: Any) -> str:
+    state = store.run_state
+    return state if state in ("failed", "hung") else "failed"
+
+
+def _check_served_flags(point: SweepPoint, server_info: Mapping[str, Any] | None) -> None:
+    """The server must run what the point asked for (a stale server would corrupt the table)."""
+    if not server_info or point.is_baseline:
+        return
+    for name, wanted in point.params.items():
+        if name[:1].isupper():
+            continue
+        key = name.replace("-", "_")
+        if key not in server_info:
+            continue
+        served = server_info[key]
+        if not _same_value(wanted, served):
+            raise PointFailed(f"server reports {key}={served!r}, but the sweep launched {wanted}")
+
+
+def _same_value(wanted: str, served: Any) -> bool:
+    if str(served) == wanted:
+        return True
+    try:
+        return float(served) == float(wanted)
+    except (TypeError, ValueError):
+        return False
+
+
+async def _base_url(controller: Any) -> str:
+    getter = getattr(controller, "http_base_url", None)
+    if getter is None:
+        raise PointFailed("this host session offers no HTTP base URL for the server")
+    value = getter()
+    if asyncio.iscoroutine(value):
+        value = await value
+    if not value:
+        raise PointFailed("the server's HTTP port is not reachable")
+    return str(value)
+
+
+async def _quietly_stop(controller: HostController) -> None:
+    with contextlib.suppress(SpecmonError):
+        await controller.stop()

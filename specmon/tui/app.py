@@ -1,0 +1,286 @@
+"""The console app: keyboard-first, reading only the controller's event bus and state store.
+
+Nothing here does I/O itself: the host session (behind ``HostController``) runs in workers, and
+the panels are redrawn by one timer at ``ui.redraw_hz`` that reads the store and drains a
+bounded event queue, so a flood of events costs a batch per tick, never a redraw per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from textual import on, work
+from textual.app import App
+from textual.binding import Binding
+from textual.widgets import Input
+
+from specmon.controller import HostController
+from specmon.errors import SpecmonError
+from specmon.events import AgentStatus, Event, LogLine, Ready, RunInfo, StopProgress
+from specmon.tui.commands import ConsoleCommands
+from specmon.tui.formatting import format_duration
+from specmon.tui.history import SessionHistory
+from specmon.tui.messages import RelaunchRequested
+from specmon.tui.screens.confirm import ConfirmScreen
+from specmon.tui.screens.gpu_detail import GpuDetailScreen
+from specmon.tui.screens.help import HelpScreen
+from specmon.tui.screens.history_charts import HistoryScreen
+from specmon.tui.screens.main import MainScreen
+from specmon.tui.themes import load_themes, resolve_theme_name
+from specmon.tui.widgets.gpus import GpuPanel
+from specmon.tui.widgets.loading import LoadingPanel
+from specmon.tui.widgets.log_pane import LogPane
+
+DEFAULT_REDRAW_HZ = 10.0
+MAX_EVENTS_PER_TICK = 20_000  # the bus queue holds 10,000; draining is bounded either way
+CLOSE_TIMEOUT_S = 10.0
+MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
+
+
+class SpecmonApp(App[int]):
+    """The console for one host. ``clock`` is injectable so snapshots show no wall time."""
+
+    TITLE = "specmon"
+    CSS_PATH = "app.tcss"
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+        Binding("r", "relaunch", "Relaunch"),
+        Binding("s", "stop", "Stop"),
+        Binding("l", "focus_log", "Focus the server log", show=False),
+        Binding("slash", "filter_log", "Filter the server log", show=False),
+        Binding("g", "gpu_detail", "GPUs"),
+        Binding("h", "history", "History"),
+        Binding("t", "cycle_theme", "Theme"),
+        Binding("p", "toggle_pause", "Pause"),
+    ]
+
+    def __init__(
+        self,
+        controller: HostController,
+        config: Any = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        start_controller: bool = True,
+    ) -> None:
+        super().__init__()
+        self.controller = controller
+        self.config = config
+        self.clock = clock
+        self.start_controller = start_controller
+        self.paused = False
+        self.relaunch_in_progress = False
+        self.session_history = SessionHistory()
+        self.main = MainScreen(controller.host_label)
+        self._queue: asyncio.Queue[tuple[float, Event]] | None = None
+        self._closed = False
+        ui = getattr(config, "ui", None)
+        self.redraw_hz = float(getattr(ui, "redraw_hz", None) or DEFAULT_REDRAW_HZ)
+        self._themes = load_themes()
+        for theme in self._themes:
+            self.register_theme(theme)
+        self.theme = resolve_theme_name(getattr(ui, "theme", None), [t.name for t in self._themes])
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    async def on_mount(self) -> None:
+        await self.push_screen(self.main)
+        # Subscribe and show the kept log in one synchronous step: no line is lost or doubled.
+        self._queue = self.controller.bus.subscribe()
+        self.main.query_one(LogPane).show_all(self.controller.bus.store.log)
+        self.tick()
+        self.set_interval(1.0 / self.redraw_hz, self.tick)
+        if self.start_controller:
+            self._start_controller()
+
+    @work(exclusive=True, group="session")
+    async def _start_controller(self) -> None:
+        try:
+            await self.controller.start()
+        except SpecmonError as exc:
+            self.exit(return_code=1, message=f"specmon: {exc}")
+
+    async def close_controller(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._queue is not None:
+            self.controller.bus.unsubscribe(self._queue)
+        if self.start_controller:
+            try:
+                await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
+            except (SpecmonError, asyncio.TimeoutError, OSError) as exc:
+                self.log.warning(f"closing the host session: {exc}")
+
+    async def on_unmount(self) -> None:
+        await self.close_controller()
+
+    # --- the redraw timer ----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Drain the events that arrived since the last tick, then redraw from the store."""
+        store = self.controller.bus.store
+        now = self.clock()
+        new_lines: list[LogLine] = []
+        queue = self._queue
+        drained = 0
+        while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
+            at, event = queue.get_nowait()
+            drained += 1
+            self.session_history.record(at, event)
+            if isinstance(event, LogLine):
+                new_lines.append(event)
+            elif isinstance(event, StopProgress):
+                self.main.query_one(LoadingPanel).note_stop(event)
+            elif isinstance(event, AgentStatus):
+                problem = (event.detail or "error") if event.state == "error" else None
+                self.main.query_one(GpuPanel).set_agent_problem(problem)
+            elif isinstance(event, Ready):
+                elapsed = store.loading.elapsed(now)
+                self.notify(f"Server ready (loaded in {format_duration(elapsed)})", title="Ready")
+            elif isinstance(event, RunInfo) and event.reattached:
+                self.notify(f"Reattached to run {event.run_id}", title="Reattached")
+        if new_lines:
+            self.main.query_one(LogPane).append_lines(new_lines[-MAX_LOG_APPEND:])
+        self.main.refresh_from(store, now, self.paused)
+        if isinstance(self.screen, GpuDetailScreen):
+            self.screen.refresh_from(store)
+
+    # --- actions -------------------------------------------------------------------------------
+
+    async def action_quit(self) -> None:
+        if self.relaunch_in_progress:
+            self.push_screen(
+                ConfirmScreen("A relaunch is in progress. Quit anyway?", "Quit"),
+                self._quit_if,
+            )
+            return
+        await self._quit()
+
+    async def _quit_if(self, answer: bool | None) -> None:
+        if answer:
+            await self._quit()
+
+    async def _quit(self) -> None:
+        await self.close_controller()
+        self.exit(return_code=0)
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(list(self.BINDINGS)))  # type: ignore[arg-type]
+
+    def action_relaunch(self) -> None:
+        from specmon.tui.screens.relaunch import RelaunchScreen
+
+        if self.relaunch_in_progress:
+            self.notify("A relaunch is already in progress.", severity="warning")
+            return
+        if isinstance(self.screen, RelaunchScreen):
+            return
+        self.push_screen(RelaunchScreen(self.controller, self.config))
+
+    def action_stop(self) -> None:
+        store = self.controller.bus.store
+        if store.run is None or store.run_state in ("stopped", "stopping"):
+            self.notify("No server run to stop.", severity="warning")
+            return
+        run = store.run
+        question = (
+            f"Stop run {run.run_id} (profile {run.profile or '-'}, pid {run.pid or '-'})?\n"
+            "SIGTERM to its process group, SIGKILL after the grace period. "
+            "A restart takes minutes on a real host."
+        )
+        self.push_screen(ConfirmScreen(question, "Stop"), self._stop_if)
+
+    def _stop_if(self, answer: bool | None) -> None:
+        if answer:
+            self._stop_server()
+
+    @work(exclusive=True, group="launch")
+    async def _stop_server(self) -> None:
+        self.notify("Stopping the server…")
+        try:
+            await self.controller.stop()
+        except SpecmonError as exc:
+            self.notify(str(exc), title="Stop failed", severity="error", timeout=20)
+            return
+        self.notify("Server stopped.")
+
+    @on(RelaunchRequested)
+    def _on_relaunch(self, message: RelaunchRequested) -> None:
+        self._relaunch(message.profile, message.flags, message.env)
+
+    @work(exclusive=True, group="launch")
+    async def _relaunch(
+        self, profile: str, flags: dict[str, str | None], env: dict[str, str | None]
+    ) -> None:
+        self.relaunch_in_progress = True
+        try:
+            self.notify(f"Stopping the run, then launching {profile}…")
+            run_id = await self.controller.launch(profile, flags=flags, env=env)  # type: ignore[arg-type]
+            self.notify(f"Launched run {run_id}; loading…", title="Relaunch")
+        except SpecmonError as exc:
+            self.notify(str(exc), title="Relaunch failed", severity="error", timeout=30)
+        finally:
+            self.relaunch_in_progress = False
+
+    def action_focus_log(self) -> None:
+        if self.screen is self.main:
+            self.main.query_one(LogPane).log_view.focus()
+
+    def action_filter_log(self) -> None:
+        if self.screen is self.main:
+            self.main.query_one(LogPane).open_filter()
+
+    @on(Input.Changed, "#log-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        pane = self.main.query_one(LogPane)
+        pane.filter_text = event.value
+        pane.show_all(self.controller.bus.store.log)
+
+    @on(Input.Submitted, "#log-filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        self.main.query_one(LogPane).close_filter(keep=True)
+
+    def on_key(self, event: Any) -> None:
+        if event.key == "escape" and self.screen is self.main:
+            pane = self.main.query_one(LogPane)
+            if pane.has_class("-filtering"):
+                pane.close_filter(keep=False)
+                pane.show_all(self.controller.bus.store.log)
+                event.stop()
+
+    def action_gpu_detail(self) -> None:
+        if self.screen is self.main:
+            screen = GpuDetailScreen()
+            self.push_screen(screen)
+            self.call_after_refresh(screen.refresh_from, self.controller.bus.store)
+
+    def action_history(self) -> None:
+        if self.screen is self.main:
+            self.push_screen(HistoryScreen(self.session_history))
+
+    def action_cycle_theme(self) -> None:
+        names = [theme.name for theme in self._themes]
+        position = names.index(self.theme) if self.theme in names else -1
+        following = names[(position + 1) % len(names)]
+        self.theme = following
+        self.notify(f"Theme: {following}", timeout=2)
+
+    def action_toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.tick()
+
+
+
+def run_console(controller: HostController, config: Any = None) -> int:
+    """Run the console until the operator quits; returns the process exit code."""
+    app = SpecmonApp(controller, config)
+    result = app.run()
+    return int(app.return_code if app.return_code is not None else (result or 0))

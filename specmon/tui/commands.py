@@ -1,0 +1,41 @@
+"""The command palette (ctrl+p): every console action by name, so no key must be remembered."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+# (title, help, action name on the app) — the same actions as the key bindings.
+PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("Relaunch server…", "open the relaunch form (r)", "relaunch"),
+    ("Stop server…", "stop the running server, after a confirmation (s)", "stop"),
+    ("Focus server log", "move the focus to the log pane (l)", "focus_log"),
+    ("Filter server log", "type a substring to filter the log (/)", "filter_log"),
+    ("GPU detail", "every field the GPU agent reports (g)", "gpu_detail"),
+    ("History charts", "tok/s, accept length, verify ms, GPU util across launches (h)", "history"),
+    ("Cycle theme", "dark, high contrast, light (t)", "cycle_theme"),
+    ("Pause / resume live panels", "freeze the GPU, throughput and timing panels (p)", "toggle_pause"),
+    ("Help: key bindings", "list every key (?)", "help"),
+    ("Quit specmon", "leave the console; a remote server keeps running (q)", "quit"),
+)
+
+
+class ConsoleCommands(Provider):
+    """Offers PALETTE_ACTIONS; fuzzy-matched on the title."""
+
+    async def discover(self) -> Hits:
+        for title, help_text, action in PALETTE_ACTIONS:
+            yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, action in PALETTE_ACTIONS:
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(
+                    score,
+                    matcher.highlight(title),
+                    partial(self.app.run_action, action),
+                    help=help_text,
+                )

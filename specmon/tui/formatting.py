@@ -1,0 +1,116 @@
+"""Pure text helpers for the panels: durations, bars, mini sparklines and the Amdahl bound.
+
+Kept free of widgets so they are unit-tested directly and shared by every panel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from specmon.events import RunInfo
+
+SPARK_CHARS = "▁▂▃▄▅▆▇█"
+BAR_FULL = "█"
+BAR_PARTS = " ▏▎▍▌▋▊▉"
+
+# Flags shown in the header, in order: (label, argv flag or env name).
+KEY_FLAGS: tuple[tuple[str, str], ...] = (
+    ("steps", "--speculative-num-steps"),
+    ("topk", "--speculative-eagle-topk"),
+    ("draft", "--speculative-num-draft-tokens"),
+    ("tp", "--tp"),
+    ("mem", "--mem-fraction-static"),
+    ("PROTO", "NCCL_PROTO"),
+    ("ALGO", "NCCL_ALGO"),
+    ("P2P", "NCCL_P2P_LEVEL"),
+)
+_FLAG_ALIASES = {"--tp": ("--tp", "--tp-size", "--tensor-parallel-size")}
+
+
+def format_duration(seconds: float | None) -> str:
+    """``73`` -> ``1m13s``; ``4000`` -> ``1h06m``; None -> ``-``."""
+    if seconds is None:
+        return "-"
+    total = max(0, int(round(seconds)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def format_number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def bar(fraction: float | None, width: int) -> str:
+    """A horizontal bar of ``width`` cells with eighth-cell resolution."""
+    if width <= 0:
+        return ""
+    if fraction is None:
+        return "·" * width
+    fraction = min(1.0, max(0.0, fraction))
+    eighths = int(round(fraction * width * 8))
+    full, part = divmod(eighths, 8)
+    text = BAR_FULL * full
+    if full < width:
+        text += BAR_PARTS[part] if part else " "
+    return text.ljust(width)
+
+
+def mini_sparkline(values: Sequence[float], width: int, top: float | None = None) -> str:
+    """The last ``width`` values as block characters, scaled to ``top`` (or their max)."""
+    if width <= 0:
+        return ""
+    recent = list(values)[-width:]
+    if not recent:
+        return " " * width
+    ceiling = top if top else max(recent) or 1.0
+    chars = []
+    for value in recent:
+        level = int(min(1.0, max(0.0, value / ceiling)) * (len(SPARK_CHARS) - 1))
+        chars.append(SPARK_CHARS[level])
+    return "".join(chars).rjust(width)
+
+
+def amdahl_gain_percent(draft_ms: float, verify_ms: float, extend_ms: float) -> float | None:
+    """Most a cycle could speed up if the draft phase took no time at all, in percent.
+
+    A cycle is draft + verify + extend; removing the draft leaves verify + extend, so the
+    bound is cycle / (cycle - draft) - 1.
+    """
+    cycle = draft_ms + verify_ms + extend_ms
+    rest = verify_ms + extend_ms
+    if cycle <= 0 or rest <= 0:
+        return None
+    return (cycle / rest - 1.0) * 100.0
+
+
+def key_flags(run: RunInfo | None) -> list[tuple[str, str]]:
+    """The launch's key flags from its recorded argv and env, as (label, value) pairs."""
+    if run is None:
+        return []
+    argv = list(run.argv)
+    env = dict(run.env)
+    found: list[tuple[str, str]] = []
+    for label, name in KEY_FLAGS:
+        if not name.startswith("--"):
+            if name in env:
+                found.append((label, env[name]))
+            continue
+        value = _flag_value(argv, _FLAG_ALIASES.get(name, (name,)))
+        if value is not None:
+            found.append((label, value))
+    return found
+
+
+def _flag_value(argv: list[str], names: tuple[str, ...]) -> str | None:
+    for index, token in enumerate(argv):
+        for name in names:
+            if token == name and index + 1 < len(argv):
+                return argv[index + 1]
+            if token.startswith(name + "="):
+                return token[len(name) + 1 :]
+    return None

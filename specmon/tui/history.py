@@ -1,0 +1,86 @@
+"""What the history charts plot: bounded series kept by the UI across relaunches.
+
+The store clears its throughput series when a new run starts (the live panels show the current
+run); the charts need the whole session, so the console records its own downsampled copy from
+the event stream, one point per second per series, with every launch marked.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo
+from specmon.tui.formatting import key_flags
+
+SESSION_POINTS = 24 * 3600  # one point a second for a day per series, then oldest drop
+
+
+@dataclass(slots=True)
+class LaunchMark:
+    at: float
+    label: str
+
+
+@dataclass(slots=True)
+class _SecondMean:
+    """Averages values that arrive within the same wall-clock second into one point."""
+
+    second: int | None = None
+    total: float = 0.0
+    count: int = 0
+
+    def add(self, at: float, value: float, out: deque[tuple[float, float]]) -> None:
+        second = int(at)
+        if self.second is not None and second != self.second and self.count:
+            out.append((float(self.second), self.total / self.count))
+            self.total, self.count = 0.0, 0
+        self.second = second
+        self.total += value
+        self.count += 1
+
+    def flush(self, out: deque[tuple[float, float]]) -> None:
+        if self.count and self.second is not None:
+            out.append((float(self.second), self.total / self.count))
+            self.total, self.count = 0.0, 0
+
+
+@dataclass
+class SessionHistory:
+    """tok/s, accept length, verify ms and mean GPU util for the whole console session."""
+
+    limit: int = SESSION_POINTS
+    tok_s: deque[tuple[float, float]] = field(init=False)
+    accept_len: deque[tuple[float, float]] = field(init=False)
+    verify_ms: deque[tuple[float, float]] = field(init=False)
+    gpu_util: deque[tuple[float, float]] = field(init=False)
+    launches: deque[LaunchMark] = field(init=False)
+    _verify: _SecondMean = field(default_factory=_SecondMean)
+    _util: _SecondMean = field(default_factory=_SecondMean)
+
+    def __post_init__(self) -> None:
+        self.tok_s = deque(maxlen=self.limit)
+        self.accept_len = deque(maxlen=self.limit)
+        self.verify_ms = deque(maxlen=self.limit)
+        self.gpu_util = deque(maxlen=self.limit)
+        self.launches = deque(maxlen=256)
+
+    def record(self, at: float, event: Event) -> None:
+        if isinstance(event, Decode):
+            self.tok_s.append((at, event.gen_throughput))
+            if event.accept_len is not None:
+                self.accept_len.append((at, event.accept_len))
+        elif isinstance(event, ProbeTiming):
+            self._verify.add(event.wall, event.verify_ms, self.verify_ms)
+        elif isinstance(event, GpuSample):
+            utils = [g.util_gpu for g in event.gpus if g.util_gpu is not None]
+            if utils:
+                self._util.add(event.wall, sum(utils) / len(utils), self.gpu_util)
+        elif isinstance(event, RunInfo) and not event.reattached:
+            flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
+            self.launches.append(LaunchMark(at, f"{event.profile or 'run'} {flags}".strip()))
+
+    def flush(self) -> None:
+        """Close the current second's averages (before drawing)."""
+        self._verify.flush(self.verify_ms)
+        self._util.flush(self.gpu_util)

@@ -1,0 +1,52 @@
+"""The `?` screen: every key binding of the console, generated from the bindings themselves."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+EXTRA_KEYS: tuple[tuple[str, str], ...] = (
+    ("tab / shift+tab", "move between panels"),
+    ("ctrl+p", "command palette: every action by name"),
+    ("esc", "close a screen or the log filter"),
+)
+
+
+def key_label(key: str) -> str:
+    return {"question_mark": "?", "slash": "/", "escape": "esc"}.get(key, key)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Lists the bindings passed in (the app's), plus the keys Textual itself provides."""
+
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 64; max-width: 95%; height: auto; max-height: 90%;
+                                  border: thick $primary; background: $panel; padding: 0 1; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "dismiss", "Close"),
+        Binding("question_mark", "dismiss", "Close"),
+        Binding("q", "dismiss", "Close"),
+    ]
+
+    def __init__(self, bindings: list[Binding]) -> None:
+        super().__init__()
+        self.bindings = bindings
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, show_header=False, padding=(0, 2), expand=True)
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column()
+        for binding in self.bindings:
+            table.add_row(key_label(binding.key), binding.description)
+        for key, description in EXTRA_KEYS:
+            table.add_row(key, description)
+        with VerticalScroll() as scroll:
+            scroll.border_title = "Keys (esc closes)"
+            yield Static(table)

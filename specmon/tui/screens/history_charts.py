@@ -1,0 +1,106 @@
+"""The `h` screen: whole-session charts of tok/s, accept length, verify ms and GPU util.
+
+Each launch is a marked segment (its own colour and a vertical line labelled with its flags),
+so the before/after of a flag change is visible at a glance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+from textual_plotext import PlotextPlot
+
+from specmon.tui.history import LaunchMark, SessionHistory
+
+CHARTS: tuple[tuple[str, str, str], ...] = (
+    ("tok_s", "gen throughput (tok/s)", "tok/s"),
+    ("accept_len", "accept length", "tokens"),
+    ("verify_ms", "verify ms per cycle", "ms"),
+    ("gpu_util", "mean GPU util (%)", "%"),
+)
+SEGMENT_COLOURS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red")
+
+
+def split_segments(
+    points: Sequence[tuple[float, float]], launches: Sequence[LaunchMark]
+) -> list[list[tuple[float, float]]]:
+    """Points grouped by the launch they follow (points before the first launch first)."""
+    starts = [mark.at for mark in launches]
+    segments: list[list[tuple[float, float]]] = [[] for _ in range(len(starts) + 1)]
+    index = 0
+    for at, value in points:
+        while index < len(starts) and at >= starts[index]:
+            index += 1
+        segments[index].append((at, value))
+    return segments
+
+
+class HistoryScreen(Screen[None]):
+    """Four plotext charts over the session, redrawn when opened and every two seconds."""
+
+    DEFAULT_CSS = """
+    HistoryScreen Grid { grid-size: 2 2; grid-gutter: 0 1; }
+    HistoryScreen #legend { height: auto; max-height: 4; padding: 0 1; background: $panel; }
+    """
+
+    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("h", "app.pop_screen", "Back")]
+
+    def __init__(self, history: SessionHistory) -> None:
+        super().__init__()
+        self.history = history
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="legend")
+        with Grid():
+            for key, _, _ in CHARTS:
+                yield PlotextPlot(id=f"chart-{key}")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.redraw()
+        self.set_interval(2.0, self.redraw)
+
+    def redraw(self) -> None:
+        history = self.history
+        history.flush()
+        launches = list(history.launches)
+        origin = self._origin(launches)
+        legend = [
+            f"[{SEGMENT_COLOURS[(i + 1) % len(SEGMENT_COLOURS)]}]■[/] launch {i + 1}: {m.label}"
+            for i, m in enumerate(launches)
+        ]
+        self.query_one("#legend", Static).update(
+            "\n".join(legend[-4:]) or "No launch seen in this session yet (x axis: minutes)."
+        )
+        for key, title, unit in CHARTS:
+            widget = self.query_one(f"#chart-{key}", PlotextPlot)
+            plt = widget.plt
+            plt.clear_data()
+            plt.clear_figure()
+            plt.title(title)
+            plt.xlabel("minutes")
+            plt.ylabel(unit)
+            points = list(getattr(history, key))
+            for number, segment in enumerate(split_segments(points, launches)):
+                if not segment:
+                    continue
+                xs = [(at - origin) / 60 for at, _ in segment]
+                ys = [value for _, value in segment]
+                colour = SEGMENT_COLOURS[number % len(SEGMENT_COLOURS)]
+                plt.plot(xs, ys, color=colour, marker="braille")
+            for mark in launches:
+                plt.vline((mark.at - origin) / 60, "white")
+            widget.refresh()
+
+    def _origin(self, launches: list[LaunchMark]) -> float:
+        firsts = [series[0][0] for series in self._series() if series]
+        firsts += [mark.at for mark in launches]
+        return min(firsts) if firsts else 0.0
+
+    def _series(self) -> list[list[tuple[float, float]]]:
+        return [list(getattr(self.history, key)) for key, _, _ in CHARTS]

@@ -1,0 +1,77 @@
+"""The main screen: header, banner, loading panel (until ready), GPUs, throughput, timing, log."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from specmon.store import StateStore
+from specmon.tui.widgets.banner import Banner
+from specmon.tui.widgets.gpus import GpuPanel
+from specmon.tui.widgets.header import HeaderBar
+from specmon.tui.widgets.loading import LoadingPanel
+from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.throughput import ThroughputPanel
+from specmon.tui.widgets.timing import TimingPanel
+
+# Run states in which the live panels replace the loading panel.
+LIVE_STATES = ("ready",)
+LIVE_ROW_ROWS = 7
+LOADING_ROWS = 9
+LOG_MIN_ROWS = 4
+
+
+class MainScreen(Screen[None]):
+    """Lays the panels out; ``refresh_from`` redraws them from the store (called on a timer)."""
+
+    DEFAULT_CSS = """
+    MainScreen #live-row { height: 7; display: none; }
+    MainScreen.-live #live-row { display: block; }
+    MainScreen.-live LoadingPanel { display: none; }
+    MainScreen #live-row > ThroughputPanel { width: 1fr; }
+    MainScreen #live-row > TimingPanel { width: 1fr; }
+    """
+
+    def __init__(self, host_label: str) -> None:
+        super().__init__(id="main")
+        self.host_label = host_label
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(self.host_label, id="header")
+        yield Banner(id="banner")
+        yield LoadingPanel(id="loading")
+        yield GpuPanel(id="gpus")
+        with Horizontal(id="live-row"):
+            yield ThroughputPanel(id="throughput")
+            yield TimingPanel(id="timing")
+        yield LogPane(id="log-pane")
+        yield Footer()
+
+    def refresh_from(self, store: StateStore, now: float, paused: bool) -> None:
+        live = store.run_state in LIVE_STATES
+        self.set_class(live, "-live")
+        self._fit_gpu_panel(store, live)
+        self.query_one(HeaderBar).update_from(store, now, paused)
+        self.query_one(Banner).update_from(store)
+        if not live:
+            self.query_one(LoadingPanel).update_from(store, now)
+        if paused:
+            return
+        self.query_one(GpuPanel).update_from(store)
+        if live:
+            self.query_one(ThroughputPanel).update_from(store)
+            self.query_one(TimingPanel).update_from(store)
+
+    def _fit_gpu_panel(self, store: StateStore, live: bool) -> None:
+        """Give the GPU panel a row per GPU, but leave the log pane at least LOG_MIN_ROWS."""
+        banner = self.query_one(Banner)
+        used = 2 + (banner.outer_size.height if banner.display else 0)
+        used += LIVE_ROW_ROWS if live else LOADING_ROWS
+        room = self.size.height - used - LOG_MIN_ROWS
+        wanted = max(1, len(store.gpus)) + 2
+        height = max(3, min(wanted, room))
+        panel = self.query_one(GpuPanel)
+        if panel.styles.height is None or panel.styles.height.value != height:
+            panel.styles.height = height

@@ -1,0 +1,79 @@
+"""The one-line header: host, profile, run state, uptime and the launch's key flags."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from specmon.store import StateStore
+from specmon.tui.formatting import format_duration, key_flags
+
+# Run state as an operator reads it, with the CSS-ish style the header paints it in.
+STATE_STYLES: dict[str, str] = {
+    "loading": "bold $warning",
+    "ready": "bold $success",
+    "failed": "bold $error",
+    "hung": "bold $error",
+    "stopping": "bold $warning",
+    "stopped": "bold $text-muted",
+    "reconnecting": "bold $warning",
+}
+
+
+def display_state(store: StateStore) -> str:
+    """Reconnecting overrides the run state: the last known state may be stale."""
+    connection = store.connection
+    if connection is not None and connection.state in ("reconnecting", "disconnected"):
+        return connection.state
+    return store.run_state
+
+
+class HeaderBar(Static):
+    """Who and what is running, at a glance; rebuilt at most once a second or on change."""
+
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $panel; color: $foreground; padding: 0 1; }
+    """
+
+    def __init__(self, host_label: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.host_label = host_label
+        self._last: tuple[object, ...] | None = None
+
+    def update_from(self, store: StateStore, now: float, paused: bool = False) -> None:
+        run = store.run
+        state = display_state(store)
+        uptime = None
+        if run is not None and run.started_at is not None and state not in ("stopped", "failed"):
+            uptime = now - run.started_at
+        flags = key_flags(run)
+        attempt = store.connection.attempt if store.connection is not None else 0
+        key = (state, attempt, run.run_id if run else None, format_duration(uptime), paused)
+        if key == self._last:
+            return
+        self._last = key
+        theme = self.app.current_theme
+        colours = {
+            "$warning": theme.warning or "yellow",
+            "$success": theme.success or "green",
+            "$error": theme.error or "red",
+            "$text-muted": "grey50",
+        }
+        style = STATE_STYLES.get(state, "bold")
+        for var, colour in colours.items():
+            style = style.replace(var, colour)
+        label = state if state != "reconnecting" else f"reconnecting #{attempt}"
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append(self.host_label, style="bold")
+        text.append("  ")
+        text.append((run.profile or "-") if run else "no run", style="italic")
+        text.append("  ")
+        text.append(f" {label} ", style=style + " reverse")
+        if uptime is not None:
+            text.append(f"  up {format_duration(uptime)}")
+        text.append("  ")
+        text.append("PAUSED" if paused else "live", style="bold reverse" if paused else "dim")
+        if flags:
+            text.append("  ")
+            text.append("  ".join(f"{name}={value}" for name, value in flags), style="dim")
+        self.update(text)

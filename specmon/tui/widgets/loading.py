@@ -1,0 +1,136 @@
+"""The loading panel: phase ticks, shard progress, elapsed/ETA, the last log line, stop steps.
+
+It stands in for the live panels while a server starts (10-15 minutes on a real host), so an
+operator sees that something moves and when it will be done.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import ProgressBar, Static
+
+from specmon.events import StopProgress
+from specmon.store import PHASES, StateStore
+from specmon.tui.formatting import format_duration
+
+STOP_STEPS_KEPT = 6
+
+
+class LoadingPanel(Vertical):
+    """Start-up progress read from ``store.loading``; stop steps come from the event stream."""
+
+    DEFAULT_CSS = """
+    LoadingPanel { height: 9; border: round $primary; border-title-color: $primary; }
+    LoadingPanel:focus { border: round $accent; }
+    LoadingPanel > Horizontal { height: 1fr; }
+    LoadingPanel #phases { width: 24; height: 1fr; }
+    LoadingPanel #progress-side { width: 1fr; height: 1fr; }
+    LoadingPanel ProgressBar { height: 1; }
+    LoadingPanel #load-stats { height: 1fr; }
+    """
+
+    can_focus = True
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Loading"
+        self.stop_steps: list[StopProgress] = []
+        self._last: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield Static(id="phases")
+            with Vertical(id="progress-side"):
+                yield ProgressBar(total=None, show_eta=False, id="shards")
+                yield Static(id="load-stats")
+
+    def note_stop(self, event: StopProgress) -> None:
+        """Keep the current stop's steps (a new run_id starts a fresh list)."""
+        if self.stop_steps and self.stop_steps[-1].run_id != event.run_id:
+            self.stop_steps.clear()
+        self.stop_steps.append(event)
+        del self.stop_steps[:-STOP_STEPS_KEPT]
+        self._last = None
+
+    def update_from(self, store: StateStore, now: float) -> None:
+        loading = store.loading
+        last_line = store.log[-1].text if store.log else ""
+        elapsed = loading.elapsed(now)
+        eta = loading.eta_seconds(now)
+        key = (
+            store.run_state,
+            loading.phase,
+            len(loading.done_phases),
+            loading.shards_done,
+            loading.shards_total,
+            format_duration(elapsed),
+            format_duration(eta),
+            last_line,
+            len(self.stop_steps),
+        )
+        if key == self._last:
+            return
+        self._last = key
+        self.border_title = _title(store)
+        self.query_one("#phases", Static).update(_phase_list(store))
+        progress = self.query_one("#shards", ProgressBar)
+        if loading.shards_total:
+            progress.update(total=loading.shards_total, progress=loading.shards_done)
+        else:
+            progress.update(total=None)
+        self.query_one("#load-stats", Static).update(self._stats(store, elapsed, eta, last_line))
+
+    def _stats(
+        self, store: StateStore, elapsed: float | None, eta: float | None, last_line: str
+    ) -> Text:
+        loading = store.loading
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if loading.shards_total:
+            text.append(f"shards {loading.shards_done}/{loading.shards_total}  ")
+        text.append(f"elapsed {format_duration(elapsed)}  ")
+        if store.run_state == "loading":
+            text.append(f"ETA {format_duration(eta)}" if eta is not None else "ETA estimating")
+        text.append("\n")
+        if self.stop_steps:
+            text.append("stop: ", style="bold")
+            text.append(
+                "  ".join(f"{s.step} {s.seconds:.1f}s" for s in self.stop_steps), style="italic"
+            )
+            text.append("\n")
+        if store.run is None and store.run_state == "stopped":
+            text.append("No server is running. Press r to launch a profile.", style="italic")
+        elif last_line:
+            text.append(last_line[-400:], style="dim")
+        return text
+
+
+def _title(store: StateStore) -> str:
+    state = store.run_state
+    if state == "stopping":
+        return "Stopping"
+    if state == "stopped":
+        return "Stopped"
+    if state in ("failed", "hung"):
+        return f"Start-up {state}"
+    return f"Loading: {store.loading.phase or 'starting'}"
+
+
+def _phase_list(store: StateStore) -> Text:
+    loading = store.loading
+    text = Text(no_wrap=True, overflow="ellipsis")
+    failed = store.run_state in ("failed", "hung")
+    for index, phase in enumerate(PHASES):
+        if phase in loading.done_phases:
+            text.append("✓ ", style="green")
+            text.append(phase)
+        elif phase == loading.phase:
+            text.append("✗ " if failed else "▶ ", style="red" if failed else "bold yellow")
+            text.append(phase, style="bold")
+        else:
+            text.append("· ", style="dim")
+            text.append(phase, style="dim")
+        if index < len(PHASES) - 1:
+            text.append("\n")
+    return text

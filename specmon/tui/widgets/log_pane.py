@@ -1,0 +1,89 @@
+"""The server log pane: follows the tail, filters on `/`, highlights errors and warnings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Input, RichLog
+
+from specmon.events import LogLine
+
+MAX_LINES = 2000
+ERROR_PATTERN = re.compile(
+    r"Traceback|Error|error:|out of memory|NCCL WARN|Exception|is dead|sigquit|Killed",
+)
+WARNING_PATTERN = re.compile(r"Warning|WARNING|WARN")
+
+
+def style_line(line: str) -> Text:
+    """Errors red and bold, warnings yellow, HTTP access lines dim, the rest plain."""
+    if ERROR_PATTERN.search(line):
+        return Text(line, style="bold red")
+    if WARNING_PATTERN.search(line):
+        return Text(line, style="yellow")
+    if '" 200 OK' in line:
+        return Text(line, style="dim")
+    return Text(line)
+
+
+class LogPane(Vertical):
+    """A RichLog of raw server lines; the filter is a plain case-insensitive substring."""
+
+    DEFAULT_CSS = """
+    LogPane { height: 1fr; min-height: 3; border: round $primary; border-title-color: $primary; }
+    LogPane:focus-within { border: round $accent; }
+    LogPane Input { display: none; height: 1; border: none; padding: 0 1; }
+    LogPane.-filtering Input { display: block; }
+    LogPane RichLog { height: 1fr; background: $surface; scrollbar-size-vertical: 1; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Server log"
+        self.filter_text = ""
+
+    def compose(self) -> ComposeResult:
+        yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
+        yield RichLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
+
+    @property
+    def log_view(self) -> RichLog:
+        return self.query_one("#log", RichLog)
+
+    def matches(self, line: str) -> bool:
+        return not self.filter_text or self.filter_text.lower() in line.lower()
+
+    def append_lines(self, lines: Iterable[LogLine]) -> None:
+        view = self.log_view
+        for line in lines:
+            if self.matches(line.text):
+                view.write(style_line(line.text))
+
+    def show_all(self, lines: Iterable[LogLine]) -> None:
+        """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""
+        view = self.log_view
+        view.clear()
+        kept = [line for line in lines if self.matches(line.text)][-MAX_LINES:]
+        for line in kept:
+            view.write(style_line(line.text))
+        self.border_title = (
+            f"Server log — filter: {self.filter_text!r}" if self.filter_text else "Server log"
+        )
+
+    def open_filter(self) -> None:
+        self.add_class("-filtering")
+        box = self.query_one("#log-filter", Input)
+        box.value = self.filter_text
+        box.focus()
+
+    def close_filter(self, keep: bool) -> None:
+        box = self.query_one("#log-filter", Input)
+        if not keep:
+            box.value = ""
+            self.filter_text = ""
+        self.remove_class("-filtering")
+        self.log_view.focus()

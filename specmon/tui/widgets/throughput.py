@@ -1,0 +1,70 @@
+"""The throughput panel: tok/s and accept-length sparklines with current/mean/max and load."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static
+
+from specmon.store import StateStore
+from specmon.tui.formatting import format_number
+
+SPARK_POINTS = 120
+
+
+class ThroughputPanel(Vertical):
+    """Decode statistics from ``store.throughput``, ``store.accept_len`` and the last decode."""
+
+    DEFAULT_CSS = """
+    ThroughputPanel { height: 7; border: round $primary; border-title-color: $primary; padding: 0 1; }
+    ThroughputPanel:focus { border: round $accent; }
+    ThroughputPanel Static { height: 1; }
+    ThroughputPanel Sparkline { height: 1; }
+    ThroughputPanel #tps-spark > .sparkline--max-color { color: $success; }
+    ThroughputPanel #tps-spark > .sparkline--min-color { color: $primary; }
+    """
+
+    can_focus = True
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Throughput"
+        self._last: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="tps-stats")
+        yield Sparkline([], id="tps-spark")
+        yield Static(id="accept-stats")
+        yield Sparkline([], id="accept-spark")
+        yield Static(id="load-line")
+
+    def update_from(self, store: StateStore) -> None:
+        key = (len(store.throughput), store.last_decode)
+        if key == self._last:
+            return
+        self._last = key
+        current, mean, peak = store.throughput_stats()
+        stats = Text(no_wrap=True, overflow="ellipsis")
+        stats.append("tok/s ", style="bold")
+        stats.append(format_number(current), style="bold")
+        stats.append(f"  mean {format_number(mean)}  max {format_number(peak)}")
+        self.query_one("#tps-stats", Static).update(stats)
+        tps = [p.value for p in list(store.throughput)[-SPARK_POINTS:]]
+        self.query_one("#tps-spark", Sparkline).data = tps
+        decode = store.last_decode
+        accept = Text(no_wrap=True, overflow="ellipsis")
+        accept.append("accept len ", style="bold")
+        accept.append(format_number(decode.accept_len if decode else None, 2))
+        if decode is not None and decode.accept_rate is not None:
+            accept.append(f"  rate {decode.accept_rate:.2f}")
+        self.query_one("#accept-stats", Static).update(accept)
+        lengths = [p.value for p in list(store.accept_len)[-SPARK_POINTS:]]
+        self.query_one("#accept-spark", Sparkline).data = lengths
+        line = Text(no_wrap=True, overflow="ellipsis")
+        if decode is None:
+            line.append("no decode batches yet", style="dim italic")
+        else:
+            line.append(f"running {decode.running_req}  queued {decode.queue_req}  ")
+            line.append(f"tokens {decode.tokens}  usage {decode.token_usage * 100:.0f}%")
+        self.query_one("#load-line", Static).update(line)

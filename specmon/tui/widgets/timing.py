@@ -1,0 +1,108 @@
+"""The draft/verify panel: per-cycle phase times, their shares and the Amdahl bound.
+
+It exists to answer "is the draft phase worth optimising?" before anyone spends hours on it.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from specmon.store import StateStore
+from specmon.tui.formatting import amdahl_gain_percent, format_number
+
+WINDOW = 200  # cycles averaged
+
+PHASE_STYLES = (("draft", "magenta"), ("verify", "cyan"), ("extend", "yellow"))
+
+
+class TimingPanel(Static):
+    """Mean draft/verify/extend ms over the last cycles, from ``store.probe``."""
+
+    DEFAULT_CSS = """
+    TimingPanel { height: 7; border: round $primary; border-title-color: $primary; padding: 0 1; }
+    TimingPanel:focus { border: round $accent; }
+    """
+
+    can_focus = True
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.border_title = "Draft / verify"
+        self._last: tuple[object, ...] | None = None
+
+    def update_from(self, store: StateStore) -> None:
+        width = max(20, self.size.width - 4)
+        last = store.probe[-1] if store.probe else None
+        key = (len(store.probe), last, width)
+        if key == self._last:
+            return
+        self._last = key
+        self.border_subtitle = timing_subtitle(store)
+        self.update(render_timing(store, width))
+
+
+def render_timing(store: StateStore, width: int) -> Text:
+    """Five lines: phase ms, a stacked bar of shares, the shares, the Amdahl bound (wrapped)."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    means = store.phase_means(WINDOW)
+    if means is None:
+        text.append("No per-cycle timing yet.\n", style="bold")
+        text.append("Set probe = true in the launch\n", style="dim")
+        text.append("profile to time draft, verify\n", style="dim")
+        text.append("and extend (docs/probe.md).", style="dim")
+        return text
+    draft, verify, extend = means
+    cycle = draft + verify + extend
+    narrow = width < 60
+    names = ("draft", "verify", "ext") if narrow else ("draft", "verify", "extend")
+    if narrow:
+        text.append("ms ", style="dim")
+    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+        text.append(f"{name} ", style=f"bold {style}")
+        text.append(f"{format_number(value, 2)}{'' if narrow else ' ms'}  ")
+    if not narrow:
+        text.append(f"cycle {format_number(cycle, 1)} ms")
+    text.append("\n")
+    text.append_text(_stacked_bar(means, width))
+    text.append("\n")
+    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+        share = 100 * value / cycle if cycle else 0.0
+        text.append(f"{name} {share:.1f}%  ", style=style)
+    text.append("\n")
+    gain = amdahl_gain_percent(draft, verify, extend)
+    if gain is not None:
+        sentence = f"a draft phase infinitely faster would gain at most {gain:.1f}%"
+        text.append_text(_wrap_bold_tail(sentence, width, f"{gain:.1f}%"))
+    return text
+
+
+def timing_subtitle(store: StateStore) -> str:
+    """Where the numbers come from, shown in the panel's bottom border."""
+    if not store.probe:
+        return ""
+    source = "probe" if store.probe[-1].source == "probe" else "whole-step time, no probe"
+    return f"{source} · last {min(WINDOW, len(store.probe))} cycles"
+
+
+def _wrap_bold_tail(sentence: str, width: int, tail: str) -> Text:
+    """The sentence on one line if it fits, else two, with the figure in bold."""
+    if len(sentence) > width:
+        cut = sentence.rfind(" ", 0, width)
+        sentence = sentence[:cut] + "\n" + sentence[cut + 1 :]
+    text = Text(sentence[: -len(tail)])
+    text.append(tail, style="bold")
+    return text
+
+
+def _stacked_bar(means: tuple[float, float, float], width: int) -> Text:
+    total = sum(means)
+    text = Text()
+    if total <= 0:
+        return text
+    cells = [int(round(width * value / total)) for value in means]
+    cells[1] += width - sum(cells)  # rounding remainder goes to verify, the largest share
+    for (_, style), count in zip(PHASE_STYLES, cells, strict=True):
+        if count > 0:
+            text.append("█" * count, style=style)
+    return text
