@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from specmon.backends.sglang.parser import SGLangLogParser  # noqa: E402
+from specmon.backends.sglang.parser import SGLangLogParser
 
 START = datetime(2026, 2, 10, 9, 14, 2)
 CHUNK_BYTES = 1 << 20
@@ -140,6 +140,10 @@ def crash_lines(at: datetime) -> list[str]:
     return lines
 
 
+VARIANT_BLOCKS = {0: 1, 5: 2, 10: 3, 15: 4}
+"""Which 20,000-line blocks (of each 25) carry an older or newer decode form."""
+
+
 def write_log(path: Path, total_lines: int, seed: int = 7) -> int:
     """Write the log; returns the number of physical lines written."""
     rng = random.Random(seed)
@@ -167,10 +171,9 @@ def write_log(path: Path, total_lines: int, seed: int = 7) -> int:
                     '"POST /generate HTTP/1.1" 200 OK'
                 )
             else:
-                roll = rng.random()
-                variant = 1 if roll < 0.02 else 2 if roll < 0.04 else 3 if roll < 0.05 else 0
-                if variant == 0 and roll < 0.07:
-                    variant = 4
+                # One server writes one decode form; the other forms come in blocks, as in a
+                # log file that spans server upgrades.
+                variant = VARIANT_BLOCKS.get((index // 20_000) % 25, 0)
                 buffer.append(decode_line(rng, at, variant))
             if len(buffer) >= 10000:
                 out.write("\n".join(buffer) + "\n")
@@ -225,14 +228,18 @@ def main() -> int:
         grep_seconds = min(grep_seconds, time_grep(path)[0])
     print(f"log: {written} lines written, {lines_seen} read (tqdm redraws split), {size_mb:.1f} MB")
     print(f"load average before timing: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print(f"events: {sum(kinds.values())} ({', '.join(f'{k}={n}' for k, n in kinds.most_common())})")
+    print(
+        f"events: {sum(kinds.values())} ({', '.join(f'{k}={n}' for k, n in kinds.most_common())})"
+    )
     print(f"grep -c 'Decode batch': {grep_count} lines in {grep_seconds * 1000:.1f} ms")
     print(
         f"parser: {parse_seconds:.3f} s = {written / parse_seconds:,.0f} lines/s "
         f"(best of {len(runs)}: {', '.join(f'{run[0]:.3f}' for run in runs)} s)"
     )
-    print(f"grep: {written / grep_seconds:,.0f} lines/s; parser/grep time ratio: "
-          f"{parse_seconds / grep_seconds:.1f}x")
+    print(
+        f"grep: {written / grep_seconds:,.0f} lines/s; parser/grep time ratio: "
+        f"{parse_seconds / grep_seconds:.1f}x"
+    )
     if kinds["decode"] != grep_count:
         print(f"MISMATCH: {kinds['decode']} decode events for {grep_count} grep hits")
         return 1

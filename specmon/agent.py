@@ -211,6 +211,7 @@ class _Gpu:
         self.lost: str | None = None  # the NVML message once the GPU fell off the bus
         self.unsupported: set[str] = set()
         self.counters: dict[int, tuple[float, float]] = {}  # field id -> (value, seconds)
+        self.rates: dict[int, float] = {}  # field id -> the last rate computed
         self.counter_fields: list[Any] | None = None  # None: not probed yet
         self.pcie_from_thread: tuple[float | None, float | None] = (None, None)
 
@@ -405,7 +406,13 @@ class NvmlSampler:
                 rate = (number - previous[0]) / (seconds - previous[1])
                 if field_id in (FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES):
                     rate /= 1024.0  # bytes -> KiB
-                rates[field_id] = rate
+                gpu.rates[field_id] = rate
+            elif previous is not None and seconds <= previous[1]:
+                gpu.counters[field_id] = previous  # NVML has not refreshed it: keep the last rate
+            else:
+                gpu.rates.pop(field_id, None)  # first read, or the counter went back (reset)
+            if field_id in gpu.rates:
+                rates[field_id] = gpu.rates[field_id]
         if len(keep) != len(gpu.counter_fields):
             kept_ids = {r[0] if isinstance(r, tuple) else r for r in keep}
             if FI_PCIE_TX_BYTES not in kept_ids:

@@ -18,9 +18,12 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specmon.errors import ConfigError
+
+if TYPE_CHECKING:
+    from specmon.launch import LaunchSpec
 
 CONFIG_FILE_NAME = "specmon.toml"
 CONFIG_DIR_ENV = "SPECMON_CONFIG_DIR"  # overrides the user config dir (tests, packaging)
@@ -161,7 +164,7 @@ class Profile:
         env: Mapping[str, str | None] | None = None,
         *,
         python: str = "python3",
-    ) -> Any:  # LaunchSpec; typed loosely so importing config stays cheap
+    ) -> LaunchSpec:
         """The launch with overrides applied, e.g. ``{"speculative-num-steps": "2"}`` and
         ``{"NCCL_PROTO": "LL"}`` (None removes). ``python`` replaces the "{python}" command
         word: pass the host's ``HostConfig.python``. Not validated: call ``.validate()``."""
@@ -305,9 +308,9 @@ def _apply_environment(config: Config, environ: Mapping[str, str]) -> Config:
     scale = environ.get(SIM_TIME_SCALE_ENV)
     if scale is None:
         return config
-    from specmon.backends.sglang.flags import _env_value_problem
+    from specmon.backends.sglang.flags import env_value_problem
 
-    problem = _env_value_problem(SIM_TIME_SCALE_ENV, scale)
+    problem = env_value_problem(SIM_TIME_SCALE_ENV, scale)
     if problem:
         raise ConfigError(problem, path="environment", key=SIM_TIME_SCALE_ENV)
     profiles = {
@@ -721,7 +724,9 @@ class _Reader:
         if parent_name is None:
             return dict(table)
         if not isinstance(parent_name, str):
-            raise self.error([*path, "extends"], f"expected a string, got {_type_name(parent_name)}")
+            raise self.error(
+                [*path, "extends"], f"expected a string, got {_type_name(parent_name)}"
+            )
         if parent_name not in profiles:
             raise self.error(
                 [*path, "extends"],
@@ -824,7 +829,9 @@ class _Reader:
                 table, path, "http_poll_s", float, 0.1, 600.0, defaults.http_poll_s
             ),
             redraw_hz=self.number(table, path, "redraw_hz", float, 0.5, 60.0, defaults.redraw_hz),
-            log_lines=self.number(table, path, "log_lines", int, 100, 1_000_000, defaults.log_lines),
+            log_lines=self.number(
+                table, path, "log_lines", int, 100, 1_000_000, defaults.log_lines
+            ),
         )
 
 

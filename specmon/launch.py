@@ -74,8 +74,30 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?$|^-\.\d+$")
 
 # Words a POSIX shell (or bash) reads as syntax when they stand where a command name goes.
 _SHELL_RESERVED = frozenset(
-    "! { } [[ ]] case coproc do done elif else esac fi for function if in select then time "
-    "until while".split()
+    [
+        "!",
+        "{",
+        "}",
+        "[[",
+        "]]",
+        "case",
+        "coproc",
+        "do",
+        "done",
+        "elif",
+        "else",
+        "esac",
+        "fi",
+        "for",
+        "function",
+        "if",
+        "in",
+        "select",
+        "then",
+        "time",
+        "until",
+        "while",
+    ]
 )
 
 FlagValue = str | bool | None
@@ -384,6 +406,22 @@ def _flag_width(args: Sequence[str], item: FlagItem) -> int:
     return 2
 
 
+def split_overrides(
+    values: Mapping[str, str | None],
+) -> tuple[dict[str, str | None], dict[str, str | None]]:
+    """Split mixed overrides (a sweep grid, ``--set``) into (flags, env): names starting
+    with an uppercase letter are environment variables, the rest are flags (dashes optional)."""
+    flags: dict[str, str | None] = {}
+    env: dict[str, str | None] = {}
+    for name, value in values.items():
+        bare = name.lstrip("-")
+        if bare[:1].isupper() and not name.startswith("-"):
+            env[name] = value
+        else:
+            flags[bare] = value
+    return flags, env
+
+
 # --- the relaunch form -----------------------------------------------------------------
 
 
@@ -413,16 +451,18 @@ def parse_extra_env(text: str) -> dict[str, str]:
     return env
 
 
-def validate_form(values: Mapping[str, str], *, backend: str = "sglang") -> dict[str, str]:
-    """Inline validation for the relaunch form: field name -> message, empty when valid.
+def validate_form(values: Mapping[str, str], *, base: LaunchSpec | None = None) -> dict[str, str]:
+    """Inline validation for the (SGLang) relaunch form: field -> message, empty when valid.
 
-    Fields are FORM_FIELDS; a blank field means "not set". Only the rules among the form's
-    own fields are checked here; the complete launch is checked again on submit.
+    Fields are FORM_FIELDS; a blank field means "not set". ``base`` is the launch being
+    edited: its speculative algorithm applies (EAGLE3 when no base is given). Only rules
+    among the form's own fields are checked here; the whole launch is checked on submit.
     """
     from specmon.backends.sglang.flags import sglang_launch_problems
 
     messages: dict[str, str] = {}
-    args: list[str] = []
+    algorithm = base.flag("speculative-algorithm") if base is not None else "EAGLE3"
+    args: list[str] = [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
     env: dict[str, str] = {}
     for name in FORM_FLAG_FIELDS:
         value = values.get(name, "").strip()
@@ -449,12 +489,10 @@ def validate_form(values: Mapping[str, str], *, backend: str = "sglang") -> dict
     for name in extra_env:
         if name in env:
             messages.setdefault(FORM_EXTRA_ENV, f"{name} has its own field; set it there")
-    for token in [*args, *extra_args, *env.values(), *extra_env.values()]:
-        problem = text_problem("value", token)
+    for field_name in FORM_FIELDS:
+        problem = text_problem("value", values.get(field_name, ""))
         if problem:
-            messages.setdefault(FORM_EXTRA_ARGS, problem)
-    if backend != "sglang":
-        return messages
+            messages.setdefault(field_name, problem.partition(": ")[2])
     for problem in sglang_launch_problems([*args, *extra_args], {**extra_env, **env}):
         field_name = _form_field_of(problem.subject, extra_env)
         if problem.subject in ("--speculative-algorithm", "--speculative-draft-model-path"):

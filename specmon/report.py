@@ -6,6 +6,7 @@ show the same thing. Every speed-up is printed next to the baseline it was compu
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from specmon.ledger import Baseline, format_age
 from specmon.sweep import SweepPointResult, rank_results
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NO_BASELINE = (
     "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
     "shown (measure one with `specmon sweep ... --baseline`)"
@@ -101,7 +103,7 @@ def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
     """A stored benchmark (ledger row) as readable lines."""
     now = time.time()
     spec = row.get("speculative")
-    spec_text = {1: "on", 0: "off", True: "on", False: "off"}.get(spec, "unknown")
+    spec_text = {1: "on", 0: "off"}.get(spec, "unknown")
     lines = [
         f"benchmark b{row['id']}  {row['host']}  profile {row.get('profile') or '-'}  "
         f"measured {format_age(now - row['created_at'])} ago",
@@ -129,9 +131,7 @@ def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
     if spec == 0:
         lines.append("  this is a measured baseline (speculation off)")
     elif baseline is not None:
-        lines.append(
-            f"  speed-up {row['tok_s'] / baseline.tok_s:.2f}x vs {baseline.describe(now)}"
-        )
+        lines.append(f"  speed-up {row['tok_s'] / baseline.tok_s:.2f}x vs {baseline.describe(now)}")
     else:
         lines.append("  " + NO_BASELINE)
     return "\n".join(lines)
@@ -176,13 +176,44 @@ def sweep_plot(
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
         plt.plot(xs, ys, label=label, marker=markers[number % len(markers)])
+    values = [p[1] for points in series.values() for p in points]
+    if baseline is not None:
+        values.append(baseline.tok_s)
+    low, high = min(values), max(values)
+    margin = max(1.0, (high - low) * 0.1)
+    plt.ylim(max(0.0, low - margin), high + margin)  # keeps the baseline off the frame
     if baseline is not None:
         plt.hline(baseline.tok_s)
-        plt.title(f"tok/s vs {x_name}; line: baseline b{baseline.benchmark_id} {baseline.tok_s:.1f}")
+        plt.title(
+            f"tok/s vs {x_name}; line: baseline b{baseline.benchmark_id} {baseline.tok_s:.1f}"
+        )
     else:
         plt.title(f"tok/s vs {x_name} (no measured baseline)")
     plt.xlabel(x_name)
     plt.ylabel("tok/s")
     text = plt.build()
     plt.clear_figure()
-    return text
+    return text if color else _ANSI.sub("", text)
+
+
+def progress_printer(stream: Any, *, width: int = 30) -> Any:
+    """A BenchProgress callback drawing a bar: redrawn in place on a TTY, one line per
+    finished request otherwise (for nohup/tmux logs of unattended runs)."""
+    interactive = bool(getattr(stream, "isatty", lambda: False)())
+
+    def show(progress: Any) -> None:
+        filled = int(width * progress.done / max(1, progress.total))
+        bar = "#" * filled + "." * (width - filled)
+        last = progress.last
+        figure = ""
+        if last is not None:
+            figure = f"  {last.tok_s:.1f} tok/s" if last.ok else f"  failed: {last.error}"
+        text = f"{progress.phase:<7} [{bar}] {progress.done}/{progress.total}{figure}"
+        if interactive:
+            end = "\n" if progress.done == progress.total else ""
+            stream.write("\r\x1b[2K" + text + end)
+        else:
+            stream.write(text + "\n")
+        stream.flush()
+
+    return show

@@ -167,12 +167,13 @@ def baseline_profile_name(config: Any, profile_name: str) -> str | None:
     return candidate if candidate in config.profiles else None
 
 
-def plan_points(config: Any, plan: SweepPlan) -> list[SweepPoint]:
+def plan_points(config: Any, plan: SweepPlan, *, python: str = "python3") -> list[SweepPoint]:
     """The sweep's launches (baseline first), each validated before anything runs.
 
     With ``--speculative-eagle-topk 1`` SGLang needs draft tokens = steps + 1; when the grid
     varies the steps but not the draft tokens, the draft tokens follow (as SGLang itself would
-    adjust them) and the point says so in its notes.
+    adjust them) and the point says so in its notes. ``python`` is the host's interpreter,
+    for profiles whose command starts with "{python}".
     """
     if plan.profile not in config.profiles:
         known = ", ".join(sorted(config.profiles)) or "none"
@@ -183,10 +184,10 @@ def plan_points(config: Any, plan: SweepPlan) -> list[SweepPoint]:
     if plan.baseline:
         name = baseline_profile_name(config, plan.profile)
         if name is not None:
-            spec = config.profiles[name].to_launch_spec()
+            spec = config.profiles[name].to_launch_spec(python=python)
             note = f"baseline profile {name}"
         else:
-            spec = profile.to_launch_spec().without_speculation()
+            spec = profile.to_launch_spec(python=python).without_speculation()
             name = plan.profile
             note = f"profile {plan.profile} with every --speculative-* flag removed"
         if spec.flag("speculative-algorithm"):
@@ -200,7 +201,7 @@ def plan_points(config: Any, plan: SweepPlan) -> list[SweepPoint]:
         flags = {k: v for k, v in params.items() if not k[:1].isupper()}
         env = {k: v for k, v in params.items() if k[:1].isupper()}
         notes: list[str] = []
-        spec = profile.to_launch_spec(flags=flags, env=env)
+        spec = profile.to_launch_spec(flags=flags, env=env, python=python)
         steps = spec.flag("speculative-num-steps")
         if (
             "speculative-num-steps" in flags
@@ -455,7 +456,7 @@ class SweepRunner:
             launched_at = time.monotonic()
             await self._wait_ready(index, run_id)
             load_seconds = time.monotonic() - launched_at
-            base_url = await _base_url(self.controller)
+            base_url = await session_base_url(self.controller)
             from specmon.bench.timing import ProbeCollector
 
             async with ProbeCollector(self.controller.bus) as probes:
@@ -626,16 +627,25 @@ def _same_value(wanted: str, served: Any) -> bool:
         return False
 
 
-async def _base_url(controller: Any) -> str:
+async def session_base_url(controller: Any) -> str:
+    """The running server's HTTP base URL as reachable from here (SSH forward or localhost).
+
+    Uses the controller's ``http_base_url()`` when it has one; otherwise forwards the current
+    run's port through the host session's transport.
+    """
     getter = getattr(controller, "http_base_url", None)
-    if getter is None:
-        raise PointFailed("this host session offers no HTTP base URL for the server")
-    value = getter()
-    if asyncio.iscoroutine(value):
-        value = await value
-    if not value:
-        raise PointFailed("the server's HTTP port is not reachable")
-    return str(value)
+    if getter is not None:
+        value = getter()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return str(value)
+    run = getattr(controller, "current_run", None)
+    transport = getattr(controller, "transport", None)
+    if run is None or transport is None or not getattr(run, "port", None):
+        raise PointFailed("the host session knows no HTTP port for the running server")
+    local_port = await transport.forward_port(int(run.port))
+    return f"http://127.0.0.1:{local_port}"
 
 
 async def _quietly_stop(controller: HostController) -> None:

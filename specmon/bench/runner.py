@@ -179,7 +179,9 @@ def percentile(values: Sequence[float], q: float) -> float:
     if low == high:
         return float(ordered[low])
     weight = position - low
-    return float(ordered[low] * (1 - weight) + ordered[high] * weight)
+    # low + (high - low) * w stays within [low, high] in floating point; the weighted sum
+    # low * (1 - w) + high * w does not.
+    return float(ordered[low] + (ordered[high] - ordered[low]) * weight)
 
 
 def pooled_accept_length(results: Iterable[RequestResult]) -> float | None:

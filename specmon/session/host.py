@@ -212,8 +212,11 @@ class HostSession(HostController):
         options: SessionOptions | None = None,
         bus: EventBus | None = None,
         stop_server_on_close: bool = False,
+        autolaunch: str | None = None,
     ) -> None:
         self.transport = transport
+        self.autolaunch = autolaunch  # a profile launched on start when no run is live (demo)
+        self.autolaunch_flags: dict[str, str] = {}
         self.host_label = transport.label
         self.options = options or SessionOptions()
         self.bus = bus if bus is not None else EventBus(StateStore())
@@ -237,13 +240,20 @@ class HostSession(HostController):
     def profiles(self) -> list[str]:
         return sorted(self._profiles)
 
-    async def start(self) -> None:
+    async def start(self, *, streams: bool = True) -> None:
+        """Connect and install the helper; with ``streams`` (the default) also reattach a live
+        run and start the log tail, HTTP polling, the GPU agent and reconnection. Without,
+        the session answers ``status()`` only (quick headless queries)."""
         if self._started:
             return
         self._started = True
         self._publish(ConnectionState(host=self.host_label, state="connecting"))
         try:
             await self.transport.connect()
+            if not streams:
+                await self._install_helper()
+                self._publish(ConnectionState(host=self.host_label, state="connected"))
+                return
             await self._on_connected(first=True)
         except BaseException:
             self._started = False
@@ -253,6 +263,8 @@ class HostSession(HostController):
             raise
         self._publish(ConnectionState(host=self.host_label, state="connected"))
         self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
+        if self.autolaunch and self._follow is None:
+            await self.launch(self.autolaunch, flags=self.autolaunch_flags)
 
     async def close(self) -> None:
         if self._closing:
@@ -281,8 +293,11 @@ class HostSession(HostController):
         except KeyError:
             known = ", ".join(self.profiles()) or "none"
             raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
-        spec = chosen.to_launch_spec(flags=flags, env=env)
-        spec.validate()
+        python = sys.executable if self.transport.is_local else self.options.python
+        try:
+            spec = chosen.to_launch_spec(flags=flags, env=env, python=python)
+        except TypeError:  # a profile object without the python keyword
+            spec = chosen.to_launch_spec(flags=flags, env=env)
         return await self.launch_spec(spec, profile=profile)
 
     async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
@@ -308,6 +323,12 @@ class HostSession(HostController):
             for run in live:
                 report = await self._stop_run(run)
             return report
+
+    async def stop_all_runs(self) -> list[StopReport]:
+        """Stop every live run in this state dir, whoever launched it: for a private state
+        dir only (the demo's clean-up), never for a shared host."""
+        async with self._op_lock, self._host_lock("stop"):
+            return [await self._stop_run(r) for r in await self.status() if r.alive]
 
     # --- status ----------------------------------------------------------------------------
 
@@ -394,8 +415,7 @@ class HostSession(HostController):
                 break
 
     async def _on_connected(self, *, first: bool) -> None:
-        await self._install_helper()
-        runs = await self.status()
+        runs = await self._install_helper()
         self._remember_load_times(runs)
         follow = self._follow
         if follow is not None:
@@ -415,22 +435,29 @@ class HostSession(HostController):
         self._restart_task("http", self.http.run)
         self._restart_task("watchdog", self._watchdog)
 
-    async def _install_helper(self) -> None:
+    async def _install_helper(self) -> list[RunStatus]:
+        """Make sure the host runs this exact helper (uploading it only when it differs) and
+        return the runs, all in one round trip when the helper is already there."""
         source = HELPER_SOURCE.read_bytes()
         digest = hashlib.sha256(source).hexdigest()
         base = self.options.state_dir.rstrip("/")
         remote = f"{base}/bin/{HELPER_NAME}"
-        await self.transport.write_file(remote, source, timeout=self.options.call_timeout_s)
         python = self.transport.python_argv(self.options.python)
         self._helper = [*python, remote]
-        reply = await self._call(["hello"], state_dir=base)
-        if reply.get("sha256") != digest:
-            raise RemoteCallError(
-                f"the helper on {self.host_label} does not match what was sent "
-                f"(sha256 {reply.get('sha256')} != {digest})"
-            )
+        reply: dict[str, Any] | None = None
+        with contextlib.suppress(RemoteCallError):
+            reply = await self._call(["hello", "--with-status"], state_dir=base)
+        if reply is None or reply.get("sha256") != digest:
+            await self.transport.write_file(remote, source, timeout=self.options.call_timeout_s)
+            reply = await self._call(["hello", "--with-status"], state_dir=base)
+            if reply.get("sha256") != digest:
+                raise RemoteCallError(
+                    f"the helper on {self.host_label} does not match what was sent "
+                    f"(sha256 {reply.get('sha256')} != {digest})"
+                )
         self._state_dir = str(reply["state_dir"])
         self._helper = [*python, f"{self._state_dir}/bin/{HELPER_NAME}"]
+        return [RunStatus.from_helper(r) for r in reply.get("runs", [])]
 
     # --- remote calls ------------------------------------------------------------------------
 
@@ -548,13 +575,13 @@ class HostSession(HostController):
                 "--run-id",
                 run.run_id,
                 "--grace",
-                str(opts.stop_grace_s),
+                str(self._grace_for(run)),
                 "--kill-wait",
                 str(opts.kill_wait_s),
             ]
         )
         final: dict[str, Any] = {}
-        deadline = time.monotonic() + opts.stop_grace_s + opts.kill_wait_s + opts.call_timeout_s
+        deadline = time.monotonic() + self._grace_for(run) + opts.kill_wait_s + opts.call_timeout_s
         try:
             while True:
                 left = deadline - time.monotonic()
@@ -593,8 +620,8 @@ class HostSession(HostController):
             StopProgress(run_id=run.run_id, step="gpu_released", seconds=seconds, detail=detail)
         )
         if self._follow is not None and self._follow.run.run_id == run.run_id:
+            await self._drain_follow()
             self._follow.ended = True
-            self._cancel_task("follow")
         self._publish(RunState(run_id=run.run_id, state="stopped", detail="stopped by specmon"))
         if not released:
             raise RemoteCallError(
@@ -603,6 +630,20 @@ class HostSession(HostController):
                 "not relaunching"
             )
         return StopReport(run.run_id, tuple(steps))
+
+    def _grace_for(self, run: RunStatus) -> float:
+        """The profile's stop grace if it has one, else the session's."""
+        profile = self._profiles.get(run.profile) if run.profile else None
+        grace = getattr(profile, "stop_grace_s", None)
+        return float(grace) if isinstance(grace, (int, float)) else self.options.stop_grace_s
+
+    async def _drain_follow(self, timeout: float = 10.0) -> None:
+        """Let the log tail read the stopped run's last bytes and its exit, then end it."""
+        task = self._tasks.get("follow")
+        if task is not None and not task.done():
+            with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+        self._cancel_task("follow")
 
     async def _helper_launch(self, spec: Any, profile: str | None, chosen: Any) -> str:
         argv = list(spec.argv)

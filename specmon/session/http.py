@@ -79,7 +79,7 @@ class HttpPoller:
         local_port = await s.transport.forward_port(port)
         base = f"http://127.0.0.1:{local_port}"
         interval = s.options.health_interval_s
-        last_status: int | None | str = "unset"
+        last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
         polls = 0
         async with httpx.AsyncClient(timeout=s.options.http_timeout_s, trust_env=False) as client:

@@ -265,12 +265,7 @@ def describe(state, run_id):
 
 def cmd_status(args):
     state = state_dir(args.state_dir)
-    runs = []
-    for run_id in sorted(os.listdir(os.path.join(state, "runs"))):
-        info = describe(state, run_id)
-        if info is not None:
-            runs.append(info)
-    emit({"ok": True, "runs": runs[-args.limit :], "now": time.time()})
+    emit({"ok": True, "runs": list_runs(state, args.limit), "now": time.time()})
     return 0
 
 
@@ -484,21 +479,31 @@ def cmd_supervise(args):
     return 0 if code is None else (code if code >= 0 else 128 - code)
 
 
+def list_runs(state, limit):
+    runs = []
+    for run_id in sorted(os.listdir(os.path.join(state, "runs"))):
+        info = describe(state, run_id)
+        if info is not None:
+            runs.append(info)
+    return runs[-limit:]
+
+
 def cmd_hello(args):
     state = state_dir(args.state_dir)
     with open(os.path.abspath(__file__), "rb") as f:
         digest = hashlib.sha256(f.read()).hexdigest()
-    emit(
-        {
-            "ok": True,
-            "sha256": digest,
-            "python": sys.version.split()[0],
-            "host": socket.gethostname(),
-            "user": os.environ.get("USER") or os.environ.get("LOGNAME"),
-            "state_dir": state,
-            "time": time.time(),
-        }
-    )
+    reply = {
+        "ok": True,
+        "sha256": digest,
+        "python": sys.version.split()[0],
+        "host": socket.gethostname(),
+        "user": os.environ.get("USER") or os.environ.get("LOGNAME"),
+        "state_dir": state,
+        "time": time.time(),
+    }
+    if args.with_status:
+        reply["runs"] = list_runs(state, 200)
+    emit(reply)
     return 0
 
 
@@ -520,6 +525,7 @@ def main(argv=None):
         if name in ("stop", "follow", "annotate"):
             p.add_argument("--run-id", required=True)
     sub.choices["status"].add_argument("--limit", type=int, default=200)
+    sub.choices["hello"].add_argument("--with-status", action="store_true")
     sub.choices["stop"].add_argument("--grace", type=float, default=30.0)
     sub.choices["stop"].add_argument("--kill-wait", type=float, default=10.0)
     sub.choices["hold-lock"].add_argument("--owner", required=True)

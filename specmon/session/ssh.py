@@ -196,7 +196,8 @@ class SshTransport(Transport):
         conn = self._live()
         try:
             process = await asyncio.wait_for(
-                conn.create_process(shell_command(argv), encoding=None), 15.0
+                conn.create_process(shell_command(argv), encoding=None, stderr=asyncssh.DEVNULL),
+                15.0,
             )
         except (asyncssh.Error, OSError, asyncio.TimeoutError) as exc:
             raise ConnectionLost(f"ssh to {self.label}: cannot start a command: {exc}") from None

@@ -20,12 +20,13 @@ from typing import TextIO
 from specmon.sim import perf
 from specmon.sim.logwriter import LogWriter
 
-_WORDS = (
+_TEXT = (
     "Paris is the capital and largest city of France , on the Seine river in the north of "
     "the country . It is a centre of finance , diplomacy , commerce , culture , fashion and "
     "gastronomy , and one of the most visited cities in the world . The city has been a "
     "major hub of science and the arts since the seventeenth century ."
-).split()
+)
+_WORDS = tuple(_TEXT.split(" "))
 PREFILL_TOKENS_PER_SECOND = 9000.0  # rough prefill speed of the measured host, batch of one
 PREFILL_FIXED_S = 0.02
 PROBE_FLUSH_RECORDS = 16
@@ -172,7 +173,7 @@ class Engine:
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._wakeup.wait(), timeout=0.5)
                     next_deadline = time.monotonic()
-                    self._window_started = time.monotonic()
+                    self._reset_window()
         finally:
             self.flush_probe()
 
@@ -294,8 +295,12 @@ class Engine:
             f"#queue-req: {len(self.waiting)}"
         )
         self.writer.rank(self.log_rank, message)
+        self._reset_window()
+
+    def _reset_window(self) -> None:
+        """Throughput is measured over decoding time only: an idle gap starts a new window."""
         self._window_tokens = self._window_accepted = self._window_verifies = 0
-        self._window_started = now
+        self._window_started = time.monotonic()
 
     def _report_busy(self, force: bool = False) -> None:
         """Tell the GPU model how busy the last ~0.5 s were (utilisation follows)."""

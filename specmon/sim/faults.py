@@ -71,8 +71,18 @@ _SCHEDULER_INIT = (
         "self.tp_worker = TpModelWorker(",
     ),
     ("sglang/srt/managers/tp_worker.py", 247, "__init__", "self._init_model_runner()"),
-    ("sglang/srt/managers/tp_worker.py", 330, "_init_model_runner", "self._model_runner = ModelRunner("),
-    ("sglang/srt/model_executor/model_runner.py", 354, "__init__", "self.initialize(min_per_gpu_memory)"),
+    (
+        "sglang/srt/managers/tp_worker.py",
+        330,
+        "_init_model_runner",
+        "self._model_runner = ModelRunner(",
+    ),
+    (
+        "sglang/srt/model_executor/model_runner.py",
+        354,
+        "__init__",
+        "self.initialize(min_per_gpu_memory)",
+    ),
 )
 
 
@@ -98,7 +108,12 @@ def oom_traceback(
         )
     else:
         tail = (
-            ("sglang/srt/model_executor/model_runner.py", 497, "initialize", "self.init_memory_pool("),
+            (
+                "sglang/srt/model_executor/model_runner.py",
+                497,
+                "initialize",
+                "self.init_memory_pool(",
+            ),
             (
                 "sglang/srt/model_executor/model_runner.py",
                 1891,
@@ -145,7 +160,12 @@ _CAPTURE_FAILED_HELP = (
 def nccl_traceback() -> str:
     """DistBackendError inside CUDA graph capture, re-raised as SGLang's capture failure."""
     capture = (
-        ("sglang/srt/model_executor/model_runner.py", 512, "initialize", "self.init_device_graphs()"),
+        (
+            "sglang/srt/model_executor/model_runner.py",
+            512,
+            "initialize",
+            "self.init_device_graphs()",
+        ),
         (
             "sglang/srt/model_executor/model_runner.py",
             2156,
@@ -155,7 +175,12 @@ def nccl_traceback() -> str:
     )
     inner = (
         ("sglang/srt/model_executor/cuda_graph_runner.py", 380, "__init__", "self.capture()"),
-        ("sglang/srt/model_executor/cuda_graph_runner.py", 497, "capture", ") = self.capture_one_batch_size(bs, forward)"),
+        (
+            "sglang/srt/model_executor/cuda_graph_runner.py",
+            497,
+            "capture",
+            ") = self.capture_one_batch_size(bs, forward)",
+        ),
         (
             "sglang/srt/distributed/parallel_state.py",
             519,
@@ -199,13 +224,33 @@ def context_length_traceback(target_len: int, draft_len: int) -> str:
         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
     )
     frames = (
-        ("sglang/srt/managers/scheduler.py", 2960, "run_scheduler_process", "scheduler = Scheduler("),
+        (
+            "sglang/srt/managers/scheduler.py",
+            2960,
+            "run_scheduler_process",
+            "scheduler = Scheduler(",
+        ),
         ("sglang/srt/managers/scheduler.py", 345, "__init__", "self.init_model_worker()"),
-        ("sglang/srt/managers/scheduler.py", 530, "init_model_worker", "self.draft_worker = DraftWorkerClass("),
+        (
+            "sglang/srt/managers/scheduler.py",
+            530,
+            "init_model_worker",
+            "self.draft_worker = DraftWorkerClass(",
+        ),
         ("sglang/srt/speculative/eagle_worker.py", 136, "__init__", "super().__init__("),
-        ("sglang/srt/managers/tp_worker.py", 238, "__init__", "self.model_config = ModelConfig.from_server_args("),
+        (
+            "sglang/srt/managers/tp_worker.py",
+            238,
+            "__init__",
+            "self.model_config = ModelConfig.from_server_args(",
+        ),
         ("sglang/srt/configs/model_config.py", 250, "from_server_args", "return ModelConfig("),
-        ("sglang/srt/configs/model_config.py", 178, "__init__", "self._derive_context_length(context_length)"),
+        (
+            "sglang/srt/configs/model_config.py",
+            178,
+            "__init__",
+            "self._derive_context_length(context_length)",
+        ),
         ("sglang/srt/configs/model_config.py", 315, "_derive_context_length", "raise ValueError("),
     )
     return (
@@ -219,7 +264,12 @@ def not_enough_memory_traceback(mem_fraction_static: float) -> str:
     frames = (
         *_SCHEDULER_INIT,
         ("sglang/srt/model_executor/model_runner.py", 497, "initialize", "self.init_memory_pool("),
-        ("sglang/srt/model_executor/model_runner.py", 1802, "init_memory_pool", "raise RuntimeError("),
+        (
+            "sglang/srt/model_executor/model_runner.py",
+            1802,
+            "init_memory_pool",
+            "raise RuntimeError(",
+        ),
     )
     return (
         "Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -232,12 +282,37 @@ def not_enough_memory_traceback(mem_fraction_static: float) -> str:
 def decode_crash_traceback() -> str:
     """A scheduler dying mid-decode (an illegal memory access, the usual kind)."""
     frames = (
-        ("sglang/srt/managers/scheduler.py", 2979, "run_scheduler_process", "scheduler.event_loop_normal()"),
+        (
+            "sglang/srt/managers/scheduler.py",
+            2979,
+            "run_scheduler_process",
+            "scheduler.event_loop_normal()",
+        ),
         ("torch/utils/_contextlib.py", 120, "decorate_context", "return func(*args, **kwargs)"),
-        ("sglang/srt/managers/scheduler.py", 1014, "event_loop_normal", "result = self.run_batch(batch)"),
-        ("sglang/srt/managers/scheduler.py", 2048, "run_batch", "batch_result = self.model_worker.forward_batch_generation("),
-        ("sglang/srt/speculative/eagle_worker.py", 301, "forward_batch_generation", "logits_output, verify_output, model_worker_batch, can_run_cuda_graph = self.verify("),
-        ("sglang/srt/speculative/eagle_worker.py", 702, "verify", "res: EagleVerifyOutput = spec_info.verify("),
+        (
+            "sglang/srt/managers/scheduler.py",
+            1014,
+            "event_loop_normal",
+            "result = self.run_batch(batch)",
+        ),
+        (
+            "sglang/srt/managers/scheduler.py",
+            2048,
+            "run_batch",
+            "batch_result = self.model_worker.forward_batch_generation(",
+        ),
+        (
+            "sglang/srt/speculative/eagle_worker.py",
+            301,
+            "forward_batch_generation",
+            "logits_output, verify_output, model_worker_batch, can_run_cuda_graph = self.verify(",
+        ),
+        (
+            "sglang/srt/speculative/eagle_worker.py",
+            702,
+            "verify",
+            "res: EagleVerifyOutput = spec_info.verify(",
+        ),
     )
     return (
         "Scheduler hit an exception: Traceback (most recent call last):\n"

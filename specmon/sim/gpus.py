@@ -6,7 +6,8 @@ cache, CUDA graphs) and how busy decode keeps the GPUs; it rewrites the file ato
 
 File format (JSON, ``schema`` 1):
   {"schema": 1, "wall": float, "server_pid": int, "phase": str, "gpu_name": str,
-   "mem_total_mb": float, "gpus": [{"index": int, "mem_used_mb": float, "util": float,
+   "mem_total_mb": float, "host_gpus": int (GPUs on the host; those past the TP ranks idle),
+   "gpus": [{"index": int, "mem_used_mb": float, "util": float,
    "pid": int}, ...]}
 """
 
@@ -73,10 +74,12 @@ class GpuState:
         server_pid: int,
         rank_pids: list[int] | None = None,
         seed: int = 0,
+        host_gpus: int = 8,
     ) -> None:
         rng = random.Random(seed * 7919 + 17)
         self.path = path
         self.tp_size = tp_size
+        self.host_gpus = max(host_gpus, tp_size)
         self.server_pid = server_pid
         self.rank_pids = rank_pids or [server_pid] * tp_size
         self.ranks = [
@@ -113,6 +116,7 @@ class GpuState:
             "phase": self.phase,
             "gpu_name": GPU_NAME,
             "mem_total_mb": MEM_TOTAL_MB,
+            "host_gpus": self.host_gpus,
             "gpus": [
                 {
                     "index": rank,

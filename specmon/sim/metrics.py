@@ -38,7 +38,9 @@ class SimMetrics:
         self.num_used_tokens = gauge("num_used_tokens", "The number of used tokens.")
         self.token_usage = gauge("token_usage", "The token usage.")
         self.gen_throughput = gauge("gen_throughput", "The generation throughput (token/s).")
-        self.num_queue_reqs = gauge("num_queue_reqs", "The number of requests in the waiting queue.")
+        self.num_queue_reqs = gauge(
+            "num_queue_reqs", "The number of requests in the waiting queue."
+        )
         self.spec_accept_length = gauge("spec_accept_length", "The average acceptance length.")
         self.spec_accept_rate = gauge("spec_accept_rate", "The average acceptance rate.")
         self.cache_hit_rate = gauge("cache_hit_rate", "The prefix cache hit rate.")
@@ -55,7 +57,10 @@ class SimMetrics:
         )
         labels = ("model_name",)
         self.prompt_tokens = Counter(
-            "sglang:prompt_tokens", "Number of prefill tokens processed.", labels, registry=self.registry
+            "sglang:prompt_tokens",
+            "Number of prefill tokens processed.",
+            labels,
+            registry=self.registry,
         )
         self.generation_tokens = Counter(
             "sglang:generation_tokens",
@@ -64,7 +69,10 @@ class SimMetrics:
             registry=self.registry,
         )
         self.num_requests = Counter(
-            "sglang:num_requests", "The number of processed requests.", labels, registry=self.registry
+            "sglang:num_requests",
+            "The number of processed requests.",
+            labels,
+            registry=self.registry,
         )
         self.num_aborted_requests = Counter(
             "sglang:num_aborted_requests",

@@ -20,7 +20,6 @@ VERIFY_FIXED_MS = 25.6 - 3 * VERIFY_MS_PER_TOKEN  # graph replay + all-reduce la
 BASELINE_STEP_MS = 1000.0 / 62.9  # no speculation, batch 1, same server config
 ALLREDUCE_SHARE = 0.45  # of verify (and of a plain decode step) in the measured config
 TUNED_ALLREDUCE_FACTOR = 0.40  # LL + Ring + P2P SYS: 0.45 * (1 - 0.40) = 27% off verify
-CUSTOM_ALLREDUCE_FACTOR = 0.90  # SGLang's custom all-reduce vs default NCCL, same sizes
 
 # --- acceptance: per-position conditional acceptance p_j = max(floor, first * decay^(j-1)) ---
 ACCEPT_FIRST = 0.68
@@ -115,13 +114,13 @@ def nccl_tuning_fraction(settings: SpecSettings) -> float:
 
 
 def allreduce_factor(settings: SpecSettings) -> float:
-    """All-reduce time relative to the measured configuration (NCCL carrying it, defaults).
+    """All-reduce time relative to the measured configuration (NCCL defaults).
 
-    NCCL variables only matter when NCCL carries the small decode all-reduces, i.e. with
-    ``--disable-custom-all-reduce`` (sglang.md section 8); otherwise custom all-reduce runs.
+    The measured host has 8 GPUs on PCIe only, where SGLang's custom all-reduce does not run
+    (it needs NVLink, or at most two PCIe GPUs), so NCCL carries every all-reduce with or
+    without ``--disable-custom-all-reduce``: the flag changes nothing here, the NCCL
+    variables always apply (the figures' -27% came from spec runs without the flag).
     """
-    if not settings.disable_custom_all_reduce:
-        return CUSTOM_ALLREDUCE_FACTOR
     return 1.0 - (1.0 - TUNED_ALLREDUCE_FACTOR) * nccl_tuning_fraction(settings)
 
 

@@ -72,7 +72,7 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
     problems.extend(_speculative_problems(values))
     problems.extend(_server_problems(values))
     for name, value in env.items():
-        problem = _env_value_problem(name, value)
+        problem = env_value_problem(name, value)
         if problem:
             problems.append(Problem(name, problem))
     return problems
@@ -133,7 +133,9 @@ def _speculative_problems(values: Mapping[str, str | None]) -> list[Problem]:
         problems.append(Problem(f"--{draft_model}", "needs a path"))
 
     speculative_given = sorted(
-        name for name in values if name.startswith("speculative-") and name != "speculative-algorithm"
+        name
+        for name in values
+        if name.startswith("speculative-") and name != "speculative-algorithm"
     )
     if "speculative-algorithm" not in values:
         for name in speculative_given:
@@ -239,14 +241,14 @@ def nccl_list_problem(
             if not name:
                 return f"{value[:60]!r} has an empty entry; write e.g. {choices[0]},{choices[1]}"
             if not known(name):
-                return (
-                    f"{name[:30]!r} is not a {what}; use one of {', '.join(choices)}"
-                    + _hint(name, choices)
+                return f"{name[:30]!r} is not a {what}; use one of {', '.join(choices)}" + _hint(
+                    name, choices
                 )
     return None
 
 
-def _env_value_problem(name: str, value: str) -> str | None:
+def env_value_problem(name: str, value: str) -> str | None:
+    """Why a value is wrong for a variable specmon knows (NCCL knobs, simulator settings)."""
     if name == "NCCL_PROTO":
         return nccl_list_problem(value, NCCL_PROTO_VALUES, case_sensitive=True, what="protocol")
     if name == "NCCL_ALGO":

@@ -19,9 +19,11 @@ from typing import Any
 from specmon.backends import LogParser
 from specmon.events import (
     Decode,
+    ErrorCategory,
     Event,
     GraphBegin,
     GraphEnd,
+    GraphRole,
     HttpUp,
     KvCache,
     LoadBegin,
@@ -31,8 +33,6 @@ from specmon.events import (
     ServerError,
     ShardProgress,
 )
-from specmon.events import ErrorCategory as ErrorCategory
-from specmon.events import GraphRole as GraphRole
 
 MAX_LINE_CHARS = 64 * 1024
 """Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
@@ -44,47 +44,68 @@ _CONTINUATION_MAX_LINES = 50
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
 # SGLang's `[%(asctime)s{.ms}{ DP0 PP0 TP3 EP3}] ` and uvicorn's `[%(asctime)s] INFO:     `.
-_SGLANG_PREFIX = re.compile(rf"\[({_TS})((?: [A-Z][A-Z_]*\d+)*)\] (?:INFO: +)?")
-# PyTorch c10d lines: `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] ...`.
-_TORCH_RANK_PREFIX = re.compile(r"\[rank(\d+)\]:(?:\[[^\]]*\] ?)?")
+# Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `. Searched near
+# the start of a line, so a line wrapped by journald or a container runtime still parses.
+_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?|\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
+_PREFIX_SEARCH_CHARS = 200
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
-
-_rank_cache: dict[str, int | None] = {}
 
 
 def _rank_of(tags: str) -> int | None:
     """The TP rank in a prefix's tags (` DP0 TP3 EP3` -> 3); None when the prefix has no TP."""
-    rank = _rank_cache.get(tags, -1)
-    if rank != -1:
-        return rank
     rank = None
     for tag in tags.split():
         if tag.startswith("TP") and tag[2:].isdigit():
             rank = int(tag[2:])
-    if len(_rank_cache) < 4096:
-        _rank_cache[tags] = rank
     return rank
 
 
-# --- the fast decode path: common decode forms, whole line, found by one scan --------------
+class _NumberTable(dict[str, float]):
+    """Number text -> value, for fields with few distinct values (token usage, accept len)."""
 
-_FAST_DECODE = re.compile(
-    rf"^\[({_TS})((?: [A-Z][A-Z_]*\d+)*)\] Decode batch(?: \[\d+\])?[.,] "
-    r"#running-req: (\d+), #token: (\d+), token usage: (\d+(?:\.\d+)?), "
-    r"(?:accept len: (\d+(?:\.\d+)?), )?(?:accept rate: (\d+(?:\.\d+)?), )?"
-    r"(?:cap len: [\d.]+, )?(?:block accept len: [\d.]+, )?"
-    r"(?:cuda graph: (True|False), )?"
-    r"gen throughput \(token/s\): (\d+(?:\.\d+)?), #queue-req: (\d+)(?:, )?$",
-    re.MULTILINE,
-)
+    def __missing__(self, text: str) -> float:
+        value = float(text)
+        if len(self) >= 4096:
+            self.clear()
+        self[text] = value
+        return value
+
+
+class _IntTable(dict[str, int]):
+    """Integer text -> value, for small counts (#running-req, #queue-req)."""
+
+    def __missing__(self, text: str) -> int:
+        value = int(text)
+        if len(self) >= 4096:
+            self.clear()
+        self[text] = value
+        return value
+
+
+class _RankTable(dict[str, int | None]):
+    """Prefix tags -> TP rank, computed once per distinct tag string (there are a handful)."""
+
+    def __missing__(self, tags: str) -> int | None:
+        rank = _rank_of(tags)
+        if len(self) < 1024:
+            self[tags] = rank
+        return rank
+
 
 # --- per-message patterns (searched in the text after the prefix) --------------------------
 
-_KEYWORDS = re.compile(
-    r"Decode batch|Prefill batch|Load weight begin|Load weight end|shards|is allocated"
-    r"|Capture|Uvicorn running|fired up and ready|rror|out of memory|Out of memory|NCCL|nccl"
-    r"|Watchdog|watchdog timeout|hit an exception|scheduler is dead|sigquit|SIGQUIT"
-    r"|Initialization failed|unbalanced|Not enough memory|LONGER_CONTEXT_LEN|Health check failed"
+# Messages that are events start with one of these (after the prefix); errors may sit anywhere.
+_EVENT_STARTS = (
+    "Decode batch",
+    "Prefill batch",
+    "Load weight",
+    "Capture",
+    "Uvicorn running",
+    "The server is fired up",
+)
+_ERROR_HINT = re.compile(
+    r"rror|xception|Interrupt|out of memory|Out of memory|Not enough memory|NCCL|nccl|atchdog|is dead"
+    r"|sigquit|SIGQUIT|ailed|unbalanced|LONGER_CONTEXT_LEN"
 )
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[\d+\])?[.,] ")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
@@ -164,13 +185,12 @@ def _clock_seconds(text: str | None) -> float | None:
 
 def _split_prefix(line: str) -> tuple[str | None, int | None, str, bool]:
     """(ts, rank, message, had_prefix) for one ANSI-free line."""
-    if line.startswith("["):
-        match = _SGLANG_PREFIX.match(line)
+    if "[" in line:
+        match = _PREFIX.search(line, 0, _PREFIX_SEARCH_CHARS)
         if match is not None:
-            return match.group(1), _rank_of(match.group(2)), line[match.end() :], True
-        match = _TORCH_RANK_PREFIX.match(line)
-        if match is not None:
-            return None, int(match.group(1)), line[match.end() :], True
+            if match.group(1) is not None:
+                return match.group(1), _rank_of(match.group(2)), line[match.end() :], True
+            return None, int(match.group(3)), line[match.end() :], True
     return None, None, line, False
 
 
@@ -270,22 +290,48 @@ def _shard_progress(text: str) -> ShardProgress | None:
 
 def _message_event(ts: str | None, rank: int | None, message: str, prefixed: bool) -> Event | None:
     """The event for one line's message (after its prefix), or None."""
-    keyword = _KEYWORDS.search(message)
-    if keyword is None:
+    if message.startswith(_EVENT_STARTS):
+        event = _started_event(ts, rank, message)
+        if event is not None:
+            return event
+    elif "is allocated." in message:
+        tokens = _KV_TOKENS.search(message)
+        if tokens is not None:
+            kv = _KV_SIZE.search(message)
+            if kv is not None:
+                size: float | None = float(kv.group(1))
+            else:
+                k_v = _K_V_SIZES.search(message)
+                size = round(float(k_v.group(1)) + float(k_v.group(2)), 4) if k_v else None
+            return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
+    elif not prefixed and "hards" in message:
+        progress = _shard_progress(message)
+        if progress is not None:
+            return progress
+    if _ERROR_HINT.search(message) is None:
         return None
-    word = keyword.group()
-    if word in ("Decode batch", "Prefill batch"):
-        head = _BATCH_HEAD.search(message)
+    category = error_category(message)
+    if category is None and not prefixed and _BARE_EXCEPTION.match(message):
+        category = "other"
+    if category is None:
+        return None
+    return ServerError(ts=ts, rank=rank, category=category, message=message.strip())
+
+
+def _started_event(ts: str | None, rank: int | None, message: str) -> Event | None:
+    """Events whose message starts with one of ``_EVENT_STARTS``."""
+    if message.startswith(("Decode batch", "Prefill batch")):
+        head = _BATCH_HEAD.match(message)
         if head is not None:
             tail = message[head.end() :]
             if head.group(1) == "Decode":
                 return _decode_from_fields(ts, rank, tail)
             return _prefill_from_fields(ts, rank, tail)
-    elif word == "Load weight begin":
-        match = _LOAD_BEGIN.search(message)
+    elif message.startswith("Load weight begin"):
+        match = _LOAD_BEGIN.match(message)
         return LoadBegin(ts=ts, rank=rank, avail_mem_gb=_float(match and match.group(1)))
-    elif word == "Load weight end":
-        match = _LOAD_END.search(message)
+    elif message.startswith("Load weight end"):
+        match = _LOAD_END.match(message)
         model_type = match.group(2) if match else None
         avail = _AVAIL_MEM.search(message)
         usage = _MEM_USAGE.search(message)
@@ -299,21 +345,8 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
             model_type=model_type,
             role="draft" if draft else "target",
         )
-    elif word == "shards":
-        if not prefixed:
-            return _shard_progress(message)
-    elif word == "is allocated":
-        tokens = _KV_TOKENS.search(message)
-        if tokens is not None:
-            kv = _KV_SIZE.search(message)
-            if kv is not None:
-                size: float | None = float(kv.group(1))
-            else:
-                k_v = _K_V_SIZES.search(message)
-                size = float(k_v.group(1)) + float(k_v.group(2)) if k_v else None
-            return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
-    elif word == "Capture":
-        match = _GRAPH.search(message)
+    elif message.startswith("Capture"):
+        match = _GRAPH.match(message)
         if match is not None:
             role = _graph_role(match.group(1))
             avail = _AVAIL_MEM.search(message)
@@ -331,17 +364,12 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
                 mem_usage_gb=_float(usage and usage.group(1)),
                 avail_mem_gb=_float(avail and avail.group(1)),
             )
-    elif word == "Uvicorn running":
-        match = _UVICORN.search(message)
+    elif message.startswith("Uvicorn running"):
+        match = _UVICORN.match(message)
         return HttpUp(ts=ts, rank=rank, port=_int(match and match.group(1)))
-    elif word == "fired up and ready":
+    elif message.startswith("The server is fired up and ready to roll"):
         return Ready(ts=ts, rank=rank)
-    category = error_category(message)
-    if category is None and not prefixed and _BARE_EXCEPTION.match(message):
-        category = "other"
-    if category is None:
-        return None
-    return ServerError(ts=ts, rank=rank, category=category, message=message.strip())
+    return None
 
 
 def _clean(line: str) -> str:
@@ -380,7 +408,14 @@ class SGLangLogParser(LogParser):
         self._traceback_lines = 0
         self._traceback_ts: str | None = None
         self._traceback_rank: int | None = None
+        self._traceback_report = True
+        self._chained = False  # a "During handling of the above exception" line was seen
         self._continuation_lines = 0
+        self._templates: list[re.Pattern[str]] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
+        self._secondary_hits: dict[re.Pattern[str], int] = {}
+        self._ranks = _RankTable()
+        self._floats = _NumberTable()
+        self._ints = _IntTable()
         self.lines_seen = 0
         """Complete lines read so far (each `\\r` redraw counts as one)."""
 
@@ -456,43 +491,86 @@ class SGLangLogParser(LogParser):
         return [event]
 
     def _scan(self, text: str, events: list[Event]) -> None:
-        """Complete lines -> events: fast decode matches, everything between them line by line."""
+        """Complete lines -> events: template matches in bulk, the lines between one by one."""
         self.lines_seen += text.count("\n") + 1
+        if not self._templates or DECODE_SETTERS is None:
+            self._slow_lines(text, events)
+            return
+        (s_ts, s_rank, s_run, s_tok, s_use, s_al, s_ar, s_gen, s_q, s_cg) = DECODE_SETTERS
+        ranks, floats, ints = self._ranks, self._floats, self._ints
         append = events.append
         slow = self._slow_lines
-        position = 0
-        for match in _FAST_DECODE.finditer(text):
-            start = match.start()
-            if start > position:
-                slow(text[position:start], events)
-            position = match.end() + 1
-            self._continuation_lines = 0
-            (ts, tags, running, tokens, usage, accept_len, accept_rate, graph, gen, queue) = (
-                match.groups()
-            )
-            append(
-                _new_decode(
-                    ts,
-                    _rank_of(tags) if tags else None,
-                    int(running),
-                    int(tokens),
-                    float(usage),
-                    None if accept_len is None else float(accept_len),
-                    None if accept_rate is None else float(accept_rate),
-                    float(gen),
-                    int(queue),
-                    None if graph is None else graph == "True",
+        new = object.__new__
+        # split() gives [gap, ten columns, gap, ten columns, ..., gap]; gaps hold other lines.
+        parts = self._templates[0].split(text)
+        columns = iter(parts)
+        hits = 0
+        for gap, ts, tags, run, tok, use, al, ar, cg, gen, queue in zip(
+            *[columns] * 11, strict=False
+        ):
+            if gap != "\n" and gap:
+                slow(gap, events)
+                self._continuation_lines = 0
+                self._chained = False
+            try:
+                event = new(Decode)
+                s_run(event, ints[run])
+                s_tok(event, int(tok))
+                s_use(event, floats[use])
+                s_al(event, floats[al] if al else None)
+                s_ar(event, floats[ar] if ar else None)
+                s_gen(event, float(gen))
+                s_q(event, ints[queue])
+            except ValueError:
+                columns_event = _decode_from_columns(
+                    (ts, tags, run, tok, use, al, ar, cg, gen, queue), ranks[tags]
                 )
-            )
-        if position < len(text):
-            slow(text[position:], events)
+                if columns_event is not None:
+                    append(columns_event)
+                continue
+            s_ts(event, ts)
+            s_rank(event, ranks[tags] if tags else None)
+            s_cg(event, cg == "True" if cg else None)
+            append(event)
+            hits += 1
+        if parts[-1]:
+            slow(parts[-1], events)
+        self._promote_templates(hits)
+
+    def _promote_templates(self, primary_hits: int) -> None:
+        """Scan the next chunk with the shape most lines of this one had."""
+        counts = self._secondary_hits
+        if counts:
+            best = max(counts, key=counts.__getitem__)
+            if counts[best] > primary_hits:
+                self._templates.remove(best)
+                self._templates.insert(0, best)
+            counts.clear()
 
     def _slow_lines(self, text: str, events: list[Event]) -> None:
         for line in text.split("\n"):
             if line:
-                event = self._line(line)
+                event = self._decode_line(line) if "Decode batch" in line else self._line(line)
                 if event is not None:
                     events.append(event)
+
+    def _decode_line(self, raw: str) -> Event | None:
+        """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
+        line = _clean(raw)
+        for template in self._templates:
+            match = template.match(line)
+            if match is not None:
+                self._secondary_hits[template] = self._secondary_hits.get(template, 0) + 1
+                groups = match.groups()
+                return _decode_from_columns(groups, self._ranks[groups[1]])
+        if line.startswith("[") and DECODE_SETTERS is not None:
+            head = _BATCH_HEAD.search(line)
+            if head is not None and head.group(1) == "Decode":
+                template = decode_template(head.group(), line[head.end() :])
+                if template is not None and template not in self._templates:
+                    self._templates.insert(min(1, len(self._templates)), template)
+                    del self._templates[_MAX_TEMPLATES:]
+        return self._line(raw)
 
     def _line(self, raw: str) -> Event | None:
         line = _clean(raw)
@@ -500,16 +578,24 @@ class SGLangLogParser(LogParser):
         if self._in_traceback and not prefixed:
             return self._traceback_line(line)
         if _TRACEBACK_HEAD in message:
-            self._start_traceback(ts, rank)
+            if self._chained and not prefixed:
+                # The next link of a chained exception: its cause was already reported.
+                self._start_traceback(self._traceback_ts, self._traceback_rank, report=False)
+            else:
+                self._start_traceback(ts, rank, report=True)
             return None
         if not prefixed and self._continuation_lines:
             # Lines after an exception's first line continue its message ("Possible
             # solutions: ...", NCCL's "Last error: ..."): not new errors.
             self._continuation_lines -= 1
+            if line.startswith(_CHAIN_LINES):
+                self._chained = True
+                return None
             if not line.startswith("[") and _shard_progress(line) is None:
                 return None
         if prefixed:
             self._continuation_lines = 0
+            self._chained = False
         event = _message_event(ts, rank, message, prefixed)
         if isinstance(event, ShardProgress):
             key = (event.done, event.total)
@@ -520,14 +606,20 @@ class SGLangLogParser(LogParser):
             self._continuation_lines = _CONTINUATION_MAX_LINES
         return event
 
-    def _start_traceback(self, ts: str | None, rank: int | None) -> None:
+    def _start_traceback(self, ts: str | None, rank: int | None, *, report: bool) -> None:
         self._in_traceback = True
+        self._traceback_report = report
+        self._chained = False
         self._traceback_lines = 0
         self._traceback_ts, self._traceback_rank = ts, rank
         self._continuation_lines = 0
 
     def _traceback_line(self, line: str) -> Event | None:
-        """Inside a traceback: frames are skipped, the first unindented line is the cause."""
+        """Inside a traceback: frames are skipped, the first unindented line is the cause.
+
+        A chained exception reports its first link (the root cause) once; later links only
+        continue it.
+        """
         self._traceback_lines += 1
         if self._traceback_lines > _TRACEBACK_MAX_LINES:
             self._in_traceback = False
@@ -539,12 +631,147 @@ class SGLangLogParser(LogParser):
             return None
         self._in_traceback = False
         self._continuation_lines = _CONTINUATION_MAX_LINES
+        if not self._traceback_report:
+            return None
         return ServerError(
             ts=self._traceback_ts,
             rank=self._traceback_rank,
             category=error_category(stripped) or "other",
             message=stripped,
         )
+
+
+# --- the decode fast path: templates learned from the log's own decode lines ----------------
+#
+# One SGLang version writes every decode line in the same shape, so the first decode line
+# of a shape is read field by field and turned into an anchored regex for that exact shape.
+# Whole chunks are then split by it in C; lines in another shape (or anything odd) take the
+# field-by-field path, which gives the same event where the template would have matched.
+
+_DECODE_ROLES: dict[str, str] = {
+    "#running-req": "running",
+    "#token": "tokens",
+    "#full token": "tokens",
+    "token usage": "usage",
+    "full token usage": "usage",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "gen throughput (token/s)": "gen",
+    "#queue-req": "queue",
+}
+# Every template captures these, in this order, after the timestamp and rank tags; a field
+# the shape lacks is an empty group, so all templates split a chunk into the same columns.
+_CANONICAL_ROLES = (
+    "running",
+    "tokens",
+    "usage",
+    "accept_len",
+    "accept_rate",
+    "graph",
+    "gen",
+    "queue",
+)
+_ROLE_VALUE_PATTERNS = {
+    "running": r"(\d+)",
+    "tokens": r"(\d+)",
+    "queue": r"(\d+)",
+    "graph": r"(\w+)",
+}
+_REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
+_TEMPLATE_HEAD = rf"^\[({_TS})([ A-Z_\d]*)\] Decode batch"
+_TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
+_MAX_TEMPLATES = 8
+
+_template_cache: dict[tuple[str, tuple[str, ...], bool], re.Pattern[str] | None] = {}
+
+
+def decode_template(head: str, tail: str) -> re.Pattern[str] | None:
+    """An anchored regex for this decode line's exact shape, from its head (`Decode batch
+    [7], `) and its field text; None when the shape lacks a required field or is odd."""
+    items = tail.split(", ")
+    trailing = items[-1] == ""
+    if trailing:
+        items.pop()
+    keys: list[str] = []
+    for item in items:
+        key, sep, _ = item.partition(": ")
+        if not sep or not key or "\n" in key:
+            return None
+        keys.append(key)
+    shape = (re.sub(r"\d+", "N", head), tuple(keys), trailing)
+    if shape in _template_cache:
+        return _template_cache[shape]
+    template = _build_template(head, keys, trailing)
+    if len(_template_cache) < 256:
+        _template_cache[shape] = template
+    return template
+
+
+def _build_template(head: str, keys: list[str], trailing: bool) -> re.Pattern[str] | None:
+    fields: list[str] = []
+    next_role = 0  # index into _CANONICAL_ROLES of the next column to capture
+    for key in keys:
+        role = _DECODE_ROLES.get(key) or ("graph" if key.endswith(" graph") else None)
+        position = _CANONICAL_ROLES.index(role) if role is not None else -1
+        if position < next_role:  # not a column, or a repeat (`#swa token` after `#token`)
+            fields.append(re.escape(key) + r": [^,\n]*")
+            continue
+        empty_columns = "()" * (position - next_role)
+        value = _ROLE_VALUE_PATTERNS.get(role or "", r"([\d.]+)")
+        fields.append(empty_columns + re.escape(key) + ": " + value)
+        next_role = position + 1
+    if next_role != len(_CANONICAL_ROLES):
+        return None  # `#queue-req` is the last column; a shape without it is not one we scan
+    present = {
+        _DECODE_ROLES.get(key) or ("graph" if key.endswith(" graph") else "") for key in keys
+    }
+    if not all(role in present for role in _REQUIRED_ROLES):
+        return None
+    separator = re.escape(head.rstrip()[-1]) + " "
+    pattern = (
+        _TEMPLATE_HEAD
+        + (r" \[\d+\]" if "[" in head else "")
+        + separator
+        + ", ".join(fields)
+        + (", $" if trailing else "$")
+    )
+    compiled = re.compile(pattern, re.MULTILINE)
+    return compiled if compiled.groups == _TEMPLATE_GROUPS else None
+
+
+_DEFAULT_TEMPLATE = decode_template(
+    "Decode batch, ",
+    "#running-req: 1, #token: 1, token usage: 0.00, accept len: 1.00, accept rate: 1.00, "
+    "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0",
+)
+"""The 0.5.9 shape (the transcripts'); a parser starts with it and learns others."""
+
+
+def _decode_from_columns(columns: tuple[str, ...] | list[str], rank: int | None) -> Decode | None:
+    """A Decode from a template's ten columns, tolerant of malformed numbers."""
+    ts, _, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = columns
+    running_req, token_count, queue_req = _int(running), _int(tokens), _int(queue)
+    token_usage, gen_throughput = _float(usage), _float(gen)
+    if (
+        running_req is None
+        or token_count is None
+        or queue_req is None
+        or token_usage is None
+        or gen_throughput is None
+    ):
+        return None
+    return Decode(
+        ts=ts,
+        rank=rank,
+        running_req=running_req,
+        tokens=token_count,
+        token_usage=token_usage,
+        accept_len=_float(accept_len or None),
+        accept_rate=_float(accept_rate or None),
+        gen_throughput=gen_throughput,
+        queue_req=queue_req,
+        cuda_graph=(graph == "True") if graph else None,
+    )
 
 
 # --- building Decode events quickly ----------------------------------------------------------
@@ -563,54 +790,20 @@ _DECODE_ARGS = (
 )
 
 
-def _make_decode_builder() -> Callable[..., Decode]:
-    """A positional Decode constructor for the hot path.
+def _decode_slot_setters() -> tuple[Callable[[Any, Any], None], ...] | None:
+    """Slot setters for Decode, or None when its fields are not the ones the hot path fills.
 
     A frozen dataclass sets each field through ``object.__setattr__`` after keyword parsing;
-    writing the slots directly builds the same object in half the time. If Decode ever gains
-    a field this builder does not know, it falls back to the ordinary constructor.
+    writing the slots directly builds an equal object in about half the time. Should Decode
+    gain a field, this returns None and every decode line takes the ordinary constructor.
     """
     names = tuple(f.name for f in dataclasses.fields(Decode))
     if sorted(names) != sorted(_DECODE_ARGS) or not hasattr(Decode, "__slots__"):
-
-        def build_plain(*values: Any) -> Decode:
-            return Decode(**dict(zip(_DECODE_ARGS, values, strict=True)))
-
-        return build_plain
-    (s_ts, s_rank, s_run, s_tok, s_use, s_al, s_ar, s_gen, s_q, s_cg) = (
-        getattr(Decode, name).__set__ for name in _DECODE_ARGS
-    )
-    new = object.__new__
-
-    def build(
-        ts: str | None,
-        rank: int | None,
-        running_req: int,
-        tokens: int,
-        token_usage: float,
-        accept_len: float | None,
-        accept_rate: float | None,
-        gen_throughput: float,
-        queue_req: int,
-        cuda_graph: bool | None,
-    ) -> Decode:
-        event = new(Decode)
-        s_ts(event, ts)
-        s_rank(event, rank)
-        s_run(event, running_req)
-        s_tok(event, tokens)
-        s_use(event, token_usage)
-        s_al(event, accept_len)
-        s_ar(event, accept_rate)
-        s_gen(event, gen_throughput)
-        s_q(event, queue_req)
-        s_cg(event, cuda_graph)
-        return event
-
-    return build
+        return None
+    return tuple(getattr(Decode, name).__set__ for name in _DECODE_ARGS)
 
 
-_new_decode = _make_decode_builder()
+DECODE_SETTERS = _decode_slot_setters()
 
 
 # --- summaries -----------------------------------------------------------------------------

@@ -27,7 +27,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
 CLOCK_ENV = "SPECMON_PROBE_CLOCK"  # "auto" (default), "cuda" or "perf_counter"
@@ -106,7 +107,9 @@ def takes_a_batch(function: Any) -> bool:
     return len(positional) >= 2 or (len(positional) == 1 and has_varargs)
 
 
-def resolve_family(module: Any, family: TargetFamily) -> tuple[dict[str, tuple[type, str]], list[str]]:
+def resolve_family(
+    module: Any, family: TargetFamily
+) -> tuple[dict[str, tuple[type, str]], list[str]]:
     """Find each target of ``family`` in an imported module: (role -> (class, method name)),
     and a list of problems, each naming what was not found or not usable."""
     found: dict[str, tuple[type, str]] = {}
@@ -165,9 +168,12 @@ class _CudaClock:
         self._free: collections.deque[Any] = collections.deque()
         self.device = torch.cuda.current_device()
 
-    def stamp(self) -> Any:
+    def stream(self) -> Any:
+        return self._torch.cuda.current_stream()
+
+    def stamp(self, stream: Any) -> Any:
         event = self._free.pop() if self._free else self._event(enable_timing=True)
-        event.record()
+        event.record(stream)
         return event
 
     def ready(self, stamp: Any) -> bool:
@@ -194,7 +200,10 @@ class _PerfCounterClock:
 
     name = "perf_counter"
 
-    def stamp(self) -> float:
+    def stream(self) -> None:
+        return None
+
+    def stamp(self, stream: Any) -> float:
         return time.perf_counter()
 
     def ready(self, stamp: Any) -> bool:
@@ -253,6 +262,8 @@ class Recorder:
         self.current: _Cycle | None = None
         self.pending: collections.deque[_Cycle] = collections.deque()
         self.dropped = 0
+        self.written = 0
+        self.flush_seconds = 0.0  # time the writer spent resolving and writing, for overhead checks
         self.plugin_claimed = False
         self.instrumented: set[tuple[str, str, str]] = set()
         self._stop = threading.Event()
@@ -281,7 +292,8 @@ class Recorder:
         clock = self.clock
         if clock is None or clock.capturing():
             return original(*args, **kwargs)
-        cycle = _Cycle(time.time(), clock.stamp())
+        stream = clock.stream()
+        cycle = _Cycle(time.time(), clock.stamp(stream))
         self.current = cycle
         try:
             result = original(*args, **kwargs)
@@ -290,7 +302,7 @@ class Recorder:
             clock.release([cycle.start] + [s for _, a, b in cycle.spans for s in (a, b)])
             raise
         self.current = None
-        cycle.end = clock.stamp()
+        cycle.end = clock.stamp(stream)
         if any(phase == "verify" for phase, _, _ in cycle.spans):
             cycle.batch_size, cycle.draft_tokens = _batch_shape(args, kwargs)
             self.pending.append(cycle)
@@ -300,16 +312,15 @@ class Recorder:
             clock.release([cycle.start, cycle.end] + [s for _, a, b in cycle.spans for s in (a, b)])
         return result
 
-    def run_phase(
-        self, phase: str, original: Callable[..., Any], args: tuple, kwargs: dict
-    ) -> Any:
+    def run_phase(self, phase: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         cycle = self.current
         if cycle is None:
             return original(*args, **kwargs)
         clock = self.clock
-        start = clock.stamp()  # type: ignore[union-attr]
+        stream = clock.stream()  # type: ignore[union-attr]
+        start = clock.stamp(stream)  # type: ignore[union-attr]
         result = original(*args, **kwargs)
-        cycle.spans.append((phase, start, clock.stamp()))  # type: ignore[union-attr]
+        cycle.spans.append((phase, start, clock.stamp(stream)))  # type: ignore[union-attr]
         if phase == "verify":
             cycle.accepted_tokens = _accepted_tokens(result)
         return result
@@ -352,25 +363,29 @@ class Recorder:
         if clock is None:
             return 0
         with self._lock:
+            began = time.perf_counter()
             lines: list[str] = []
             while self.pending:
                 cycle = self.pending[0]
                 stamps = [cycle.start, cycle.end] + [s for _, a, b in cycle.spans for s in (a, b)]
+                if wait:
+                    for stamp in stamps:
+                        clock.wait(stamp)
+                elif not clock.ready(cycle.end):  # later events on the stream finish last
+                    break
                 try:
-                    if wait:
-                        for stamp in stamps:
-                            clock.wait(stamp)
-                    elif not all(clock.ready(stamp) for stamp in stamps):
-                        break
-                    lines.append(json.dumps(_record(cycle, clock), separators=(",", ":")))
-                except Exception as exc:  # a CUDA error must not kill the writer
-                    lines.append(
-                        json.dumps({"type": "warning", "message": f"probe could not read a cycle: {exc}"})
-                    )
+                    lines.append(_record_line(cycle, clock))
+                except Exception as exc:
+                    if not wait and not all(clock.ready(stamp) for stamp in stamps):
+                        break  # a phase on another stream is still running: retry later
+                    message = json.dumps(f"probe could not read a cycle: {exc}")
+                    lines.append(f'{{"type":"warning","message":{message}}}')
                 self.pending.popleft()
                 clock.release(stamps)
             if lines:
                 self._write("".join(line + "\n" for line in lines))
+            self.written += len(lines)
+            self.flush_seconds += time.perf_counter() - began
             return len(lines)
 
     def _write(self, text: str) -> None:
@@ -394,21 +409,27 @@ class Recorder:
                 self._file = None
 
 
-def _record(cycle: _Cycle, clock: _CudaClock | _PerfCounterClock) -> dict[str, Any]:
-    phase_ms = {"draft": 0.0, "verify": 0.0, "extend": 0.0}
+def _record_line(cycle: _Cycle, clock: _CudaClock | _PerfCounterClock) -> str:
+    """One JSON line of the records.py schema, formatted directly (the writer's hot spot)."""
+    draft_ms = verify_ms = extend_ms = 0.0
     for phase, start, end in cycle.spans:
-        phase_ms[phase] += clock.span_ms(start, end)
-    return {
-        "wall": round(cycle.wall, 6),
-        "draft_ms": round(phase_ms["draft"], 4),
-        "verify_ms": round(phase_ms["verify"], 4),
-        "extend_ms": round(phase_ms["extend"], 4),
-        "cycle_ms": round(clock.span_ms(cycle.start, cycle.end), 4),
-        "batch_size": cycle.batch_size,
-        "draft_tokens": cycle.draft_tokens,
-        "accepted_tokens": cycle.accepted_tokens,
-        "clock": clock.name,
-    }
+        span = clock.span_ms(start, end)
+        if phase == "draft":
+            draft_ms += span
+        elif phase == "verify":
+            verify_ms += span
+        else:
+            extend_ms += span
+    return (
+        f'{{"wall":{cycle.wall:.6f},"draft_ms":{draft_ms:.4f},"verify_ms":{verify_ms:.4f},'
+        f'"extend_ms":{extend_ms:.4f},"cycle_ms":{clock.span_ms(cycle.start, cycle.end):.4f},'
+        f'"batch_size":{_json_int(cycle.batch_size)},"draft_tokens":{_json_int(cycle.draft_tokens)},'
+        f'"accepted_tokens":{_json_int(cycle.accepted_tokens)},"clock":"{clock.name}"}}'
+    )
+
+
+def _json_int(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
 
 
 def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
@@ -422,7 +443,9 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
         return None, None
     per_request = getattr(worker, "speculative_num_draft_tokens", None)
     if per_request is None:
-        per_request = getattr(getattr(worker, "server_args", None), "speculative_num_draft_tokens", None)
+        per_request = getattr(
+            getattr(worker, "server_args", None), "speculative_num_draft_tokens", None
+        )
     draft_tokens = batch_size * per_request if isinstance(per_request, int) else None
     return batch_size, draft_tokens
 
@@ -494,7 +517,9 @@ def _make_wrapper(role: str, original: Callable[..., Any], rec: Recorder) -> Cal
     return wrapper
 
 
-def _check_family(module: Any, family: TargetFamily, rec: Recorder) -> dict[str, tuple[type, str]] | None:
+def _check_family(
+    module: Any, family: TargetFamily, rec: Recorder
+) -> dict[str, tuple[type, str]] | None:
     found, problems = resolve_family(module, family)
     if problems:
         write_warning(

@@ -39,14 +39,16 @@ class HelpScreen(ModalScreen[None]):
         super().__init__()
         self.bindings = bindings
 
+    def rows(self) -> list[tuple[str, str]]:
+        """(key, what it does) for every binding, then Textual's own keys."""
+        return [(key_label(b.key), b.description) for b in self.bindings] + list(EXTRA_KEYS)
+
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2), expand=True)
-        table.add_column(style="bold", no_wrap=True)
-        table.add_column()
-        for binding in self.bindings:
-            table.add_row(key_label(binding.key), binding.description)
-        for key, description in EXTRA_KEYS:
-            table.add_row(key, description)
+        self.table = Table(box=None, show_header=False, padding=(0, 2), expand=True)
+        self.table.add_column(style="bold", no_wrap=True)
+        self.table.add_column()
+        for key, description in self.rows():
+            self.table.add_row(key, description)
         with VerticalScroll() as scroll:
             scroll.border_title = "Keys (esc closes)"
-            yield Static(table)
+            yield Static(self.table)

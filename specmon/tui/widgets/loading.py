@@ -65,8 +65,8 @@ class LoadingPanel(Vertical):
             len(loading.done_phases),
             loading.shards_done,
             loading.shards_total,
-            format_duration(elapsed),
-            format_duration(eta),
+            format_duration(elapsed) if store.run_state == "loading" else None,
+            format_duration(eta) if store.run_state == "loading" else None,
             last_line,
             len(self.stop_steps),
         )
@@ -89,8 +89,8 @@ class LoadingPanel(Vertical):
         text = Text(no_wrap=True, overflow="ellipsis")
         if loading.shards_total:
             text.append(f"shards {loading.shards_done}/{loading.shards_total}  ")
-        text.append(f"elapsed {format_duration(elapsed)}  ")
         if store.run_state == "loading":
+            text.append(f"elapsed {format_duration(elapsed)}  ")
             text.append(f"ETA {format_duration(eta)}" if eta is not None else "ETA estimating")
         text.append("\n")
         if self.stop_steps:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import pkgutil
 from collections.abc import Callable
+from typing import ClassVar
 
 
 class HookType(enum.Enum):
@@ -12,8 +13,8 @@ class HookType(enum.Enum):
 
 
 class HookRegistry:
-    _hooks: dict[str, list[tuple[HookType, Callable]]] = {}
-    _patched: set[str] = set()
+    _hooks: ClassVar[dict[str, list[tuple[HookType, Callable]]]] = {}
+    _patched: ClassVar[set[str]] = set()
 
     @classmethod
     def register(cls, target: str, hook: Callable, hook_type: HookType = HookType.AROUND) -> None:

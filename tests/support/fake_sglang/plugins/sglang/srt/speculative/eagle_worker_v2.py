@@ -37,6 +37,8 @@ class EAGLEWorkerV2:
         self.draft_worker._draft_extend_for_decode(batch, batch_output)
         return ("decode", sum(batch_output.accept_lens))
 
-    def verify(self, batch: Batch, pp_proxy_tensors=None, grammar_barrier=None) -> GenerationBatchResult:
+    def verify(
+        self, batch: Batch, pp_proxy_tensors=None, grammar_barrier=None
+    ) -> GenerationBatchResult:
         work("verify")
         return GenerationBatchResult(accept_lens=tuple(batch.accepted_per_request))

@@ -1,0 +1,132 @@
+"""`specmon demo`: the built-in simulated EAGLE-3 host, through the same host-session code a
+real host uses (the local transport), in a private state dir; nothing is left running after."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specmon.session.host import HostSession
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
+    parser.add_argument("--json", action="store_true", help="headless: JSON lines")
+    parser.add_argument("--log", action="store_true", help="headless: include server log lines")
+    parser.add_argument(
+        "--until", choices=("ready", "failed", "exit"), help="headless: stop at this point"
+    )
+    parser.add_argument("--duration", type=float, metavar="S", help="headless: stop after S s")
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        metavar="X",
+        help="simulated start-up speed (0.02 loads in ~20 s; default from the profile)",
+    )
+    parser.add_argument("--profile", default="demo", help="profile to run (default: demo)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import os
+    import shutil
+    import sys
+    import tempfile
+
+    from specmon.errors import UsageError
+    from specmon.session.cli import load_config_from, run_async, stream_events
+
+    if args.time_scale is not None:
+        if not 0 < args.time_scale <= 100:
+            raise UsageError(f"--time-scale {args.time_scale}: expected a number in (0, 100]")
+        os.environ["SPECMON_SIM_TIME_SCALE"] = repr(args.time_scale)
+    if args.duration is not None and args.duration <= 0:
+        raise UsageError("--duration must be positive")
+    config = load_config_from(args)
+    if args.profile not in config.profiles:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
+    run_console = None
+    headless = args.headless or not (sys.stdin.isatty() and sys.stdout.isatty())
+    if not headless:
+        try:
+            from specmon.tui.app import run_console
+        except ImportError:
+            print(
+                "specmon: the console UI is not available; showing the event stream",
+                file=sys.stderr,
+            )
+            headless = True
+
+    state_dir = tempfile.mkdtemp(prefix="specmon-demo-")
+    session = _demo_session(config, args.profile, state_dir)
+    try:
+        if headless:
+
+            async def main() -> int:
+                queue = session.bus.subscribe()
+                try:
+                    await session.start()
+                    return await stream_events(
+                        session,
+                        as_json=args.json,
+                        with_log=args.log,
+                        until=args.until,
+                        duration=args.duration,
+                        queue=queue,
+                    )
+                finally:
+                    await session.close()
+
+            return run_async(main)
+        assert run_console is not None
+        return run_console(session, config)
+    finally:
+        try:
+            asyncio.run(_stop_leftovers(config, args.profile, state_dir))
+        finally:
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession:
+    import socket
+
+    from specmon.session import HostSession, SessionOptions
+    from specmon.session.local import LocalTransport
+
+    profiles = config.profiles
+    profile = profiles[profile_name]
+    options = SessionOptions(
+        state_dir=state_dir,
+        gpu_agent=profile.gpu_agent,
+        stop_grace_s=profile.stop_grace_s,
+        gpu_release_timeout_s=15.0,
+        backoff_max_s=2.0,
+    )
+    session = HostSession(
+        LocalTransport("demo"),
+        profiles=profiles,
+        options=options,
+        stop_server_on_close=True,
+        autolaunch=profile_name,
+    )
+    with socket.socket() as s:  # a free port, so a second demo or a busy 30000 is no problem
+        s.bind(("127.0.0.1", 0))
+        session.autolaunch_flags = {"port": str(s.getsockname()[1])}
+    return session
+
+
+async def _stop_leftovers(config: Any, profile_name: str, state_dir: str) -> None:
+    """Whatever ended the demo (quit, Ctrl-C, an error), stop every run it started."""
+    import asyncio
+    import contextlib
+
+    from specmon.errors import SpecmonError
+
+    session = _demo_session(config, profile_name, state_dir)
+    session.autolaunch = None
+    with contextlib.suppress(SpecmonError, OSError, asyncio.TimeoutError):
+        await session.start(streams=False)
+        await session.stop_all_runs()
+    await session.close()

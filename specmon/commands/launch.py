@@ -1,0 +1,81 @@
+"""`specmon launch HOST --profile P`: start a server run on a host, headless."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import UNTIL_CHOICES, add_host_arguments
+
+    add_host_arguments(parser)
+    parser.add_argument("--profile", "-p", required=True, help="launch profile from the config")
+    parser.add_argument(
+        "--set",
+        dest="flags",
+        action="append",
+        metavar="FLAG=VALUE",
+        help="override a server flag, e.g. --set speculative-num-steps=2 (repeatable)",
+    )
+    parser.add_argument(
+        "--env",
+        action="append",
+        metavar="NAME=VALUE",
+        help="set an environment variable, e.g. --env NCCL_PROTO=LL (repeatable)",
+    )
+    parser.add_argument(
+        "--wait",
+        choices=UNTIL_CHOICES[:1],
+        help="wait until the server is ready (exit 1 if it fails first)",
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to --wait")
+    parser.add_argument("--json", action="store_true", help="print the run as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specmon.session.cli import (
+        load_config_from,
+        parse_assignments,
+        run_async,
+        session_from_args,
+        stream_events,
+    )
+
+    flags = parse_assignments(args.flags, "--set")
+    env = parse_assignments(args.env, "--env")
+    config = load_config_from(args)
+    session = session_from_args(args, config)
+    if args.profile not in session.profiles():
+        from specmon.errors import UsageError
+
+        known = ", ".join(session.profiles()) or "none"
+        raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
+
+    async def main() -> int:
+        await session.start()
+        try:
+            queue = session.bus.subscribe()
+            run_id = await session.launch(args.profile, flags=flags, env=env)
+            run = session.current_run
+            if args.json:
+                print(json.dumps({"run_id": run_id, "host": session.host_label, **run.to_dict()}))
+            else:
+                print(f"launched {run_id} on {session.host_label} (pid {run.pid})")
+            sys.stdout.flush()
+            if not args.wait:
+                session.bus.unsubscribe(queue)
+                return 0
+            return await stream_events(
+                session,
+                as_json=args.json,
+                with_log=False,
+                until="ready",
+                duration=args.timeout,
+                queue=queue,
+            )
+        finally:
+            await session.close()
+
+    return run_async(main)

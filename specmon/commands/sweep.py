@@ -1,0 +1,230 @@
+"""`specmon sweep HOST --profile P --grid NAME=V1,V2 ...`: an unattended, recorded experiment."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from specmon.commands.bench import add_bench_options, bench_settings
+
+DEFAULT_READY_TIMEOUT_S = 3600.0
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "host",
+        metavar="HOST",
+        help="[user@]host[:port], an ssh alias, a specmon.toml host, or local",
+    )
+    parser.add_argument("--profile", required=True, metavar="P", help="launch profile to vary")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a flag (without --) or an UPPERCASE env var and its values; repeat for more axes",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also measure the baseline (speculation off) once, first",
+    )
+    parser.add_argument("--json", action="store_true", help="one JSON object per finished point")
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start a new sweep even if an interrupted one with the same grid can be resumed",
+    )
+    parser.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=DEFAULT_READY_TIMEOUT_S,
+        metavar="S",
+        help=f"give up on a launch not ready after S seconds (default {DEFAULT_READY_TIMEOUT_S:.0f})",
+    )
+    parser.add_argument(
+        "--leave-running",
+        action="store_true",
+        help="leave the last launched server running (default: stop it at the end)",
+    )
+    add_bench_options(parser, requests=5)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from specmon.config import load_config
+    from specmon.errors import UsageError
+    from specmon.sweep import SweepPlan, parse_grid, plan_points
+
+    settings = bench_settings(args)
+    axes = parse_grid(args.grid)
+    if not args.ready_timeout > 0:
+        raise UsageError("--ready-timeout must be positive")
+    config = load_config(getattr(args, "config", None))
+    config.profile(args.profile)  # a clear "unknown profile, did you mean" before connecting
+    host_config = config.hosts.get(args.host)
+    host_label = host_config.label if host_config is not None else args.host
+    if args.host == "local" or (host_config is not None and host_config.transport == "local"):
+        python = sys.executable  # what the host session itself runs local servers with
+    else:
+        python = host_config.python if host_config is not None else "python3"
+    plan = SweepPlan(
+        host=host_label, profile=args.profile, axes=axes, baseline=args.baseline, bench=settings
+    )
+    points = plan_points(config, plan, python=python)
+    return asyncio.run(_sweep(args, config, plan, points))
+
+
+async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[Any]) -> int:
+    import asyncio
+    import contextlib
+    import signal
+
+    from specmon.ledger import Ledger
+    from specmon.session import open_session
+    from specmon.sweep import SweepRunner
+
+    ledger = Ledger(args.ledger)
+    session = open_session(args.host, config)
+    reporter = SweepReporter(plan, ledger, json_lines=args.json)
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        # SIGTERM (kill, tmux/nohup teardown) ends the sweep like Ctrl-C: marked interrupted.
+        loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
+    try:
+        await session.start()
+        if session.host_label != plan.host:
+            from dataclasses import replace
+
+            plan = replace(plan, host=session.host_label)
+            reporter.plan = plan
+        runner = SweepRunner(
+            controller=session,
+            ledger=ledger,
+            plan=plan,
+            points=points,
+            on_event=reporter,
+            ready_timeout_s=args.ready_timeout,
+            fresh=args.fresh,
+            stop_at_end=not args.leave_running,
+        )
+        try:
+            finished = await runner.run()
+        except asyncio.CancelledError:
+            print(
+                f"specmon: sweep s{runner.sweep_id} interrupted; run the same command again to "
+                "resume it",
+                file=sys.stderr,
+            )
+            return 130
+        reporter.final(finished)
+        return 0 if any(r.status == "ok" for r in finished.results) else 1
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGTERM)
+        await session.close()
+        ledger.close()
+
+
+class SweepReporter:
+    """Prints sweep progress to stderr and finished points (JSON) or the final table (stdout)."""
+
+    def __init__(
+        self, plan: Any, ledger: Any, *, json_lines: bool, out: Any = None, err: Any = None
+    ) -> None:
+        self.plan = plan
+        self.ledger = ledger
+        self.json_lines = json_lines
+        self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.total = 0
+        self._baseline: Any = None
+        self._loading_shown: set[int] = set()
+
+    def __call__(self, event: Any) -> None:
+        from specmon.report import progress_printer
+        from specmon.sweep import (
+            PointBenchmarking,
+            PointFinished,
+            PointLoading,
+            PointSkipped,
+            PointStarted,
+            SweepStarted,
+        )
+
+        if isinstance(event, SweepStarted):
+            self.total = len(event.points)
+            verb = "resuming" if event.resumed else "starting"
+            done = f", {len(event.done_keys)} already done" if event.resumed else ""
+            self._say(f"{verb} sweep s{event.sweep_id}: {self.total} points{done}")
+        elif isinstance(event, PointSkipped):
+            self._say(f"[{event.index + 1}/{self.total}] {event.point.label()}: done earlier")
+            self._point_json(event.result)
+        elif isinstance(event, PointStarted):
+            notes = f" ({'; '.join(event.point.notes)})" if event.point.notes else ""
+            self._say(f"[{event.index + 1}/{self.total}] {event.point.label()}{notes}")
+            self._say(f"  launch: {event.command}")
+        elif isinstance(event, PointLoading):
+            eta = "" if event.eta_s is None else f", ETA {event.eta_s:.0f} s"
+            shards = f" {event.shards_done}/{event.shards_total}" if event.shards_total else ""
+            self._say(
+                f"  loading: {event.phase or 'starting'}{shards}, {event.elapsed_s:.0f} s{eta}"
+            )
+        elif isinstance(event, PointBenchmarking):
+            progress_printer(self.err)(event.progress)
+        elif isinstance(event, PointFinished):
+            result = event.result
+            if result.status == "ok":
+                self._say(
+                    f"  ok: {result.tok_s:.1f} tok/s, accept len "
+                    f"{_num(result.accept_len, 2)}, verify {_num(result.verify_ms, 2)} ms, "
+                    f"load {result.load_seconds:.1f} s"
+                )
+            else:
+                self._say(f"  FAILED: {result.error}")
+                for line in result.root_cause[-3:]:
+                    self._say(f"    {line}")
+            self._point_json(result)
+
+    def _point_json(self, result: Any) -> None:
+        if not self.json_lines:
+            return
+        import json
+
+        baseline = self._current_baseline(result)
+        self.out.write(json.dumps(result.with_baseline(baseline).to_json_dict()) + "\n")
+        self.out.flush()
+
+    def _current_baseline(self, result: Any) -> Any:
+        """The measured baseline comparable with ``result``, looked up once it exists."""
+        if self._baseline is not None or result.status != "ok" or not result.model:
+            return self._baseline
+        self._baseline = self.ledger.find_baseline(
+            host=self.plan.host,
+            model=result.model,
+            prompt_set=self.plan.bench.prompt_set,
+            concurrency=self.plan.bench.concurrency,
+        )
+        return self._baseline
+
+    def final(self, finished: Any) -> None:
+        from specmon.report import sweep_table
+
+        names = [axis.name for axis in self.plan.axes]
+        table = sweep_table(finished.results, names, finished.baseline)
+        if self.json_lines:
+            self.err.write(table + "\n")
+        else:
+            self.out.write(table + "\n")
+        self.out.flush()
+
+    def _say(self, text: str) -> None:
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"

@@ -1,0 +1,38 @@
+"""`specmon watch HOST`: a host's event stream as text or JSON lines, for scripts."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import UNTIL_CHOICES, add_host_arguments
+
+    add_host_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="JSON lines (with arrival time 'at')")
+    parser.add_argument("--log", action="store_true", help="include the server's log lines")
+    parser.add_argument("--until", choices=UNTIL_CHOICES, help="stop at ready, failure or exit")
+    parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+
+
+def run(args: argparse.Namespace) -> int:
+    from specmon.session.cli import load_config_from, run_async, session_from_args, stream_events
+
+    session = session_from_args(args, load_config_from(args))
+
+    async def main() -> int:
+        queue = session.bus.subscribe()
+        await session.start()
+        try:
+            return await stream_events(
+                session,
+                as_json=args.json,
+                with_log=args.log,
+                until=args.until,
+                duration=args.duration,
+                queue=queue,
+            )
+        finally:
+            await session.close()
+
+    return run_async(main)

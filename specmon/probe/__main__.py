@@ -1,0 +1,46 @@
+"""``python -m specmon.probe --check-source DIR``: would the probe work on this SGLang?
+
+Exit status: 0 when it would fully work, 1 when not, 2 for bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specmon.errors import SpecmonError, UsageError
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _OneLineParser(
+        prog="python -m specmon.probe",
+        description="Check an SGLang source tree for the probe's targets (no GPU needed).",
+    )
+    parser.add_argument(
+        "--check-source",
+        metavar="DIR",
+        required=True,
+        type=Path,
+        help="an unpacked sglang package: the folder holding srt/ (or its parent)",
+    )
+    try:
+        args = parser.parse_args(argv)
+        from specmon.probe.check_source import check_source, format_report
+
+        report = check_source(args.check_source)
+    except SpecmonError as exc:
+        print(f"specmon probe: {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(format_report(report))
+    return 0 if report.fully_works else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

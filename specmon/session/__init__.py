@@ -1,0 +1,143 @@
+"""The host session: specmon's UI-free connection to a GPU host (see docs/host-session.md).
+
+``open_session(host, config)`` turns what a person types (``[user@]host[:port]``, an ssh config
+alias, a host from specmon.toml, or ``local``) into a ``HostSession`` over the right transport.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specmon.errors import UsageError
+from specmon.session.transport import HostKeyError, Transport, TransportError
+
+if TYPE_CHECKING:
+    from specmon.session.host import HostSession, SessionOptions
+
+_LAZY = {
+    "HostSession",
+    "LockBusyError",
+    "RemoteCallError",
+    "RunConflictError",
+    "RunStatus",
+    "SessionOptions",
+    "StopReport",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The session classes load on first use, so `specmon --help` stays fast."""
+    if name in _LAZY:
+        from specmon.session import host
+
+        return getattr(host, name)
+    raise AttributeError(name)
+
+
+__all__ = [
+    "HostKeyError",
+    "HostSession",
+    "LockBusyError",
+    "RemoteCallError",
+    "RunConflictError",
+    "RunStatus",
+    "SessionOptions",
+    "StopReport",
+    "TransportError",
+    "open_session",
+    "parse_host",
+]
+
+_HOST_RE = re.compile(
+    r"^(?:(?P<user>[A-Za-z0-9._][A-Za-z0-9._-]*)@)?"
+    r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9._-]*)"
+    r"(?::(?P<port>\d{1,5}))?$"
+)
+
+
+def parse_host(text: str) -> tuple[str | None, str, int | None]:
+    """``[user@]host[:port]`` -> (user, host, port); a clear UsageError for anything else."""
+    match = _HOST_RE.match(text.strip())
+    if not match:
+        raise UsageError(
+            f"bad host {text!r}: expected [user@]host[:port], an ssh config alias, "
+            "a host from specmon.toml, or 'local'"
+        )
+    port = int(match["port"]) if match["port"] else None
+    if port is not None and not 1 <= port <= 65535:
+        raise UsageError(f"bad host {text!r}: port {port} is not in 1..65535")
+    return match["user"], match["host"].strip("[]"), port
+
+
+def open_session(
+    host: str,
+    config: Any | None = None,
+    *,
+    options: SessionOptions | None = None,
+    known_hosts: str | None = None,
+    ssh_config: tuple[str, ...] | None = None,
+    identity_files: tuple[str, ...] = (),
+    stop_server_on_close: bool = False,
+) -> HostSession:
+    """A HostSession for HOST (not yet started: ``await session.start()``)."""
+    from specmon.session.host import HostSession, SessionOptions
+
+    hosts = dict(getattr(config, "hosts", {}) or {})
+    profiles = dict(getattr(config, "profiles", {}) or {})
+    options = options or SessionOptions()
+    transport: Transport
+    host_config = hosts.get(host)
+    if host == "local" or (host_config is not None and host_config.transport == "local"):
+        from specmon.session.local import LocalTransport
+
+        transport = LocalTransport(label=host)
+        if host_config is not None:
+            options = replace(options, state_dir=host_config.state_dir)
+    else:
+        from specmon.session.ssh import SshTarget, SshTransport
+
+        if host_config is not None:
+            target = SshTarget(
+                host=host_config.address,
+                port=host_config.port,
+                username=host_config.user,
+                identity_files=(host_config.identity_file,) if host_config.identity_file else (),
+                known_hosts=host_config.known_hosts,
+                options=dict(host_config.ssh_options),
+            )
+            options = replace(options, python=host_config.python, state_dir=host_config.state_dir)
+        else:
+            user, address, port = parse_host(host)
+            target = SshTarget(host=address, port=port, username=user)
+        if known_hosts is not None:
+            target.known_hosts = known_hosts
+        if identity_files:
+            target.identity_files = identity_files
+        target.config_files = _config_files(target.options, ssh_config)
+        transport = SshTransport(target)
+    return HostSession(
+        transport,
+        profiles=profiles,
+        options=options,
+        stop_server_on_close=stop_server_on_close,
+    )
+
+
+def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """ssh config files: the host's ``ssh_options`` from specmon.toml first (ssh takes the
+    first value it reads), then the given files or ~/.ssh/config."""
+    if not extra:
+        return given
+    bad = [k for k, v in extra.items() if not re.fullmatch(r"[A-Za-z]+", k) or "\n" in v]
+    if bad:
+        raise UsageError(f"ssh_options: bad option name or value for {', '.join(bad)}")
+    directory = Path(tempfile.mkdtemp(prefix="specmon-ssh-"))
+    path = directory / "config"
+    path.write_text("".join(f"{k} {v}\n" for k, v in extra.items()))
+    default = Path("~/.ssh/config").expanduser()
+    rest = given if given is not None else ((str(default),) if default.exists() else ())
+    return (str(path), *rest)

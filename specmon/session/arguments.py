@@ -1,0 +1,32 @@
+"""The command-line arguments the host commands share; argparse only, so `--help` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+
+UNTIL_CHOICES = ("ready", "failed", "exit")
+
+
+def add_host_arguments(parser: argparse.ArgumentParser) -> None:
+    """HOST and the SSH knobs every host command takes (argparse only: no heavy imports)."""
+    parser.add_argument(
+        "host",
+        metavar="HOST",
+        help="[user@]host[:port], an ~/.ssh/config alias, a host from specmon.toml, or 'local'",
+    )
+    group = parser.add_argument_group("connection")
+    group.add_argument("--known-hosts", metavar="PATH", help="known_hosts file to verify against")
+    group.add_argument(
+        "--ssh-config", metavar="PATH", action="append", help="ssh config file (repeatable)"
+    )
+    group.add_argument(
+        "-i", "--identity", metavar="PATH", action="append", help="private key file (repeatable)"
+    )
+    group.add_argument(
+        "--state-dir", metavar="DIR", help="specmon's state dir on the host (default from config)"
+    )
+    group.add_argument(
+        "--gpu-agent",
+        choices=("nvml", "sim", "none"),
+        help="GPU agent to run on the host (default: the profile's, else nvml)",
+    )

@@ -1,0 +1,217 @@
+"""What the headless host commands (launch, stop, status, watch, demo, connect) share:
+host arguments, building a session from them, and printing the event stream."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import IO, Any, TypeVar
+
+from specmon.errors import UsageError
+from specmon.events import (
+    AgentStatus,
+    ConnectionState,
+    Decode,
+    Event,
+    GpuSample,
+    HealthStatus,
+    LogLine,
+    MetricsSnapshot,
+    ProbeTiming,
+    Ready,
+    RunInfo,
+    RunState,
+    ServerError,
+    ServerFailed,
+    ShardProgress,
+    StopProgress,
+)
+
+T = TypeVar("T")
+
+
+def load_config_from(args: argparse.Namespace) -> Any:
+    from specmon.config import load_config
+
+    return load_config(getattr(args, "config", None))
+
+
+def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> Any:
+    from dataclasses import replace
+
+    from specmon.session import SessionOptions, open_session
+
+    options = SessionOptions()
+    if args.gpu_agent:
+        options = replace(options, gpu_agent=args.gpu_agent)
+    session = open_session(
+        args.host,
+        config,
+        options=options,
+        known_hosts=args.known_hosts,
+        ssh_config=tuple(args.ssh_config) if args.ssh_config else None,
+        identity_files=tuple(args.identity or ()),
+        **kwargs,
+    )
+    if args.state_dir:
+        session.options = replace(session.options, state_dir=args.state_dir)
+        session._state_dir = args.state_dir
+    return session
+
+
+def parse_assignments(items: list[str] | None, what: str) -> dict[str, str]:
+    """``--set flag=value`` / ``--env NAME=VALUE`` into a dict, with a clear error."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"{what} {item!r}: expected NAME=VALUE")
+        out[name.strip().removeprefix("--")] = value
+    return out
+
+
+def run_async(factory: Callable[[], Awaitable[T]]) -> T:
+    """Run a command's coroutine; SIGTERM ends it as Ctrl-C does, so cleanups still run."""
+
+    async def main() -> T:
+        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        if task is not None:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await factory()
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGTERM)
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(at))
+
+
+def describe_event(event: Event) -> str | None:
+    """One line of human text for an event, or None for events too chatty to print."""
+    if isinstance(event, ConnectionState):
+        extra = f" (attempt {event.attempt})" if event.state == "reconnecting" else ""
+        detail = f": {event.detail}" if event.detail else ""
+        return f"connection  {event.host} {event.state}{extra}{detail}"
+    if isinstance(event, RunInfo):
+        how = "reattached" if event.reattached else "launched"
+        return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid})"
+    if isinstance(event, RunState):
+        return f"run state   {event.state}" + (f" ({event.detail})" if event.detail else "")
+    if isinstance(event, ShardProgress):
+        return f"loading     shards {event.done}/{event.total}"
+    if isinstance(event, Ready):
+        return "ready       the server is ready"
+    if isinstance(event, Decode):
+        accept = f", accept len {event.accept_len:.2f}" if event.accept_len is not None else ""
+        return f"decode      {event.gen_throughput:.1f} tok/s, {event.running_req} running{accept}"
+    if isinstance(event, ServerError):
+        return f"error       [{event.category}] {event.message}"
+    if isinstance(event, ServerFailed):
+        how = "hung" if event.hung else "failed"
+        end = (
+            f"signal {event.signal}"
+            if event.signal is not None
+            else f"exit {event.exit_code}"
+            if event.exit_code is not None
+            else f"last phase {event.last_phase}"
+        )
+        cause = " | ".join(event.root_cause[-3:])
+        return f"FAILED      server {how} ({end}): {cause}"
+    if isinstance(event, StopProgress):
+        return f"stop        {event.step} after {event.seconds:.2f}s" + (
+            f" ({event.detail})" if event.detail else ""
+        )
+    if isinstance(event, AgentStatus):
+        return f"gpu agent   {event.state}" + (f": {event.detail}" if event.detail else "")
+    if isinstance(event, HealthStatus):
+        return f"health      {event.status if event.status is not None else 'no answer'}"
+    if isinstance(event, (GpuSample, ProbeTiming, MetricsSnapshot, LogLine)):
+        return None
+    name = type(event).__name__
+    fields = {k: v for k, v in event.to_dict().items() if k not in ("kind", "ts", "rank")}
+    return (
+        f"{event.kind:<11} " + ", ".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+        if fields
+        else name
+    )
+
+
+def print_event(at: float, event: Event, *, as_json: bool, with_log: bool, out: IO[str]) -> None:
+    if isinstance(event, LogLine) and not with_log:
+        return
+    if as_json:
+        data = event.to_dict()
+        data["at"] = round(at, 3)
+        out.write(json.dumps(data, default=str) + "\n")
+    elif isinstance(event, LogLine):
+        out.write(f"{_clock(at)}  log         {event.text}\n")
+    else:
+        text = describe_event(event)
+        if text is None:
+            return
+        out.write(f"{_clock(at)}  {text}\n")
+    out.flush()
+
+
+def until_reached(until: str | None, event: Event, store: Any) -> bool | None:
+    """True when ``--until`` is met, False when it can no longer be (the run failed or ended
+    first), None to keep going."""
+    if until is None:
+        return None
+    failed = isinstance(event, ServerFailed)
+    ended = isinstance(event, RunState) and event.state in ("stopped", "failed")
+    if until == "ready":
+        if isinstance(event, Ready) or (isinstance(event, RunState) and event.state == "ready"):
+            return True
+        return False if failed or ended else None
+    if until == "failed":
+        return True if failed else (False if ended else None)
+    if until == "exit":
+        return True if (failed or ended) else None
+    return None
+
+
+async def stream_events(
+    session: Any,
+    *,
+    as_json: bool,
+    with_log: bool,
+    until: str | None,
+    duration: float | None,
+    out: IO[str] = sys.stdout,
+    queue: asyncio.Queue[tuple[float, Event]] | None = None,
+) -> int:
+    """Print the session's events until ``until`` or ``duration``; the exit code says which
+    (0 reached or ran for the duration, 1 the run failed or ended first)."""
+    queue = queue if queue is not None else session.bus.subscribe()
+    deadline = time.monotonic() + duration if duration is not None else None
+    try:
+        while True:
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                return 0 if until is None else 1
+            try:
+                at, event = await asyncio.wait_for(queue.get(), timeout)
+            except asyncio.TimeoutError:
+                continue
+            print_event(at, event, as_json=as_json, with_log=with_log, out=out)
+            reached = until_reached(until, event, session.bus.store)
+            if reached is not None:
+                return 0 if reached else 1
+    finally:
+        session.bus.unsubscribe(queue)

@@ -1,0 +1,685 @@
+"""The simulated SGLang server: start-up phases with SGLang's log lines, faults, warm-up,
+readiness, the HTTP API, and SGLang's signal handling.
+
+Start-up durations are a real host's (about 15 minutes for 64 shards) times
+``SPECMON_SIM_TIME_SCALE``; decode is always real-time (see specmon.sim.engine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specmon.sim import faults, perf, procs
+from specmon.sim.args import SimLaunch, env_true
+from specmon.sim.engine import Engine
+from specmon.sim.gpus import GpuState
+from specmon.sim.http import HttpApi
+from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
+from specmon.sim.metrics import SimMetrics
+
+SGLANG_VERSION = "0.5.9"
+TARGET_CONTEXT_LEN = 262144
+DRAFT_DERIVED_CONTEXT_LEN = 8192
+KV_BYTES_PER_TOKEN = 61 * 576 * 2  # MLA: 61 layers x (512 + 64) bf16 values
+DRAFT_KV_BYTES_PER_TOKEN = 256  # one Llama layer, 8 KV heads x 128 over TP8, bf16, K or V
+KV_SHARE_OF_POOL = 0.84  # of the memory pool; the rest is kept for the draft and graphs
+DEFAULT_MEM_FRACTION_STATIC = 0.85
+DRAIN_LIMIT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    """Seconds each start-up step takes on the real host (before the time scale)."""
+
+    before_init: float = 13.0
+    init_distributed: float = 3.9
+    before_load: float = 2.0
+    per_shard: float = 12.5
+    before_kv: float = 1.5
+    before_graphs: float = 2.0
+    target_graphs: float = 21.4
+    draft_init: float = 1.0
+    draft_load: float = 2.1
+    draft_kv: float = 0.5
+    draft_graphs: float = 6.0
+    draft_extend_graphs: float = 4.9
+    scheduler_info: float = 1.0
+    uvicorn: float = 3.0
+
+
+# Target memory per rank (GiB), from the reference transcript (Kimi-K2.5, TP8).
+TARGET_WEIGHTS_GIB = 73.71
+INIT_DISTRIBUTED_GIB = 1.12
+TARGET_GRAPHS_GIB = 2.55
+DRAFT_WEIGHTS_GIB = 0.46
+DRAFT_GRAPHS_GIB = 0.45
+DRAFT_EXTEND_GRAPHS_GIB = 0.21
+MEMORY_POOL_EXTRA_GIB = 0.29
+
+
+class FatalStartup(Exception):
+    """A scheduler failed: ``text`` per failing rank, then the launcher kills the tree."""
+
+    def __init__(self, text: str, ranks: list[int | None]) -> None:
+        super().__init__(text.splitlines()[-1] if text else "")
+        self.text = text
+        self.ranks = ranks
+
+
+def model_profile(model_path: str) -> dict[str, Any]:
+    """What the simulated target looks like (Kimi-K2.5 is a VLM: warm-up uses chat)."""
+    lowered = model_path.lower()
+    vlm = "k2.5" in lowered or "k25" in lowered or "-vl" in lowered
+    return {
+        "architecture": "KimiK25ForConditionalGeneration",
+        "model_type": "kimi_k25",
+        "has_image_understanding": vlm,
+    }
+
+
+class SimServer:
+    """One simulated launch, from ``server_args=`` to exit."""
+
+    def __init__(
+        self, launch: SimLaunch, *, rank_pids: list[int], gpu_state_path: Path | None
+    ) -> None:
+        self.launch = launch
+        args = launch.args
+        env = launch.env
+        self.scale = max(0.0, float(env.get("SPECMON_SIM_TIME_SCALE", "1") or 1))
+        self.seed = int(env.get("SPECMON_SIM_SEED", "0") or 0)
+        self.shards = max(1, int(env.get("SPECMON_SIM_SHARDS", "64") or 64))
+        self.fault = faults.parse_fault(env.get(faults.FAULT_ENV))
+        self.health_check_timeout = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20") or 20)
+        self.rng = random.Random(self.seed)
+        self.writer = LogWriter()
+        self.rank_pids = rank_pids
+        self.tp = args.tp_size
+        self.ranks: list[int | None] = list(range(self.tp)) if self.tp > 1 else [None]
+        self.durations = Durations()
+        self.settings = perf.SpecSettings.from_launch(
+            args.speculative_num_steps if launch.speculative else None,
+            args.speculative_eagle_topk if launch.speculative else None,
+            args.speculative_num_draft_tokens if launch.speculative else None,
+            args.disable_custom_all_reduce,
+            env,
+        )
+        self.gpus = GpuState(
+            gpu_state_path,
+            self.tp,
+            os.getpid(),
+            rank_pids or None,
+            self.seed,
+            host_gpus=int(env.get("SPECMON_SIM_GPUS", "8") or 8),
+        )
+        self.status = "starting"  # starting -> ready -> shutting_down
+        self.started_at = time.time()
+        self.load_seconds = 0.0
+        self.max_total_num_tokens = 0
+        self.context_len = args.context_length or TARGET_CONTEXT_LEN
+        self.capture_bs: list[int] = []
+        self.metrics: SimMetrics | None = None
+        self.last_heartbeat = time.time()
+        probe = env.get("SPECMON_PROBE_FILE")
+        self.engine = Engine(
+            self.settings,
+            self.writer,
+            log_rank=self.ranks[0],
+            decode_log_interval=args.decode_log_interval,
+            max_running_requests=args.max_running_requests or 48,
+            max_total_tokens=1,
+            seed=self.seed + 1,
+            probe_path=Path(probe) if probe else None,
+            on_decode_iteration=self._on_decode_iteration,
+            on_busy=self._on_busy,
+            on_latency=self._on_latency,
+        )
+        self.http = HttpApi(self)
+        self._ready_iterations = 0
+        self._stop = asyncio.Event()
+        self._engine_task: asyncio.Task[None] | None = None
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    async def pause(self, seconds: float) -> None:
+        """A scaled start-up wait with a little noise."""
+        if seconds > 0 and self.scale > 0:
+            await asyncio.sleep(seconds * self.scale * self.rng.uniform(0.95, 1.05))
+
+    def each_rank(self, message_for_rank: Any) -> None:
+        """Every TP rank logs its own copy, in the order the processes happen to get there."""
+        order = list(self.ranks)
+        self.rng.shuffle(order)
+        if None not in order and 0 in order:  # rank 0 tends to be first; keep it near the top
+            order.remove(0)
+            order.insert(self.rng.randrange(min(3, len(order) + 1)), 0)
+        for rank in order:
+            self.writer.rank(rank, message_for_rank(rank))
+
+    def mem(self, rank: int | None) -> Any:
+        return self.gpus.ranks[rank or 0]
+
+    async def wait_forever(self) -> None:
+        await self._stop.wait()
+        await asyncio.sleep(3600)
+
+    async def hang(self) -> None:
+        """Stop logging and answering; the process keeps running until signalled."""
+        self.writer.enabled = False
+        self.engine.hung = True
+        await self.wait_forever()
+
+    # --- start-up --------------------------------------------------------------------------
+
+    async def startup(self) -> None:
+        d = self.durations
+        args = self.launch.args
+        self.writer.main(f"server_args={self._server_args_repr()}")
+        self.gpus.write("init")
+        await self.pause(d.before_init)
+        self.each_rank(lambda r: "Init torch distributed begin.")
+        init_started = time.time()
+        await self.pause(d.init_distributed)
+        self.gpus.set_part("distributed", INIT_DISTRIBUTED_GIB)
+        self.each_rank(
+            lambda r: (
+                f"Init torch distributed ends. elapsed={time.time() - init_started:.2f} s, "
+                f"mem usage={INIT_DISTRIBUTED_GIB:.2f} GB"
+            )
+        )
+        self.gpus.write("init")
+        self.init_avail = {r: self.mem(r).avail_gib for r in self.ranks}
+        await self.pause(d.before_load)
+        await self._load_target()
+        await self._allocate_kv(args.mem_fraction_static or DEFAULT_MEM_FRACTION_STATIC)
+        await self._capture_target_graphs()
+        if self.launch.speculative:
+            await self._load_draft()
+        self.writer.rank(
+            self.ranks[0],
+            f"max_total_num_tokens={self.max_total_num_tokens}, chunked_prefill_size="
+            f"{args.chunked_prefill_size or 8192}, max_prefill_tokens={args.max_prefill_tokens}, "
+            f"max_running_requests={args.max_running_requests or 48}, "
+            f"context_len={self.context_len}, "
+            f"available_gpu_mem={self.mem(self.ranks[0]).avail_gib:.2f} GB",
+        )
+        self.engine.max_total_tokens = self.max_total_num_tokens
+        await self.pause(d.scheduler_info + d.uvicorn)
+
+    def _server_args_repr(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.launch.server_args_dict().items())
+        return f"ServerArgs({fields})"
+
+    async def _load_target(self) -> None:
+        d = self.durations
+        self.each_rank(lambda r: f"Load weight begin. avail mem={self.mem(r).avail_gib:.2f} GB")
+        self.gpus.write("loading weights")
+        started = time.time()
+        self.writer.raw("\r" + safetensors_bar(0, self.shards, 0.0) + "\n")
+        fail_at = self.shards * 3 // 5
+        for shard in range(1, self.shards + 1):
+            if (
+                self.fault
+                and self.fault.at("hang", "load")
+                and shard == max(1, self.shards * 2 // 5)
+            ):
+                await self.hang()
+            await self.pause(d.per_shard * 64 / self.shards)
+            if self.fault and self.fault.at("oom", "load") and shard == fail_at:
+                raise FatalStartup(self._oom_text("load", 0, 1.15), [self.ranks[0]])
+            share = TARGET_WEIGHTS_GIB * shard / self.shards
+            for rank in self.ranks:
+                self.gpus.set_part(
+                    "weights",
+                    share + (0.02 if rank == 0 else 0.0),
+                    range((rank or 0), (rank or 0) + 1),
+                )
+            self.gpus.set_util(4.0)
+            self.gpus.write(min_interval=0.2)
+            self.writer.raw(
+                "\r" + safetensors_bar(shard, self.shards, time.time() - started) + "\n"
+            )
+        self.writer.raw(
+            "\r" + safetensors_bar(self.shards, self.shards, time.time() - started) + "\n\n"
+        )
+        self.load_seconds = time.time() - started
+        self.gpus.set_util(0.0)
+        self.gpus.write()
+        self.each_rank(
+            lambda r: (
+                f"Load weight end. elapsed={time.time() - started:.2f} s, "
+                f"type={model_profile(self.launch.args.model_path)['architecture']}, "
+                f"dtype=torch.bfloat16, avail mem={self.mem(r).avail_gib:.2f} GB, "
+                f"mem usage={self.mem(r).parts['weights']:.2f} GB."
+            )
+        )
+
+    def _oom_text(self, where: str, gpu: int, tried_gib: float) -> str:
+        rank = self.mem(gpu)
+        free_mib = self.rng.uniform(180.0, 900.0)
+        return faults.oom_traceback(
+            where,
+            gpu,
+            tried_gib,
+            total_gib=rank.used_gib + rank.avail_gib - 0.59,
+            free_mib=free_mib,
+            in_use_gib=rank.used_gib + rank.avail_gib - 0.59 - free_mib / 1024,
+        )
+
+    async def _allocate_kv(self, mem_fraction_static: float) -> None:
+        d = self.durations
+        await self.pause(d.before_kv)
+        rank0 = self.ranks[0]
+        pool_gib = self.mem(rank0).avail_gib - self.init_avail[rank0] * (1 - mem_fraction_static)
+        kv_gib = pool_gib * KV_SHARE_OF_POOL
+        if self.fault and self.fault.at("oom", "kv"):
+            raise FatalStartup(self._oom_text("kv", 0, max(kv_gib, 1.0)), list(self.ranks))
+        tokens = int(kv_gib * (1 << 30) / KV_BYTES_PER_TOKEN)
+        if tokens <= 0:
+            raise FatalStartup(
+                faults.not_enough_memory_traceback(mem_fraction_static), list(self.ranks)
+            )
+        kv_gib = tokens * KV_BYTES_PER_TOKEN / (1 << 30)
+        self.max_total_num_tokens = tokens
+        self.gpus.set_part("kv", kv_gib + MEMORY_POOL_EXTRA_GIB)
+        self.gpus.write("kv cache")
+        self.each_rank(
+            lambda r: f"KV Cache is allocated. #tokens: {tokens}, KV size: {kv_gib:.2f} GB"
+        )
+        self.each_rank(lambda r: f"Memory pool end. avail mem={self.mem(r).avail_gib:.2f} GB")
+
+    def _capture_sizes(self) -> list[int]:
+        args = self.launch.args
+        if args.cuda_graph_bs:
+            return sorted(set(args.cuda_graph_bs))
+        max_bs = args.cuda_graph_max_bs or (args.max_running_requests or 48)
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8)]
+        return [bs for bs in sizes if bs <= max_bs] or [1]
+
+    async def _capture(self, seconds: float, graph_gib: float, part: str, label: str) -> None:
+        """tqdm's capture bar on TP0 (largest batch first), memory growing as graphs land."""
+        sizes = sorted(self.capture_bs, reverse=True)
+        started = time.time()
+        rank0 = self.ranks[0]
+
+        def desc(bs: int) -> str:
+            return f"Capturing batches (bs={bs} avail_mem={self.mem(rank0).avail_gib:.2f} GB)"
+
+        self.writer.raw("\r" + default_bar(desc(sizes[0]), 0, len(sizes), 0.0))
+        self.gpus.set_util(35.0)
+        for done, bs in enumerate(sizes, start=1):
+            await self.pause(seconds / len(sizes))
+            self.gpus.set_part(part, graph_gib * done / len(sizes))
+            self.gpus.write(label, min_interval=0.2)
+            next_bs = sizes[done] if done < len(sizes) else bs
+            self.writer.raw(
+                "\r" + default_bar(desc(next_bs), done, len(sizes), time.time() - started)
+            )
+        self.writer.raw(
+            "\r"
+            + default_bar(desc(sizes[-1]), len(sizes), len(sizes), time.time() - started)
+            + "\n"
+        )
+        self.gpus.set_util(0.0)
+        self.gpus.write()
+
+    async def _capture_target_graphs(self) -> None:
+        d = self.durations
+        await self.pause(d.before_graphs)
+        self.capture_bs = self._capture_sizes()
+        self.each_rank(
+            lambda r: (
+                "Capture cuda graph begin. This can take up to several minutes. "
+                f"avail mem={self.mem(r).avail_gib:.2f} GB"
+            )
+        )
+        self.gpus.write("target graphs")
+        if self.fault and self.fault.at("hang", "graphs"):
+            await self.hang()
+        self.writer.rank(self.ranks[0], f"Capture cuda graph bs {self.capture_bs}")
+        started = time.time()
+        if self.fault and self.fault.at("nccl", "graphs"):
+            await self.pause(d.target_graphs / 3)
+            raise FatalStartup(faults.nccl_traceback(), [self.ranks[-1]])
+        await self._capture(d.target_graphs, TARGET_GRAPHS_GIB, "graphs", "target graphs")
+        self.each_rank(
+            lambda r: (
+                f"Capture cuda graph end. Time elapsed: {time.time() - started:.2f} s. "
+                f"mem usage={TARGET_GRAPHS_GIB:.2f} GB. avail mem={self.mem(r).avail_gib:.2f} GB."
+            )
+        )
+
+    async def _load_draft(self) -> None:
+        d = self.durations
+        env = self.launch.env
+        await self.pause(d.draft_init)
+        if self.context_len > DRAFT_DERIVED_CONTEXT_LEN:
+            if not env_true(env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"):
+                raise FatalStartup(
+                    faults.context_length_traceback(self.context_len, DRAFT_DERIVED_CONTEXT_LEN),
+                    list(self.ranks),
+                )
+            self.each_rank(
+                lambda r: (
+                    f"Warning: Target model's context_length ({self.context_len}) is greater "
+                    f"than the derived context_length ({DRAFT_DERIVED_CONTEXT_LEN}). This may lead to "
+                    "incorrect model outputs or CUDA errors. Note that the derived context_length may "
+                    "differ from max_position_embeddings in the model's config."
+                )
+            )
+            self.each_rank(
+                lambda r: (
+                    f"Overriding the draft model's max_position_embeddings to {self.context_len}."
+                )
+            )
+        self.each_rank(lambda r: "Init torch distributed begin.")
+        self.each_rank(lambda r: "Init torch distributed ends. elapsed=0.00 s, mem usage=0.00 GB")
+        self.each_rank(lambda r: f"Load weight begin. avail mem={self.mem(r).avail_gib:.2f} GB")
+        self.gpus.write("draft weights")
+        started = time.time()
+        self.writer.raw("\r" + safetensors_bar(0, 1, 0.0) + "\n")
+        await self.pause(d.draft_load)
+        self.gpus.set_part("draft_weights", DRAFT_WEIGHTS_GIB)
+        self.writer.raw("\r" + safetensors_bar(1, 1, time.time() - started) + "\n")
+        self.writer.raw("\r" + safetensors_bar(1, 1, time.time() - started) + "\n\n")
+        self.each_rank(
+            lambda r: (
+                f"Load weight end. elapsed={time.time() - started:.2f} s, "
+                f"type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, "
+                f"avail mem={self.mem(r).avail_gib:.2f} GB, mem usage={DRAFT_WEIGHTS_GIB:.2f} GB."
+            )
+        )
+        await self.pause(d.draft_kv)
+        tokens = self.max_total_num_tokens
+        half_gib = tokens * DRAFT_KV_BYTES_PER_TOKEN / (1 << 30)
+        self.gpus.set_part("draft_kv", 2 * half_gib + 0.02)
+        self.each_rank(
+            lambda r: (
+                f"KV Cache is allocated. #tokens: {tokens}, K size: {half_gib:.2f} GB, "
+                f"V size: {half_gib:.2f} GB"
+            )
+        )
+        self.each_rank(lambda r: f"Memory pool end. avail mem={self.mem(r).avail_gib:.2f} GB")
+        self.gpus.write("draft graphs")
+        steps = self.launch.args.speculative_num_steps
+        if steps > 1:
+            started = time.time()
+            self.each_rank(
+                lambda r: (
+                    "Capture draft cuda graph begin. This can take up to several minutes. "
+                    f"avail mem={self.mem(r).avail_gib:.2f} GB"
+                )
+            )
+            await self._capture(d.draft_graphs, DRAFT_GRAPHS_GIB, "draft_graphs", "draft graphs")
+            self.each_rank(
+                lambda r: (
+                    f"Capture draft cuda graph end. Time elapsed: {time.time() - started:.2f} s. "
+                    f"mem usage={DRAFT_GRAPHS_GIB:.2f} GB. avail mem={self.mem(r).avail_gib:.2f} GB."
+                )
+            )
+        started = time.time()
+        self.each_rank(
+            lambda r: (
+                "Capture draft extend cuda graph begin. This can take up to several minutes. "
+                f"avail mem={self.mem(r).avail_gib:.2f} GB"
+            )
+        )
+        await self._capture(
+            d.draft_extend_graphs, DRAFT_EXTEND_GRAPHS_GIB, "draft_extend_graphs", "draft graphs"
+        )
+        self.each_rank(
+            lambda r: (
+                f"Capture draft extend cuda graph end. Time elapsed: {time.time() - started:.2f} s. "
+                f"mem usage={DRAFT_EXTEND_GRAPHS_GIB:.2f} GB. avail mem={self.mem(r).avail_gib:.2f} GB."
+            )
+        )
+
+    # --- serving ---------------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        args = self.launch.args
+        self.writer.uvicorn(f"Started server process [{os.getpid()}]")
+        self.writer.uvicorn("Waiting for application startup.")
+        if args.enable_metrics:
+            self.metrics = SimMetrics(
+                args.served_model_name or args.model_path,
+                startup_seconds=time.time() - self.started_at,
+                load_seconds=self.load_seconds,
+            )
+        self._engine_task = asyncio.create_task(self.engine.run())
+        await self.http.start(args.host, args.port)
+        self.writer.uvicorn("Application startup complete.")
+        self.writer.uvicorn(
+            f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)"
+        )
+        self.gpus.write("warm-up")
+        if not args.skip_server_warmup:
+            await self._warm_up()
+        self.status = "ready"
+        self.gpus.write("ready")
+        self.writer.main("The server is fired up and ready to roll!")
+        await self._stop.wait()
+
+    async def _warm_up(self) -> None:
+        """Real HTTP requests to ourselves, as SGLang's warm-up thread makes them."""
+        args = self.launch.args
+        host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
+        host = "::1" if host == "::" else host
+        await _http_call(host, args.port, "GET", "/model_info", None)
+        if model_profile(args.model_path)["has_image_understanding"]:
+            body = {
+                "model": args.model_path,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,"}},
+                            {"type": "text", "text": "Describe the image."},
+                        ],
+                    }
+                ],
+                "max_tokens": 8,
+            }
+            await _http_call(host, args.port, "POST", "/v1/chat/completions", body)
+        else:
+            body = {
+                "text": "The capital city of France is",
+                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
+            }
+            await _http_call(host, args.port, "POST", "/generate", body)
+
+    def _on_busy(self, fraction: float) -> None:
+        self.last_heartbeat = time.time()
+        self.gpus.set_util(94.0 * fraction)
+        self.gpus.write(min_interval=0.25)
+
+    def _on_latency(self, what: str, seconds: float) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_latency(what, seconds)
+
+    def _on_decode_iteration(self, iteration: int) -> None:
+        if self.status != "ready" or self.fault is None:
+            return
+        self._ready_iterations += 1
+        trigger = self._ready_iterations == self.launch.args.decode_log_interval
+        if trigger and self.fault.at("hang", "decode"):
+            self.writer.enabled = False
+            self.engine.hung = True
+        elif trigger and self.fault.kind == "crash":
+            self._crash(segv=self.fault.where == "segv")
+
+    def _crash(self, *, segv: bool) -> None:
+        if segv:
+            self.writer.raw(
+                "Fatal Python error: Segmentation fault\n\n"
+                "Current thread 0x00007f3ac2bff640 (most recent call first):\n"
+                '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/speculative/'
+                'eagle_worker.py", line 702 in verify\n'
+            )
+            self.engine.flush_probe()
+            procs.die_by_signal(self.rank_pids, signal.SIGSEGV)
+        self.writer.rank(self.ranks[0], faults.decode_crash_traceback().rstrip("\n"))
+        self.writer.main(
+            f"SIGQUIT received. signum={signal.SIGQUIT!r}, frame=None. It usually means one child "
+            "failed."
+        )
+        self.engine.flush_probe()
+        procs.kill_process_tree(self.rank_pids)
+
+    # --- signals and exit ------------------------------------------------------------------
+
+    def install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        loop.add_signal_handler(signal.SIGTERM, self._on_signal, signal.SIGTERM)
+        loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
+
+    def _on_signal(self, signum: int) -> None:
+        if self.status == "starting":
+            self.gpus.write("stopped")
+            self.engine.flush_probe()
+            procs.die_by_signal(self.rank_pids, signum)
+        if self.status == "shutting_down":
+            return
+        self.status = "shutting_down"
+        asyncio.get_running_loop().create_task(self._shutdown(signum))
+
+    async def _shutdown(self, signum: int) -> None:
+        self.writer.enabled = True
+        engine = self.engine
+        if signum == signal.SIGINT:
+            self.writer.uvicorn("Shutting down")
+            engine.abort_all()
+            await self.http.close()
+            self.writer.uvicorn("Waiting for application shutdown.")
+            self.writer.uvicorn("Application shutdown complete.")
+            self.writer.uvicorn(f"Finished server process [{os.getpid()}]")
+            self.engine.flush_probe()
+            self._stop.set()
+            return
+        pending = [r.rid for r in [*engine.running, *engine.waiting]]
+        self.writer.main(
+            f"Gracefully exiting... Remaining number of requests {len(pending)}. "
+            f"Remaining requests remaining_rids={pending}."
+        )
+        deadline = time.monotonic() + DRAIN_LIMIT_S
+        while (
+            (engine.running or engine.waiting) and not engine.hung and time.monotonic() < deadline
+        ):
+            await asyncio.sleep(0.05)
+        engine.flush_probe()
+        self.gpus.set_util(0.0)
+        self.gpus.write("stopped")
+        procs.kill_process_tree(self.rank_pids)
+
+    def fail(self, error: FatalStartup) -> None:
+        """A scheduler raised during start-up: its traceback, SIGQUIT to us, tree killed."""
+        for rank in error.ranks:
+            self.writer.rank(rank, error.text.rstrip("\n"))
+        self.writer.main(faults.SIGQUIT_LAUNCH)
+        self.gpus.write("failed")
+        procs.kill_process_tree(self.rank_pids)
+
+    def server_info(self) -> dict[str, Any]:
+        data = self.launch.server_args_dict()
+        rank0 = self.mem(self.ranks[0])
+        data.update(
+            max_total_num_tokens=self.max_total_num_tokens,
+            max_req_input_len=self.context_len - 5,
+            internal_states=[
+                {
+                    "last_gen_throughput": round(self.engine.stats.last_gen_throughput, 2),
+                    "memory_usage": {
+                        "weight": round(rank0.parts.get("weights", 0.0), 2),
+                        "kvcache": round(rank0.parts.get("kv", 0.0), 2),
+                        "token_capacity": self.max_total_num_tokens,
+                        "graph": round(rank0.parts.get("graphs", 0.0), 2),
+                    },
+                    "effective_max_running_requests_per_dp": self.engine.max_running_requests,
+                    "avg_spec_accept_length": round(self.engine.stats.avg_accept_length, 4),
+                }
+            ],
+            version=SGLANG_VERSION,
+        )
+        return data
+
+    def model_info(self) -> dict[str, Any]:
+        args = self.launch.args
+        profile = model_profile(args.model_path)
+        return {
+            "model_path": args.model_path,
+            "tokenizer_path": args.tokenizer_path or args.model_path,
+            "is_generation": True,
+            "preferred_sampling_params": None,
+            "weight_version": "default",
+            "has_image_understanding": profile["has_image_understanding"],
+            "has_audio_understanding": False,
+            "model_type": profile["model_type"],
+            "architectures": [profile["architecture"]],
+        }
+
+    async def run(self) -> int:
+        self.install_signals(asyncio.get_running_loop())
+        try:
+            await self.startup()
+        except FatalStartup as error:
+            self.fail(error)
+            return 137
+        try:
+            await self.serve()
+        except OSError as error:  # the port is taken: uvicorn's message and exit code 1
+            self.writer.raw(
+                f"[{self.writer.timestamp()}] ERROR:    [Errno {error.errno}] error while "
+                f"attempting to bind on address ({self.launch.args.host!r}, "
+                f"{self.launch.args.port}): {error.strerror}\n"
+            )
+            self.gpus.write("failed")
+            procs.kill_process_tree(self.rank_pids)
+        finally:
+            self.engine.flush_probe()
+            if self._engine_task is not None:
+                self._engine_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._engine_task
+            await self.http.close()
+        return 0
+
+
+async def _http_call(host: str, port: int, method: str, path: str, body: Any) -> int:
+    """One HTTP/1.1 request with Connection: close; returns the status (0 when it failed)."""
+    payload = json.dumps(body).encode() if body is not None else b""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+    except (OSError, asyncio.TimeoutError):
+        return 0
+    try:
+        writer.write(
+            f"{method} {path} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
+            + payload
+        )
+        await writer.drain()
+        response = await asyncio.wait_for(reader.read(), 120.0)
+        status_line = response.split(b"\r\n", 1)[0].split()
+        return int(status_line[1]) if len(status_line) > 1 else 0
+    except (OSError, asyncio.TimeoutError, ValueError):
+        return 0
+    finally:
+        writer.close()
+
+
+def main_entry(launch: SimLaunch, gpu_state_path: Path | None) -> int:
+    """Fork the rank processes, then run the server's event loop to the end."""
+    rank_pids = procs.spawn_rank_processes(launch.args.tp_size)
+    server = SimServer(launch, rank_pids=rank_pids, gpu_state_path=gpu_state_path)
+    code = asyncio.run(server.run())
+    server.gpus.set_util(0.0)
+    server.gpus.write("stopped")
+    return code

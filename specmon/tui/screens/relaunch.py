@@ -1,0 +1,346 @@
+"""The relaunch form (`r`): edit the speculative and NCCL settings, see the exact command, confirm.
+
+Every keystroke re-runs the launch spec's own rules (``specmon.launch.validate_form`` and
+``LaunchSpec.problems``), shown inline under the field; the Launch button stays disabled while
+anything is wrong, so an invalid launch cannot be submitted. A restart costs minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, Static
+
+from specmon.controller import HostController
+from specmon.errors import SpecmonError
+from specmon.launch import (
+    FORM_EXTRA_ARGS,
+    FORM_EXTRA_ENV,
+    FORM_FIELDS,
+    NCCL_ALGO_VALUES,
+    NCCL_P2P_LEVEL_VALUES,
+    NCCL_PROTO_VALUES,
+    LaunchSpec,
+    form_overrides,
+    form_values,
+    parse_extra_args,
+    validate_form,
+)
+from specmon.tui.messages import RelaunchRequested
+from specmon.tui.screens.confirm import ConfirmScreen
+
+SELECT_CHOICES: dict[str, tuple[str, ...]] = {
+    "NCCL_PROTO": NCCL_PROTO_VALUES,
+    "NCCL_ALGO": NCCL_ALGO_VALUES,
+    "NCCL_P2P_LEVEL": NCCL_P2P_LEVEL_VALUES,
+}
+FIELD_LABELS: dict[str, str] = {
+    "speculative-num-steps": "num steps",
+    "speculative-eagle-topk": "eagle topk",
+    "speculative-num-draft-tokens": "draft tokens",
+    "mem-fraction-static": "mem fraction",
+    "NCCL_PROTO": "NCCL_PROTO",
+    "NCCL_ALGO": "NCCL_ALGO",
+    "NCCL_P2P_LEVEL": "NCCL_P2P_LEVEL",
+    FORM_EXTRA_ARGS: "extra args",
+    FORM_EXTRA_ENV: "extra env",
+}
+UNSET = "(unset)"
+
+
+def field_id(name: str) -> str:
+    return "f-" + name.replace("_", "-").lower()
+
+
+class RelaunchScreen(ModalScreen[None]):
+    """The form. Posts RelaunchRequested to the app once the operator confirms."""
+
+    DEFAULT_CSS = """
+    RelaunchScreen { align: center middle; }
+    RelaunchScreen > VerticalScroll { width: 100; max-width: 100%; height: auto; max-height: 100%;
+        border: thick $primary; background: $panel; padding: 0 1; }
+    RelaunchScreen .row { height: auto; margin-bottom: 0; }
+    RelaunchScreen .row > Label.name { width: 16; padding: 0 1 0 0; text-style: bold; }
+    RelaunchScreen .row > Vertical { height: auto; width: 1fr; }
+    RelaunchScreen Input, RelaunchScreen Select { width: 1fr; }
+    RelaunchScreen Input { background: $surface; }
+    RelaunchScreen Input:focus { background: $boost; text-style: bold; }
+    RelaunchScreen .problem { color: $error; height: auto; padding-left: 1; }
+    RelaunchScreen .problem.-ok { display: none; }
+    RelaunchScreen #preview { height: auto; background: $surface; padding: 0 1; margin-top: 1; }
+    RelaunchScreen #spec-problems { color: $error; height: auto; }
+    RelaunchScreen #buttons { height: 1; margin-top: 1; }
+    RelaunchScreen #buttons Button { margin-right: 1; }
+    RelaunchScreen #save-name { width: 22; margin-right: 1; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+        Binding("ctrl+s", "submit", "Launch…"),
+    ]
+
+    def __init__(self, controller: HostController, config: Any) -> None:
+        super().__init__()
+        self.controller = controller
+        self.config = config
+        self.profile_names = [p for p in controller.profiles() if p in config.profiles]
+        store = controller.bus.store
+        current = store.run.profile if store.run is not None else None
+        if current in self.profile_names:
+            self.profile_name = current
+        elif config.default_profile in self.profile_names:
+            self.profile_name = config.default_profile
+        else:
+            self.profile_name = self.profile_names[0] if self.profile_names else ""
+        self.problems: dict[str, str] = {}
+        self.spec: LaunchSpec | None = None
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as scroll:
+            scroll.border_title = f"Relaunch on {self.controller.host_label}"
+            with Horizontal(classes="row"):
+                yield Label("profile", classes="name")
+                yield Select(
+                    [(name, name) for name in self.profile_names],
+                    value=self.profile_name or Select.NULL,
+                    allow_blank=False,
+                    compact=True,
+                    id="profile",
+                )
+            for name in FORM_FIELDS:
+                with Horizontal(classes="row"):
+                    yield Label(FIELD_LABELS[name], classes="name")
+                    with Vertical():
+                        if name in SELECT_CHOICES:
+                            yield Select(
+                                [(UNSET, "")] + [(v, v) for v in SELECT_CHOICES[name]],
+                                allow_blank=False,
+                                compact=True,
+                                id=field_id(name),
+                            )
+                        else:
+                            yield Input(
+                                id=field_id(name), placeholder=_placeholder(name), compact=True
+                            )
+                        yield Static("", classes="problem -ok", id=field_id(name) + "-problem")
+            yield Static(id="preview")
+            yield Static(id="spec-problems")
+            with Horizontal(id="buttons"):
+                yield Button("Launch… ^s", id="launch", variant="warning", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+                yield Input(placeholder="new profile name", id="save-name", compact=True)
+                yield Button("Save as profile", id="save", compact=True)
+
+    def on_mount(self) -> None:
+        if not self.profile_names:
+            self.query_one("#preview", Static).update(
+                "No launch profile of this host is in the config: add one to specmon.toml."
+            )
+            self.query_one("#launch", Button).disabled = True
+            return
+        self.load_profile(self.profile_name)
+        self.query_one("#" + field_id("speculative-num-steps"), Input).focus()
+
+    # --- reading and filling the form ---------------------------------------------------------
+
+    def load_profile(self, name: str) -> None:
+        """Fill every field from the profile (with the running launch's values if it is that
+        profile's run, so the form starts from what is running)."""
+        self.profile_name = name
+        profile = self.config.profiles[name]
+        spec = profile.to_launch_spec()
+        values = form_values(spec, profile.extra_args)
+        run = self.controller.bus.store.run
+        if run is not None and run.profile == name and run.argv:
+            running = LaunchSpec(profile.backend, (), _args_after_command(run.argv), dict(run.env))
+            for key, value in form_values(running).items():
+                if key not in (FORM_EXTRA_ARGS, FORM_EXTRA_ENV):
+                    values[key] = value
+        with self.prevent(Input.Changed, Select.Changed):
+            for key, value in values.items():
+                self.set_field(key, value)
+        self.revalidate()
+
+    def set_field(self, name: str, value: str) -> None:
+        if name in SELECT_CHOICES:
+            select = self.query_one("#" + field_id(name), Select)
+            if value and value not in SELECT_CHOICES[name]:
+                # a profile's own value (a comma list, a ^negation) stays selectable as is
+                select.set_options([(UNSET, ""), (value, value), *_pairs(SELECT_CHOICES[name])])
+            select.value = value
+        else:
+            self.query_one("#" + field_id(name), Input).value = value
+
+    def values(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for name in FORM_FIELDS:
+            if name in SELECT_CHOICES:
+                value = self.query_one("#" + field_id(name), Select).value
+                out[name] = "" if value is Select.NULL else str(value)
+            else:
+                out[name] = self.query_one("#" + field_id(name), Input).value
+        return out
+
+    # --- validation and preview ---------------------------------------------------------------
+
+    def revalidate(self) -> None:
+        values = self.values()
+        problems = validate_form(values)
+        self.spec = None
+        spec_problems: list[str] = []
+        if not problems and self.profile_name:
+            profile = self.config.profiles[self.profile_name]
+            base = profile.to_launch_spec()
+            try:
+                flags, env = form_overrides(values, base, profile.extra_args)
+                self.spec = base.with_flags(flags).with_env(env)
+                spec_problems = self.spec.problems()
+            except SpecmonError as exc:
+                spec_problems = [str(exc)]
+        self.problems = problems
+        for name in FORM_FIELDS:
+            label = self.query_one("#" + field_id(name) + "-problem", Static)
+            message = problems.get(name, "")
+            label.update(message)
+            label.set_class(not message, "-ok")
+        preview = Text()
+        if self.spec is not None:
+            preview.append("command: ", style="bold")
+            preview.append(self.spec.shell_command())
+        else:
+            preview.append("Fix the fields marked in red to see the command.", style="italic")
+        self.query_one("#preview", Static).update(preview)
+        self.query_one("#spec-problems", Static).update("\n".join(spec_problems))
+        valid = self.spec is not None and not spec_problems
+        self.query_one("#launch", Button).disabled = not valid
+        self.query_one("#save", Button).disabled = not valid
+
+    @property
+    def valid(self) -> bool:
+        return not self.query_one("#launch", Button).disabled
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    def _changed(self, event: Input.Changed | Select.Changed) -> None:
+        if event.control.id == "profile":
+            if isinstance(event.value, str) and event.value != self.profile_name:
+                self.load_profile(event.value)
+            return
+        if event.control.id != "save-name":
+            self.revalidate()
+
+    # --- actions ------------------------------------------------------------------------------
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#launch")
+    def action_submit(self) -> None:
+        self.revalidate()
+        if not self.valid or self.spec is None:
+            self.notify("The form has problems; fix the fields marked in red.", severity="error")
+            return
+        store = self.controller.bus.store
+        run = store.run
+        if run is not None and store.run_state not in ("stopped", "failed"):
+            what = f"This stops run {run.run_id} (profile {run.profile or '-'}, pid {run.pid or '-'})"
+            what += " and waits for its GPU memory to be released, then launches:\n\n"
+        else:
+            what = "No server is running. This launches:\n\n"
+        question = what + self.spec.shell_command()
+        self.app.push_screen(ConfirmScreen(question, "Relaunch"), self._confirmed)
+
+    def _confirmed(self, answer: bool | None) -> None:
+        if not answer:
+            return
+        values = self.values()
+        profile = self.config.profiles[self.profile_name]
+        flags, env = form_overrides(values, profile.to_launch_spec(), profile.extra_args)
+        self.app.post_message(RelaunchRequested(self.profile_name, dict(flags), dict(env)))  # type: ignore[arg-type]
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#save")
+    def _save(self) -> None:
+        from specmon.config import find_config_path, save_profile
+
+        name = self.query_one("#save-name", Input).value.strip()
+        if not name:
+            self.notify("Type a name for the new profile first.", severity="warning")
+            self.query_one("#save-name", Input).focus()
+            return
+        profile = self.config.profiles[self.profile_name]
+        try:
+            new_profile = profile_from_form(profile, name, self.values())
+            path = self.config.source if self.config.source is not None else find_config_path()
+            save_profile(path, new_profile)
+        except SpecmonError as exc:
+            self.notify(str(exc), title="Not saved", severity="error", timeout=15)
+            return
+        self.config.profiles[name] = new_profile
+        self.notify(f"Saved profile {name!r} to {path}", title="Saved")
+
+
+def profile_from_form(profile: Any, name: str, values: dict[str, str]) -> Any:
+    """A copy of ``profile`` named ``name`` with the form's settings as its own fields."""
+    from specmon.config import SpeculativeSettings
+    from specmon.launch import parse_extra_env
+
+    def number(key: str) -> int | None:
+        text = values.get(key, "").strip()
+        return int(text) if text else None
+
+    speculative = profile.speculative
+    if speculative is not None or values.get("speculative-num-steps", "").strip():
+        speculative = replace(
+            speculative or SpeculativeSettings(algorithm="EAGLE3"),
+            num_steps=number("speculative-num-steps"),
+            eagle_topk=number("speculative-eagle-topk"),
+            num_draft_tokens=number("speculative-num-draft-tokens"),
+        )
+    env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
+    for key in SELECT_CHOICES:
+        if values.get(key):
+            env[key] = values[key]
+    mem = values.get("mem-fraction-static", "").strip()
+    return replace(
+        profile,
+        name=name,
+        speculative=speculative,
+        mem_fraction_static=float(mem) if mem else None,
+        extra_args=tuple(parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))),
+        env=env,
+        description=f"saved from the console, based on {profile.name}",
+    )
+
+
+def _placeholder(name: str) -> str:
+    if name == FORM_EXTRA_ARGS:
+        return "--flag value ... (shell quoting)"
+    if name == FORM_EXTRA_ENV:
+        return "NAME=VALUE ..."
+    return "blank = not set"
+
+
+def _pairs(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v) for v in values]
+
+
+def _args_after_command(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The flags of a recorded argv: everything from the first ``--flag`` on."""
+    for index, token in enumerate(argv):
+        if token.startswith("--"):
+            return argv[index:]
+    return ()

@@ -1,0 +1,206 @@
+"""The console driven by Textual's Pilot over a replayed, deterministic session.
+
+The events are the reference transcript through the real SGLang parser plus GPU samples and
+probe timings; the tests read what the widgets show, not internal state.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
+from textual.widgets import Button, Input, Select, Sparkline, Static
+
+from specmon.config import load_config
+from specmon.events import ConnectionState
+from specmon.tui.app import SpecmonApp
+from specmon.tui.commands import PALETTE_ACTIONS
+from specmon.tui.screens.help import HelpScreen, key_label
+from specmon.tui.screens.relaunch import RelaunchScreen, field_id
+from specmon.tui.widgets.banner import Banner
+from specmon.tui.widgets.gpus import GpuPanel
+from specmon.tui.widgets.header import HeaderBar
+from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.timing import TimingPanel
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_app(*, ready: bool = True, failed: bool = False) -> SpecmonApp:
+    events = recorded_session(ready=ready)
+    if failed:
+        events.append((FROZEN_NOW, failure_event()))
+    controller = ReplayController(events)
+    return SpecmonApp(controller, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+
+
+def text_of(widget: Static) -> str:
+    return str(widget.render())
+
+
+async def test_live_panels_show_gpus_throughput_and_the_amdahl_bound():
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        main = app.main
+        assert main.has_class("-live")
+        header = text_of(main.query_one(HeaderBar))
+        assert "kimi-eagle3-nccl" in header and "ready" in header
+        assert "steps=3" in header and "PROTO=LL" in header and "P2P=SYS" in header
+        gpu_lines = text_of(main.query_one(GpuPanel)).splitlines()
+        assert [line.split()[0] for line in gpu_lines] == [str(i) for i in range(8)]
+        assert "95%" in gpu_lines[0] and "/140G" in gpu_lines[0]
+        spark = main.query_one("#tps-spark", Sparkline)
+        assert list(spark.data) == [412.55, 688.31, 731.09, 602.74, 566.2]
+        timing = text_of(main.query_one(TimingPanel))
+        assert "a draft phase infinitely faster would gain at most 3.1%" in timing
+        assert "verify 96.1%" in timing
+
+
+async def test_help_lists_every_binding():
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        console = Console(width=100, file=io.StringIO(), record=True)
+        console.print(app.screen.table)
+        lines = [line.strip() for line in console.export_text().splitlines()]
+        for binding in app.BINDINGS:
+            assert any(
+                line.split()[0] == key_label(binding.key) and binding.description in line
+                for line in lines
+            ), binding
+        assert any(line.startswith("ctrl+p") for line in lines)
+        await pilot.press("escape")
+        assert app.screen is app.main
+
+
+async def test_command_palette_offers_every_bound_action():
+    actions = {action for _, _, action in PALETTE_ACTIONS}
+    bound = {binding.action for binding in SpecmonApp.BINDINGS}
+    assert bound <= actions
+
+
+async def test_failure_banner_shows_root_cause_and_command():
+    app = make_app(ready=False, failed=True)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.2)
+        banner = app.main.query_one(Banner)
+        assert banner.display and banner.has_class("-failed")
+        text = text_of(banner)
+        assert "Server failed (OOM) exit code 137 during KV cache" in text
+        assert "CUDA out of memory" in text
+        assert "command: python3 -m sglang.launch_server" in text
+        assert "failed" in text_of(app.main.query_one(HeaderBar))
+
+
+async def test_reconnecting_banner_counts_attempts():
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.controller.bus.publish(
+            ConnectionState(host="root@gpu-box:22", state="reconnecting", attempt=3,
+                            detail="connection reset")
+        )
+        await pilot.pause(0.3)
+        banner = app.main.query_one(Banner)
+        assert banner.has_class("-reconnecting")
+        assert "reconnecting (attempt 3)" in text_of(banner)
+        assert "reconnecting #3" in text_of(app.main.query_one(HeaderBar))
+        app.controller.bus.publish(ConnectionState(host="root@gpu-box:22", state="connected"))
+        await pilot.pause(0.3)
+        assert not banner.display
+
+
+async def test_log_filter_narrows_and_escape_restores():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        view = app.main.query_one(LogPane).log_view
+        everything = len(view.lines)
+        await pilot.press("slash", *"Decode batch", "enter")
+        await pilot.pause(0.2)
+        assert len(view.lines) == 5
+        assert all("Decode batch" in line.text for line in view.lines)
+        await pilot.press("slash", "escape")
+        await pilot.pause(0.2)
+        assert len(view.lines) == everything
+
+
+async def test_pause_freezes_live_panels_and_theme_cycles():
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert app.theme == "specmon-dark"
+        await pilot.press("t")
+        assert app.theme == "specmon-high-contrast"
+        await pilot.press("t", "t")
+        assert app.theme == "specmon-dark"
+        await pilot.press("p")
+        assert "PAUSED" in text_of(app.main.query_one(HeaderBar))
+        spark = app.main.query_one("#tps-spark", Sparkline)
+        before = list(spark.data)
+        from specmon.events import Decode
+
+        app.controller.bus.publish(
+            Decode(running_req=1, tokens=1, token_usage=0.0, gen_throughput=999.0, queue_req=0)
+        )
+        await pilot.pause(0.3)
+        assert list(spark.data) == before
+        await pilot.press("p")
+        await pilot.pause(0.3)
+        assert list(spark.data)[-1] == 999.0
+
+
+async def test_no_color_is_honoured(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app()
+    assert app.no_color
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause(0.1)
+
+
+async def test_relaunch_form_rejects_invalid_values_inline_and_previews_the_command():
+    app = make_app()
+    async with app.run_test(size=(120, 48)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        form = app.screen
+        assert isinstance(form, RelaunchScreen)
+        launch = form.query_one("#launch", Button)
+        assert not launch.disabled
+        preview = text_of(form.query_one("#preview", Static))
+        assert "--speculative-num-steps 3" in preview and "NCCL_PROTO=LL" in preview
+        steps = form.query_one("#" + field_id("speculative-num-steps"), Input)
+        steps.value = "5"  # topk 1 needs draft tokens == steps + 1 == 6, still 4
+        await pilot.pause(0.1)
+        assert launch.disabled
+        problem = text_of(form.query_one("#" + field_id("speculative-num-draft-tokens") + "-problem", Static))
+        assert "6" in problem
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert app.screen is form  # nothing to confirm while invalid
+        form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "6"
+        form.query_one("#" + field_id("NCCL_ALGO"), Select).value = "Tree"
+        form.query_one("#" + field_id("mem-fraction-static"), Input).value = "1.5"
+        await pilot.pause(0.1)
+        assert launch.disabled
+        assert text_of(form.query_one("#" + field_id("mem-fraction-static") + "-problem", Static))
+        form.query_one("#" + field_id("mem-fraction-static"), Input).value = "0.85"
+        await pilot.pause(0.1)
+        assert not launch.disabled
+        preview = text_of(form.query_one("#preview", Static))
+        assert "--speculative-num-steps 5" in preview
+        assert "--speculative-num-draft-tokens 6" in preview
+        assert "NCCL_ALGO=Tree" in preview and "--mem-fraction-static 0.85" in preview
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.1)
+        assert "This stops run 20260210-091402-kimi" in text_of(app.screen.query_one("#question", Static))
+        await pilot.press("n")
+        assert app.screen is form
+        await pilot.press("escape")
+        assert app.screen is app.main
