@@ -137,8 +137,15 @@ def smi_loop(rate: float, seconds: float) -> dict[str, Any]:
     return {"rate_hz": rate, "lines": lines, "cpu_s": cpu, "core_percent": 100 * cpu / seconds}
 
 
+def cpu_ms_per_call(call: Any, repeats: int) -> float:
+    start = time.process_time()
+    for _ in range(repeats):
+        call()
+    return 1000 * (time.process_time() - start) / repeats
+
+
 def in_process_costs(repeats: int) -> dict[str, Any]:
-    """CPU per GPU read and per tick line, timed in this process, for extrapolating."""
+    """CPU per NVML call, per GPU tick read and per link-rates pass, timed in this process."""
     import pynvml
 
     notices = agent_module.NoticeLog()
@@ -146,28 +153,42 @@ def in_process_costs(repeats: int) -> dict[str, Any]:
     sampler.open("bench")
     try:
         gpu = sampler.gpus[0]
-        start = time.process_time()
-        for _ in range(repeats):
-            reading = sampler._read(gpu)
-        per_read = (time.process_time() - start) / repeats
-        one = [reading]
-        eight = [reading] * 8
-        start = time.process_time()
-        for _ in range(repeats):
-            agent_module.tick_line(time.time(), one)
-        line_one = (time.process_time() - start) / repeats
-        start = time.process_time()
-        for _ in range(repeats):
-            agent_module.tick_line(time.time(), eight)
-        line_eight = (time.process_time() - start) / repeats
-        pcie: dict[str, Any] = {}
+        h = gpu.handle
+        calls = {
+            "utilization": lambda: pynvml.nvmlDeviceGetUtilizationRates(h),
+            "memory_v1": lambda: pynvml.nvmlDeviceGetMemoryInfo(h),
+            "memory_v2": lambda: pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2),
+            "power": lambda: pynvml.nvmlDeviceGetPowerUsage(h),
+            "power_limit": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            "temperature": lambda: pynvml.nvmlDeviceGetTemperature(h, 0),
+            "sm_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 1),
+            "mem_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 2),
+            "event_reasons": lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+            "processes": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
+            "field_values_pcie_counters": lambda: pynvml.nvmlDeviceGetFieldValues(
+                h, [agent_module.FI_PCIE_TX_BYTES, agent_module.FI_PCIE_RX_BYTES]
+            ),
+        }
+        per_call = {}
+        for name, call in calls.items():
+            try:
+                per_call[name] = cpu_ms_per_call(call, repeats // 4)
+            except pynvml.NVMLError as exc:
+                per_call[name] = repr(exc)
         start_wall, start_cpu = time.monotonic(), time.process_time()
         for _ in range(10):
-            pynvml.nvmlDeviceGetPcieThroughput(gpu.handle, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        pcie["wall_ms_per_call"] = 100 * (time.monotonic() - start_wall)
-        pcie["cpu_ms_per_call"] = 100 * (time.process_time() - start_cpu)
+            pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES)
+        per_call["pcie_throughput_query"] = 100 * (time.process_time() - start_cpu)
+        pcie_query_wall_ms = 100 * (time.monotonic() - start_wall)
+        reading = sampler._read(gpu)
+        tick_read = cpu_ms_per_call(lambda: sampler._read(gpu), repeats)
+        link_pass = cpu_ms_per_call(lambda: sampler._link_rates(gpu), repeats // 4)
+        line_one = cpu_ms_per_call(lambda: agent_module.tick_line(time.time(), [reading]), repeats)
+        line_eight = cpu_ms_per_call(
+            lambda: agent_module.tick_line(time.time(), [reading] * 8), repeats
+        )
         fields = pynvml.nvmlDeviceGetFieldValues(
-            gpu.handle,
+            h,
             [
                 (agent_module.FI_NVLINK_DATA_TX_KIB, agent_module.UINT_MAX),
                 (agent_module.FI_NVLINK_DATA_RX_KIB, agent_module.UINT_MAX),
@@ -181,10 +202,12 @@ def in_process_costs(repeats: int) -> dict[str, Any]:
     finally:
         sampler.close()
     return {
-        "cpu_ms_per_gpu_read": 1000 * per_read,
-        "cpu_ms_tick_line_1_gpu": 1000 * line_one,
-        "cpu_ms_tick_line_8_gpus": 1000 * line_eight,
-        "pcie_throughput_query": pcie,
+        "cpu_ms_per_call": per_call,
+        "pcie_query_wall_ms": pcie_query_wall_ms,
+        "cpu_ms_tick_read_per_gpu": tick_read,
+        "cpu_ms_link_pass_per_gpu": link_pass,
+        "cpu_ms_tick_line_1_gpu": line_one,
+        "cpu_ms_tick_line_8_gpus": line_eight,
         "field_values": field_status,
         "unsupported_fields": sorted(gpu.unsupported),
         "notices": notices.drain(),
@@ -239,23 +262,24 @@ def main() -> int:
 
 
 def extrapolate(result: dict[str, Any]) -> dict[str, Any]:
-    """The measured per-tick cost plus, for each GPU beyond those measured, one more read and
-    the longer tick line."""
+    """The measured per-tick cost plus, for each GPU beyond those measured, one tick read, its
+    share of the link-rates passes (one per --pcie-interval) and the longer tick line."""
     inproc = result["in_process"]
+    link_interval = agent_module.DEFAULT_PCIE_INTERVAL_S
     out = {}
     for key in ("agent_4hz", "agent_10hz"):
         run = result[key]
         extra_gpus = 8 - run["gpus"]
-        per_tick = (
-            run["cpu_ms_per_tick"]
-            + extra_gpus * inproc["cpu_ms_per_gpu_read"]
-            + (inproc["cpu_ms_tick_line_8_gpus"] - inproc["cpu_ms_tick_line_1_gpu"])
-            * extra_gpus
-            / 7
+        per_extra_gpu = (
+            inproc["cpu_ms_tick_read_per_gpu"]
+            + inproc["cpu_ms_link_pass_per_gpu"] / (run["rate_hz"] * link_interval)
+            + (inproc["cpu_ms_tick_line_8_gpus"] - inproc["cpu_ms_tick_line_1_gpu"]) / 7
         )
+        per_tick = run["cpu_ms_per_tick"] + extra_gpus * per_extra_gpu
         out[key] = {
             "cpu_ms_per_tick": per_tick,
             "core_percent": per_tick * run["rate_hz"] / 10,
+            "link_interval_s": link_interval,
         }
     return out
 

@@ -159,12 +159,15 @@ def run_child(rate: float, replay: int, result_path: str) -> int:
             started = time.perf_counter()
             publish = self.bus.publish
             size = len(pool)
+            rss_per_million: list[float] = []
             for start in range(0, replay, 5000):
                 for index in range(start, min(replay, start + 5000)):
                     publish(pool[index % size])
                 await asyncio.sleep(0)  # let the app tick and paint between slices
-                if start % 500_000 == 0:
-                    peak = max(peak, me.memory_info().rss)
+                if (start + 5000) % 1_000_000 == 0:
+                    rss = me.memory_info().rss
+                    peak = max(peak, rss)
+                    rss_per_million.append(round(rss / 2**20, 1))
             elapsed = time.perf_counter() - started
             await asyncio.sleep(1.0)  # a few redraws after the flood
             rss_after = me.memory_info().rss
@@ -177,6 +180,7 @@ def run_child(rate: float, replay: int, result_path: str) -> int:
                         "rss_before_replay_mb": rss_before / 2**20,
                         "rss_peak_during_replay_mb": max(peak, rss_after) / 2**20,
                         "rss_after_replay_mb": rss_after / 2**20,
+                        "rss_mb_after_each_million": rss_per_million,
                         "bus_dropped_for_ui": self.bus.dropped,
                     }
                 )
@@ -187,8 +191,13 @@ def run_child(rate: float, replay: int, result_path: str) -> int:
             if self._task is not None:
                 self._task.cancel()
 
-        async def launch(self, profile: str, *, flags: Mapping[str, str] | None = None,
-                         env: Mapping[str, str] | None = None) -> str:
+        async def launch(
+            self,
+            profile: str,
+            *,
+            flags: Mapping[str, str] | None = None,
+            env: Mapping[str, str] | None = None,
+        ) -> str:
             raise SpecmonError("the load generator cannot launch")
 
         async def stop(self) -> None:
@@ -247,7 +256,7 @@ class TerminalReader(threading.Thread):
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def run_parent(args: argparse.Namespace) -> int:
@@ -257,12 +266,30 @@ def run_parent(args: argparse.Namespace) -> int:
     result_path.unlink(missing_ok=True)
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS=str(COLUMNS), LINES=str(ROWS),
-               PYTHONPATH=str(REPO))
+    env = dict(
+        os.environ,
+        TERM="xterm-256color",
+        COLUMNS=str(COLUMNS),
+        LINES=str(ROWS),
+        PYTHONPATH=str(REPO),
+    )
     child = subprocess.Popen(
-        [sys.executable, __file__, "--child", "--rate", str(args.rate), "--replay",
-         str(args.replay), "--out", str(result_path)],
-        stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--rate",
+            str(args.rate),
+            "--replay",
+            str(args.replay),
+            "--out",
+            str(result_path),
+        ],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        start_new_session=True,
     )
     os.close(slave)
     reader = TerminalReader(master)

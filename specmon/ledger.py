@@ -76,7 +76,7 @@ _V1 = (
         extend_ms REAL,
         timing_source TEXT,
         server_args_json TEXT,
-        requests_json TEXT NOT NULL
+        request_results_json TEXT NOT NULL
     )""",
     """CREATE TABLE sweeps (
         id INTEGER PRIMARY KEY,
@@ -180,10 +180,10 @@ class Baseline:
         return max(0.0, (time.time() if now is None else now) - self.measured_at)
 
     def describe(self, now: float | None = None) -> str:
-        """e.g. "baseline b7 (kimi-baseline, 62.9 tok/s, measured 2.0 h ago)"."""
+        """e.g. "baseline b7 (kimi-baseline, speculation off, 62.9 tok/s, measured 2.0 h ago)"."""
         who = f"{self.profile}, " if self.profile else ""
         return (
-            f"baseline b{self.benchmark_id} ({who}{self.tok_s:.1f} tok/s, "
+            f"baseline b{self.benchmark_id} ({who}speculation off, {self.tok_s:.1f} tok/s, "
             f"measured {format_age(self.age_s(now))} ago)"
         )
 
@@ -281,13 +281,21 @@ class Ledger:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One atomic write: all of it lands, or (killed, failed) none of it does."""
-        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise LedgerError(f"ledger {self.path}: cannot write: {exc}") from None
         try:
             yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
+            self._conn.execute("COMMIT")
+        except BaseException as exc:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.IntegrityError):
+                raise LedgerError(f"ledger {self.path}: {exc} (already recorded)") from exc
+            if isinstance(exc, sqlite3.Error):
+                raise LedgerError(f"ledger {self.path}: cannot write: {exc}") from exc
             raise
-        self._conn.execute("COMMIT")
 
     def _migrate(self) -> None:
         with self._transaction() as conn:
@@ -415,7 +423,7 @@ class Ledger:
             " prompt_set_digest, concurrency, max_tokens, requests, warmup, duration_s, tok_s,"
             " tok_s_median, tok_s_p10, tok_s_p90, ttft_median_ms, ttft_p90_ms, accept_len,"
             " metrics_accept_len, draft_ms, verify_ms, extend_ms, timing_source,"
-            " server_args_json, requests_json)"
+            " server_args_json, request_results_json)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
             " ?, ?, ?, ?, ?, ?, ?)",
             (

@@ -568,7 +568,10 @@ class SweepRunner:
                     return
                 if store.run_state in ("failed", "hung") and store.failure is not None:
                     failure = store.failure
-                    cause = failure.root_cause[-1] if failure.root_cause else None
+                    # The first error is the root cause (later ones are its consequences,
+                    # e.g. "Received sigquit from a child"); a hang's reason comes last.
+                    lines = failure.root_cause
+                    cause = (lines[-1] if failure.hung else lines[0]) if lines else None
                     what = "hung" if failure.hung else f"failed ({failure.category})"
                     detail = f": {cause}" if cause else ""
                     if failure.hung and failure.last_phase:

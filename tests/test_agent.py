@@ -136,18 +136,24 @@ def test_header_then_ticks_carry_every_field_on_a_current_driver():
     assert first["power_limit_w"] == 700.0 and first["sm_clock_mhz"] == 1980.0
     assert first["processes"] == [[40000, 1024.0]]
     assert ticks[1]["gpus"][1]["processes"] == [[40001, 2048.0]]
-    # Rates come from the byte counters (primed at start, so the first tick has them too).
-    for tick in ticks:
-        gpu = tick["gpus"][0]
-        assert gpu["pcie_tx_kbs"] == pytest.approx(5_000_000 / 1024, rel=0.1)
-        assert gpu["pcie_rx_kbs"] == pytest.approx(2_000_000 / 1024, rel=0.1)
-        assert gpu["nvlink_tx_kbs"] == pytest.approx(100_000, rel=0.1)
-        assert gpu["nvlink_rx_kbs"] == pytest.approx(80_000, rel=0.1)
     assert {r for t in ticks for g in t["gpus"] for r in g["throttle_reasons"]} <= {
         "gpu_idle",
         "sw_power_cap",
     }
     assert ticks[0]["gpus"][0]["util_gpu"] != ticks[1]["gpus"][0]["util_gpu"]  # live values
+
+
+def test_link_rates_come_from_byte_counters_and_once_waits_for_them():
+    """PCIe and NVLink rates are deltas of NVML's byte counters, read on their own thread;
+    a single tick (--once) waits for the two reads a rate needs."""
+    code, lines, stderr = run_agent(["--once", "--pcie-interval", "0.2"], nvml_env("h200x2-r580"))
+    assert code == 0, stderr
+    (tick,) = of_type(lines, "tick")
+    for gpu in tick["gpus"]:
+        assert gpu["pcie_tx_kbs"] == pytest.approx(5_000_000 / 1024, rel=0.1)
+        assert gpu["pcie_rx_kbs"] == pytest.approx(2_000_000 / 1024, rel=0.1)
+        assert gpu["nvlink_tx_kbs"] == pytest.approx(100_000, rel=0.1)
+        assert gpu["nvlink_rx_kbs"] == pytest.approx(80_000, rel=0.1)
 
 
 def test_an_older_driver_generation_streams_through_the_old_names():
@@ -163,6 +169,9 @@ def test_an_older_driver_generation_streams_through_the_old_names():
     assert gpu["name"] == "A100-SXM4-40GB" and gpu["uuid"].endswith("3")
     assert gpu["throttle_reasons"] is not None  # nvmlDeviceGetCurrentClocksThrottleReasons
     assert gpu["processes"] == [[40003, None]]  # no per-process memory in this container
+    # No nvmlDeviceGetMemoryInfo_v2 before r510: v1's "used" includes the reserved 615 MiB.
+    assert gpu["mem_used_mb"] == 4096 + 512 + 615
+    assert not any("memory" in n["message"] for n in of_type(lines, "notice"))
     # No PCIe byte counters: the blocking query runs on its own thread and fills in.
     assert (gpu["pcie_tx_kbs"], gpu["pcie_rx_kbs"]) == (1234.0, 567.0)
     assert gpu["nvlink_tx_kbs"] == pytest.approx(100_000, rel=0.1)

@@ -111,7 +111,7 @@ def test_benchmark_round_trip_keeps_context(tmp_path):
     assert row["argv"] == ["python3", "-m", "x"] and row["env"] == {"NCCL_PROTO": "LL"}
     assert row["tok_s"] == pytest.approx(70.0)
     assert row["speculative"] == 1 and row["server_version"] == "0.5.9"
-    assert row["prompt_set"] == "v1" and len(row["requests"]) == 3
+    assert row["prompt_set"] == "v1" and len(row["request_results"]) == 3 and row["requests"] == 3
     assert row["server_args"]["model_path"] == "m"
 
 
@@ -145,7 +145,7 @@ def test_sweep_points_are_unique_and_sweeps_resumable(tmp_path):
         ledger.record_sweep_point(
             sid, {"a": "1"}, is_baseline=False, status="failed", run=run, error="oom"
         )
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(LedgerError, match="already recorded"):
             ledger.record_sweep_point(sid, {"a": "1"}, is_baseline=False, status="ok")
         assert [p.params for p in ledger.sweep_points(sid)] == [{"a": "1"}]
         assert ledger.resumable_sweep("key1").id == sid
@@ -211,7 +211,7 @@ def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_rows(tm
             assert {p["run_ref"] for p in points} == {r["id"] for r in runs}
             assert {p["benchmark_ref"] for p in points} == {b["id"] for b in benchmarks}
             for bench in benchmarks:
-                assert len(bench["requests"]) == 3
+                assert len(bench["request_results"]) == 3
             for run in runs:
                 assert len(run["env"]) == 200
             # Every point the writer reported committed survived the kill.

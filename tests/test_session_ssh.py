@@ -106,7 +106,7 @@ async def _generate_load(port: int, stop: asyncio.Event) -> int:
     done = 0
     async with httpx.AsyncClient(timeout=120, trust_env=False) as client:
         while not stop.is_set():
-            body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 400}}
+            body = {"text": "Tell me a long story.", "sampling_params": {"max_new_tokens": 200}}
             await client.post(f"http://127.0.0.1:{port}/generate", json=body)
             done += 1
     return done
@@ -134,16 +134,14 @@ async def test_twenty_dropped_connections_lose_and_repeat_no_line(
             before = len(recorder.kinds("connection"))
             assert sshd.drop_connections() >= 1, f"drop {drop}: no sshd session to kill"
             deadline = time.monotonic() + 30
-            while not any(
-                e.state == "connected" for e in recorder.kinds("connection")[before:]
-            ):
+            while not any(e.state == "connected" for e in recorder.kinds("connection")[before:]):
                 assert time.monotonic() < deadline, f"no reconnect after drop {drop}"
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.15)
         reconnecting = [e for e in recorder.kinds("connection") if e.state == "reconnecting"]
         assert len({e.attempt for e in reconnecting}) >= 1 and len(reconnecting) >= 20
         stop_load.set()
-        await asyncio.wait_for(load, 60)
+        load.cancel()
         await session.stop()  # drains the tail to the server's exit
         await recorder.settle()
         log_bytes = (state_dir / "runs" / run_id / "server.log").read_bytes()

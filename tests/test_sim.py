@@ -3,6 +3,7 @@ API with real requests, /metrics, probe records, the GPU state and stand-in agen
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support.sim import REPO_ROOT, start_sim
+from support.sim import REPO_ROOT, sim_factory, start_sim  # noqa: F401  (fixture)
 
 from specmon.agent import reading_from_dict
 from specmon.backends.sglang.parser import SGLangLogParser
@@ -77,20 +78,24 @@ def ready_sim(tmp_path_factory):
         workdir, args=["--enable-metrics", "--decode-log-interval", "8"], time_scale=0.004
     ) as sim:
         refused_while_loading = False
+        health_during_warmup: set[int] = set()
         mem_during_load: list[float] = []
         deadline = time.monotonic() + 40
-        while "ready to roll" not in sim.log_text() and time.monotonic() < deadline:
+        while "ready to roll" not in (text := sim.log_text()) and time.monotonic() < deadline:
             try:
-                httpx.get(sim.url("/health"), timeout=2)
+                status = httpx.get(sim.url("/health"), timeout=2).status_code
+                if "ready to roll" not in sim.log_text():
+                    health_during_warmup.add(status)
             except httpx.ConnectError:
-                if "Load weight begin" in sim.log_text():
+                if "Load weight begin" in text:
                     refused_while_loading = True
-            if sim.gpu_state_path.exists():
+            if sim.gpu_state_path.exists() and "Uvicorn running" not in text:
                 data = json.loads(sim.gpu_state_path.read_text())
                 mem_during_load.append(data["gpus"][0]["mem_used_mb"])
-            time.sleep(0.1)
+            time.sleep(0.01 if "Uvicorn running" in text else 0.1)
         sim.wait_ready()
         sim.refused_while_loading = refused_while_loading  # type: ignore[attr-defined]
+        sim.health_during_warmup = health_during_warmup  # type: ignore[attr-defined]
         sim.mem_during_load = mem_during_load  # type: ignore[attr-defined]
         yield sim
 
@@ -125,8 +130,9 @@ def test_raw_output_has_sglang_shapes(ready_sim):
     assert text.index("Uvicorn running") < text.index("ready to roll")
 
 
-def test_health_is_refused_while_loading_then_200(ready_sim):
+def test_health_is_refused_while_loading_503_in_warm_up_then_200(ready_sim):
     assert ready_sim.refused_while_loading
+    assert ready_sim.health_during_warmup == {503}
     response = httpx.get(ready_sim.url("/health"), timeout=5)
     assert response.status_code == 200 and response.content == b""
     assert httpx.get(ready_sim.url("/health_generate"), timeout=5).status_code == 200
@@ -290,7 +296,7 @@ def test_sigterm_when_ready_exits_gracefully_and_frees_the_gpus(tmp_path):
         assert all(g["mem_used_mb"] < 100 and g["processes"] == [] for g in tick["gpus"])
 
 
-def test_baseline_launch_has_no_draft_and_runs_at_baseline_speed(tmp_path):
+def test_baseline_launch_has_no_draft_and_runs_at_baseline_speed(sim_factory):  # noqa: F811
     args = [
         "--model-path",
         "Qwen/Qwen3-8B",
@@ -299,20 +305,20 @@ def test_baseline_launch_has_no_draft_and_runs_at_baseline_speed(tmp_path):
         "--decode-log-interval",
         "10",
     ]
-    with start_sim(tmp_path, base_args=(), args=args, time_scale=0.002) as sim:
-        sim.wait_ready()
-        meta = httpx.post(
-            sim.url("/generate"),
-            json={"text": "x", "sampling_params": {"max_new_tokens": 120}},
-            timeout=30,
-        ).json()["meta_info"]
-        assert "spec_verify_ct" not in meta
-        assert 50 <= 120 / meta["e2e_latency"] <= 66  # 62.9 tok/s
-        text = sim.log_text()
-        assert "Capture draft" not in text and "LlamaForCausalLMEagle3" not in text
-        assert "[" + time.strftime("%Y") in text and " TP0]" not in text  # TP 1: no rank tag
-        decodes = [e for e in parse(text) if e.kind == "decode"]
-        assert decodes and all(d.accept_len is None for d in decodes)
+    sim = sim_factory(base_args=(), args=args, time_scale=0.002)
+    sim.wait_ready()
+    meta = httpx.post(
+        sim.url("/generate"),
+        json={"text": "x", "sampling_params": {"max_new_tokens": 120}},
+        timeout=30,
+    ).json()["meta_info"]
+    assert "spec_verify_ct" not in meta
+    assert 50 <= 120 / meta["e2e_latency"] <= 66  # 62.9 tok/s
+    text = sim.log_text()
+    assert "Capture draft" not in text and "LlamaForCausalLMEagle3" not in text
+    assert "[" + time.strftime("%Y") in text and " TP0]" not in text  # TP 1: no rank tag
+    decodes = [e for e in parse(text) if e.kind == "decode"]
+    assert decodes and all(d.accept_len is None for d in decodes)
 
 
 @pytest.mark.parametrize(
@@ -417,3 +423,67 @@ def test_specmon_parse_gives_the_transcripts_phase_order(ready_sim, tmp_path):
 
     expected = kinds(transcript)
     assert kinds(sim_log)[: len(expected) - 2] == expected[:-2]
+
+
+def test_concurrent_requests_share_decode_cycles_and_each_runs_a_little_slower(ready_sim):
+    def one(tokens: int) -> dict:
+        return httpx.post(
+            ready_sim.url("/generate"),
+            json={"text": "x", "sampling_params": {"max_new_tokens": tokens}},
+            timeout=60,
+        ).json()["meta_info"]
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = len([e for e in parse(ready_sim.log_text()) if e.kind == "decode"])
+    with ThreadPoolExecutor(4) as pool:
+        metas = list(pool.map(one, [160] * 4))
+    decodes = [e for e in parse(ready_sim.log_text()) if e.kind == "decode"][before:]
+    assert max(d.running_req for d in decodes) == 4
+    busiest = [d for d in decodes if d.running_req == 4]
+    assert busiest and max(d.gen_throughput for d in busiest) > 150  # four streams at once
+    for meta in metas:
+        assert 35 <= 160 / meta["e2e_latency"] <= 80  # per request: ~69 tok/s at batch 4
+
+
+def test_tuning_end_to_end_steps_and_nccl(tmp_path):
+    """Three launches as the console would make them: 2 steps, 10 steps, 2 steps + NCCL."""
+    launches = {
+        "two": (["--speculative-num-steps", "2", "--speculative-num-draft-tokens", "3"], {}),
+        "ten": (["--speculative-num-steps", "10", "--speculative-num-draft-tokens", "11"], {}),
+        "two_nccl": (
+            ["--speculative-num-steps", "2", "--speculative-num-draft-tokens", "3"],
+            {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"},
+        ),
+    }
+    with contextlib.ExitStack() as stack:
+        sims = {
+            name: stack.enter_context(
+                start_sim(tmp_path / name, args=["--tp", "2", *args], env=env, time_scale=0.002)
+            )
+            for name, (args, env) in launches.items()
+        }
+        for sim in sims.values():
+            sim.wait_ready()
+
+        def measure(sim) -> tuple[float, float]:
+            meta = httpx.post(
+                sim.url("/generate"),
+                json={"text": "x", "sampling_params": {"max_new_tokens": 200}},
+                timeout=60,
+            ).json()["meta_info"]
+            sim.proc.send_signal(signal.SIGTERM)  # flushes the last probe records
+            sim.wait_exit(15)
+            records = [parse_probe_line(line) for line in sim.probe_path.read_text().splitlines()]
+            verify = sorted(r.verify_ms for r in records if r is not None)
+            return 200 / meta["e2e_latency"], verify[len(verify) // 2]
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(3) as pool:  # the three decode in parallel: they mostly sleep
+            results = dict(zip(sims, pool.map(measure, sims.values()), strict=True))
+    assert results["two"][0] > results["ten"][0]
+    assert results["two_nccl"][1] == pytest.approx(0.73 * results["two"][1], rel=0.05)
+    assert results["two_nccl"][0] > results["two"][0]
+    assert results["two"][1] == pytest.approx(25.6, rel=0.05)
+    assert results["ten"][1] == pytest.approx(33.9, rel=0.05)

@@ -129,12 +129,20 @@ def test_hang_during_decode(tmp_path):
                 json={"text": "x", "sampling_params": {"max_new_tokens": 200}},
                 timeout=httpx.Timeout(5, read=2.5),
             )
-        decodes = [e for e in parse(sim.log_text()) if e.kind == "decode"]
-        assert len(decodes) == 1  # one decode line, then silence
+        events = parse(sim.log_text())
+        kinds = [e.kind for e in events]
+        after_ready = kinds[kinds.index("ready") :]
+        assert after_ready.count("decode") == 1  # one decode line of user traffic, then none
         started = time.monotonic()
         assert httpx.get(sim.url("/health"), timeout=10).status_code == 503
         assert 0.8 < time.monotonic() - started < 5
+        assert "Health check failed. Server couldn't get a response from detokenizer" in (
+            sim.log_text()
+        )
         assert sim.proc.poll() is None
+        sim.proc.send_signal(signal.SIGTERM)
+        assert sim.wait_exit(10) == -signal.SIGKILL
+        assert "Gracefully exiting... Remaining number of requests 1." in sim.log_text()
 
 
 def test_crash_mid_decode(tmp_path):

@@ -206,7 +206,7 @@ def test_cli_sweep_records_oom_continues_and_resumes_after_sigkill(testbox, tmp_
     assert len(points) == 3, stderr_first
     oom = points[:2]
     assert [p["status"] for p in oom] == ["failed", "failed"]
-    assert all("oom" in p["error"] and "Not enough memory" in p["error"] for p in oom)
+    assert all("oom" in p["error"] and "Not enough memory" in p["error"] for p in oom), oom
     assert points[2]["status"] == "ok" and points[2]["params"] == {
         "mem-fraction-static": "0.88",
         "speculative-num-steps": "2",

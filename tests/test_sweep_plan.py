@@ -191,7 +191,10 @@ def test_table_ranks_by_tok_s_and_shows_the_baseline_and_its_age():
     assert "1.21x" in lines[2]
     assert "(baseline)" in lines[4] and "1.00x" in lines[4]
     assert "failed" in lines[5] and "CUDA out of memory" in lines[5]
-    assert lines[-1] == "speed-up vs baseline b7 (kimi-baseline, 62.9 tok/s, measured 2.0 h ago)"
+    assert (
+        lines[-1]
+        == "speed-up vs baseline b7 (kimi-baseline, speculation off, 62.9 tok/s, measured 2.0 h ago)"
+    )
 
 
 def test_no_speedup_without_a_measured_baseline_of_the_same_model():

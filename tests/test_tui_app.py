@@ -102,8 +102,9 @@ async def test_reconnecting_banner_counts_attempts():
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         app.controller.bus.publish(
-            ConnectionState(host="root@gpu-box:22", state="reconnecting", attempt=3,
-                            detail="connection reset")
+            ConnectionState(
+                host="root@gpu-box:22", state="reconnecting", attempt=3, detail="connection reset"
+            )
         )
         await pilot.pause(0.3)
         banner = app.main.query_one(Banner)
@@ -179,7 +180,9 @@ async def test_relaunch_form_rejects_invalid_values_inline_and_previews_the_comm
         steps.value = "5"  # topk 1 needs draft tokens == steps + 1 == 6, still 4
         await pilot.pause(0.1)
         assert launch.disabled
-        problem = text_of(form.query_one("#" + field_id("speculative-num-draft-tokens") + "-problem", Static))
+        problem = text_of(
+            form.query_one("#" + field_id("speculative-num-draft-tokens") + "-problem", Static)
+        )
         assert "6" in problem
         await pilot.press("ctrl+s")
         await pilot.pause(0.1)
@@ -199,8 +202,55 @@ async def test_relaunch_form_rejects_invalid_values_inline_and_previews_the_comm
         assert "NCCL_ALGO=Tree" in preview and "--mem-fraction-static 0.85" in preview
         await pilot.press("ctrl+s")
         await pilot.pause(0.1)
-        assert "This stops run 20260210-091402-kimi" in text_of(app.screen.query_one("#question", Static))
+        assert "This stops run 20260210-091402-kimi" in text_of(
+            app.screen.query_one("#question", Static)
+        )
         await pilot.press("n")
         assert app.screen is form
         await pilot.press("escape")
         assert app.screen is app.main
+
+
+async def test_gpu_detail_and_history_charts_open_and_close():
+    from textual.widgets import DataTable
+    from textual_plotext import PlotextPlot
+
+    from specmon.tui.screens.gpu_detail import GpuDetailScreen
+    from specmon.tui.screens.history_charts import HistoryScreen
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause(0.3)
+        await pilot.press("g")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, GpuDetailScreen)
+        table = app.screen.query_one(DataTable)
+        assert table.row_count == 8
+        assert table.get_row("0")[:3] == ["0", "NVIDIA H200", "95"]
+        await pilot.press("escape")
+        await pilot.press("h")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, HistoryScreen)
+        assert len(app.screen.query(PlotextPlot)) == 4
+        assert "launch 1: kimi-eagle3-nccl steps=3 topk=1 draft=4" in str(
+            app.screen.query_one("#legend", Static).render()
+        )
+        await pilot.press("escape")
+        assert app.screen is app.main
+
+
+async def test_quit_during_a_relaunch_asks_first():
+    from specmon.tui.screens.confirm import ConfirmScreen
+
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.relaunch_in_progress = True
+        await pilot.press("q")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        assert app.screen is app.main and app.is_running
+        app.relaunch_in_progress = False
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert app.return_code == 0

@@ -7,6 +7,7 @@ agent, HTTP. The tests drive the app with keys and the relaunch form like an ope
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -38,8 +39,9 @@ def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("SPECMON_SIM_TIME_SCALE", TIME_SCALE)
     config = load_config(REPO / "specmon.toml")
     state_dir = tmp_path / "state"
-    options = SessionOptions(state_dir=str(state_dir), gpu_agent="sim", stop_grace_s=5.0,
-                             gpu_release_timeout_s=20.0)
+    options = SessionOptions(
+        state_dir=str(state_dir), gpu_agent="sim", stop_grace_s=5.0, gpu_release_timeout_s=20.0
+    )
     session = open_session("local", config, options=options, stop_server_on_close=True)
     app = SpecmonApp(session, config)
     yield app
@@ -48,10 +50,8 @@ def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
         pgid = json.loads(run_json.read_text()).get("pgid")
         if pgid:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(pgid), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
 
 
 async def wait_until(pilot, check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -87,8 +87,15 @@ async def test_relaunch_loads_to_ready_streams_panels_and_stops(console: Specmon
     app = console
     port = free_port()
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: store_of(app).connection is not None
-                         and store_of(app).connection.state == "connected", 15, "connected")
+        await wait_until(
+            pilot,
+            lambda: (
+                store_of(app).connection is not None
+                and store_of(app).connection.state == "connected"
+            ),
+            15,
+            "connected",
+        )
         # invalid first: topk 1 needs draft tokens == steps + 1
         await pilot.press("r")
         await wait_until(pilot, lambda: isinstance(app.screen, RelaunchScreen), 5, "the form")
@@ -99,12 +106,16 @@ async def test_relaunch_loads_to_ready_streams_panels_and_stops(console: Specmon
         assert app.screen.query_one("#launch", Button).disabled
         await pilot.press("escape")
         extra = f"--trust-remote-code --enable-metrics --port {port} --decode-log-interval 4"
-        await relaunch_from_form(pilot, app, {
-            "speculative-num-steps": "2",
-            "speculative-num-draft-tokens": "3",
-            "NCCL_PROTO": "LL",
-            "extra-args": extra,
-        })
+        await relaunch_from_form(
+            pilot,
+            app,
+            {
+                "speculative-num-steps": "2",
+                "speculative-num-draft-tokens": "3",
+                "NCCL_PROTO": "LL",
+                "extra-args": extra,
+            },
+        )
         loading = app.main.query_one(LoadingPanel)
         await wait_until(pilot, lambda: store_of(app).loading.shards_done > 0, 30, "shards")
         assert loading.display and not app.main.has_class("-live")
@@ -119,8 +130,10 @@ async def test_relaunch_loads_to_ready_streams_panels_and_stops(console: Specmon
             info = (await client.get(f"http://127.0.0.1:{port}/get_server_info")).json()
             assert info["speculative_num_steps"] == 2
             assert info["speculative_num_draft_tokens"] == 3
-            request = client.post(f"http://127.0.0.1:{port}/generate", json={
-                "text": "Hello", "sampling_params": {"max_new_tokens": 48}})
+            request = client.post(
+                f"http://127.0.0.1:{port}/generate",
+                json={"text": "Hello", "sampling_params": {"max_new_tokens": 48}},
+            )
             task = asyncio.ensure_future(request)
             spark = app.main.query_one("#tps-spark")
             await wait_until(pilot, lambda: len(spark.data) > 0, 30, "tok/s data")
@@ -153,10 +166,14 @@ async def test_simulated_oom_shows_the_banner_with_its_root_cause(console: Specm
     port = free_port()
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: store_of(app).connection is not None, 15, "connected")
-        await relaunch_from_form(pilot, app, {
-            "extra-args": f"--trust-remote-code --port {port}",
-            "extra-env": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 SPECMON_SIM_FAULT=oom",
-        })
+        await relaunch_from_form(
+            pilot,
+            app,
+            {
+                "extra-args": f"--trust-remote-code --port {port}",
+                "extra-env": "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 SPECMON_SIM_FAULT=oom",
+            },
+        )
         await wait_until(pilot, lambda: store_of(app).run_state == "failed", 60, "failed")
         banner = app.main.query_one(Banner)
         await wait_until(pilot, lambda: banner.has_class("-failed"), 5, "the banner")

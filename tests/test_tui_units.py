@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from specmon.agent import GpuReading
 from specmon.errors import ConfigError
 from specmon.events import Decode, GpuSample, ProbeTiming, RunInfo
-from specmon.agent import GpuReading
 from specmon.tui import themes
 from specmon.tui.formatting import (
     amdahl_gain_percent,
@@ -81,17 +81,38 @@ def test_theme_names_resolve_and_bad_files_say_which(tmp_path: Path):
 
 def test_session_history_keeps_runs_apart_and_averages_per_second():
     history = SessionHistory(limit=100)
-    history.record(100.0, RunInfo(run_id="a", profile="demo", argv=("--speculative-num-steps", "5")))
-    history.record(101.0, Decode(running_req=1, tokens=1, token_usage=0.0, gen_throughput=70.0,
-                                 queue_req=0, accept_len=1.8))
+    history.record(
+        100.0, RunInfo(run_id="a", profile="demo", argv=("--speculative-num-steps", "5"))
+    )
+    history.record(
+        101.0,
+        Decode(
+            running_req=1,
+            tokens=1,
+            token_usage=0.0,
+            gen_throughput=70.0,
+            queue_req=0,
+            accept_len=1.8,
+        ),
+    )
     for wall, verify in ((101.1, 28.0), (101.6, 30.0), (102.2, 25.0)):
-        history.record(wall, ProbeTiming(wall=wall, draft_ms=1, verify_ms=verify, extend_ms=0,
-                                         cycle_ms=verify + 1))
-    history.record(103.0, GpuSample(wall=103.0, gpus=(GpuReading(index=0, util_gpu=80.0),
-                                                      GpuReading(index=1, util_gpu=90.0))))
-    history.record(200.0, RunInfo(run_id="b", profile="demo", argv=("--speculative-num-steps", "2")))
-    history.record(201.0, Decode(running_req=1, tokens=1, token_usage=0.0, gen_throughput=76.0,
-                                 queue_req=0))
+        history.record(
+            wall,
+            ProbeTiming(wall=wall, draft_ms=1, verify_ms=verify, extend_ms=0, cycle_ms=verify + 1),
+        )
+    history.record(
+        103.0,
+        GpuSample(
+            wall=103.0,
+            gpus=(GpuReading(index=0, util_gpu=80.0), GpuReading(index=1, util_gpu=90.0)),
+        ),
+    )
+    history.record(
+        200.0, RunInfo(run_id="b", profile="demo", argv=("--speculative-num-steps", "2"))
+    )
+    history.record(
+        201.0, Decode(running_req=1, tokens=1, token_usage=0.0, gen_throughput=76.0, queue_req=0)
+    )
     history.flush()
     assert list(history.verify_ms) == [(101.0, 29.0), (102.0, 25.0)]
     assert list(history.gpu_util) == [(103.0, 85.0)]
@@ -103,6 +124,29 @@ def test_session_history_keeps_runs_apart_and_averages_per_second():
 def test_history_is_bounded():
     history = SessionHistory(limit=10)
     for second in range(1000):
-        history.record(float(second), Decode(running_req=1, tokens=1, token_usage=0.0,
-                                             gen_throughput=1.0, queue_req=0))
+        history.record(
+            float(second),
+            Decode(running_req=1, tokens=1, token_usage=0.0, gen_throughput=1.0, queue_req=0),
+        )
     assert len(history.tok_s) == 10
+
+
+def test_log_pane_keeps_only_first_and_last_state_of_progress_bars():
+    from specmon.tui.widgets.log_pane import is_intermediate_progress, style_line
+
+    shards = (
+        "Loading safetensors checkpoint shards: {pct}% Completed | {n}/64 [01:27<01:45,  3.01s/it]"
+    )
+    assert not is_intermediate_progress(shards.format(pct=0, n=0))
+    assert is_intermediate_progress(shards.format(pct=45, n=29))
+    assert not is_intermediate_progress(shards.format(pct=100, n=64))
+    graphs = (
+        "Capturing batches (bs=1 avail_mem=24.02 GB): 100%|██████████| 8/8 [00:19<00:00,  2.41s/it]"
+    )
+    assert not is_intermediate_progress(graphs)
+    assert not is_intermediate_progress("[2026-02-10 09:19:12 TP0] Decode batch, #running-req: 6")
+    assert style_line("torch.OutOfMemoryError: CUDA out of memory.").style == "bold red"
+    assert (
+        style_line("[2026-02-10 09:18:06 TP0] Warning: Target model's context_length").style
+        == "yellow"
+    )

@@ -94,6 +94,7 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
     with contextlib.suppress(NotImplementedError, RuntimeError):
         # SIGTERM (kill, tmux/nohup teardown) ends the sweep like Ctrl-C: marked interrupted.
         loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
+    runner: SweepRunner | None = None
     try:
         await session.start()
         if session.host_label != plan.host:
@@ -111,21 +112,21 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
             fresh=args.fresh,
             stop_at_end=not args.leave_running,
         )
-        try:
-            finished = await runner.run()
-        except asyncio.CancelledError:
-            print(
-                f"specmon: sweep s{runner.sweep_id} interrupted; run the same command again to "
-                "resume it",
-                file=sys.stderr,
-            )
-            return 130
+        finished = await runner.run()
         reporter.final(finished)
         return 0 if any(r.status == "ok" for r in finished.results) else 1
+    except asyncio.CancelledError:
+        which = f" s{runner.sweep_id}" if runner is not None and runner.sweep_id else ""
+        print(
+            f"specmon: sweep{which} interrupted; run the same command again to resume it",
+            file=sys.stderr,
+        )
+        return 130
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGTERM)
-        await session.close()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(session.close())
         ledger.close()
 
 

@@ -4,6 +4,16 @@ read by the host session. One JSON object per line in ``$SPECMON_PROBE_FILE``:
   {"wall": float, "draft_ms": float, "verify_ms": float, "extend_ms": float, "cycle_ms": float,
    "batch_size": int|null, "draft_tokens": int|null, "accepted_tokens": int|null}
   {"type": "warning", "message": str}     (e.g. a probe target missing in this SGLang version)
+
+Field meanings (the probe; the simulator follows them): the *_ms fields are GPU-timeline spans
+between CUDA events recorded at entry and exit of each phase method (``"clock": "cuda_event"``),
+or CPU perf_counter spans where torch/CUDA is absent (``"clock": "perf_counter"``); a phase that
+did not run in a cycle is 0.0. ``cycle_ms`` spans the whole ``forward_batch_generation`` call.
+``batch_size`` is ``len(batch.seq_lens)``; ``draft_tokens`` is batch_size x
+``speculative_num_draft_tokens`` (the tokens verify checks); ``accepted_tokens`` is the accepted
+draft tokens summed over the batch, bonus token excluded (so SGLang's "accept len" is
+(accepted_tokens + batch_size) / batch_size), or null where SGLang keeps it on the GPU (v2).
+Extra keys such as ``clock`` are ignored by ``parse_probe_line``.
 """
 
 from __future__ import annotations

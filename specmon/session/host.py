@@ -231,6 +231,7 @@ class HostSession(HostController):
         self._started = False
         self._stopping_run: str | None = None
         self._op_lock = asyncio.Lock()
+        self._background: set[asyncio.Task[None]] = set()  # e.g. ready-time annotations
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
         self.http = HttpPoller(self)
@@ -272,6 +273,8 @@ class HostSession(HostController):
         if self.stop_server_on_close and self.transport.connected:
             with contextlib.suppress(SpecmonError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.stop(), self.options.stop_grace_s + 30)
+        if self._background:  # let the ready-time note reach the host (later ETAs use it)
+            await asyncio.wait(list(self._background), timeout=self.options.call_timeout_s)
         self._closing = True
         await self._cancel_tasks()
         if self._supervisor is not None:
@@ -809,7 +812,9 @@ class HostSession(HostController):
             started = follow.run.started_at
             notes = {"ready_at": now, "load_seconds": now - started if started else None}
             follow.run = replace(follow.run, ready_at=now)
-            asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
+            task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
         with contextlib.suppress(SpecmonError):

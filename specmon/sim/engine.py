@@ -188,7 +188,8 @@ class Engine:
         now = time.time()
         for request in batch:
             request.queue_time = max(0.0, now - seconds - request.created)
-            self._emit(request, 1)
+            if request.remaining > 0:  # prefill yields the first token
+                self._emit(request, 1)
         self.writer.rank(
             self.log_rank,
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {new_tokens}, "

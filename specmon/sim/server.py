@@ -512,8 +512,7 @@ class SimServer:
         self._ready_iterations += 1
         trigger = self._ready_iterations == self.launch.args.decode_log_interval
         if trigger and self.fault.at("hang", "decode"):
-            self.writer.enabled = False
-            self.engine.hung = True
+            self.engine.hung = True  # the scheduler stalls; the HTTP process still logs
         elif trigger and self.fault.kind == "crash":
             self._crash(segv=self.fault.where == "segv")
 

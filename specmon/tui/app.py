@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import App
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import Input
 
 from specmon.controller import HostController
@@ -31,10 +31,12 @@ from specmon.tui.screens.history_charts import HistoryScreen
 from specmon.tui.screens.main import MainScreen
 from specmon.tui.themes import load_themes, resolve_theme_name
 from specmon.tui.widgets.gpus import GpuPanel
+from specmon.tui.widgets.header import HeaderBar
 from specmon.tui.widgets.loading import LoadingPanel
 from specmon.tui.widgets.log_pane import LogPane
 
 DEFAULT_REDRAW_HZ = 10.0
+LIVE_PANEL_HZ = 5.0
 MAX_EVENTS_PER_TICK = 20_000  # the bus queue holds 10,000; draining is bounded either way
 CLOSE_TIMEOUT_S = 10.0
 MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
@@ -48,7 +50,7 @@ class SpecmonApp(App[int]):
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     ENABLE_COMMAND_PALETTE = True
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
         Binding("r", "relaunch", "Relaunch"),
@@ -80,8 +82,12 @@ class SpecmonApp(App[int]):
         self.main = MainScreen(controller.host_label)
         self._queue: asyncio.Queue[tuple[float, Event]] | None = None
         self._closed = False
+        self._ticks = 0
+        self._pending_lines: list[LogLine] = []
         ui = getattr(config, "ui", None)
         self.redraw_hz = float(getattr(ui, "redraw_hz", None) or DEFAULT_REDRAW_HZ)
+        # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
+        self._live_every = max(1, round(self.redraw_hz / LIVE_PANEL_HZ))
         self._themes = load_themes()
         for theme in self._themes:
             self.register_theme(theme)
@@ -127,7 +133,7 @@ class SpecmonApp(App[int]):
         """Drain the events that arrived since the last tick, then redraw from the store."""
         store = self.controller.bus.store
         now = self.clock()
-        new_lines: list[LogLine] = []
+        new_lines = self._pending_lines
         queue = self._queue
         drained = 0
         while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
@@ -146,9 +152,12 @@ class SpecmonApp(App[int]):
                 self.notify(f"Server ready (loaded in {format_duration(elapsed)})", title="Ready")
             elif isinstance(event, RunInfo) and event.reattached:
                 self.notify(f"Reattached to run {event.run_id}", title="Reattached")
-        if new_lines:
+        self._ticks += 1
+        live_due = self._ticks % self._live_every == 0
+        if new_lines and live_due:  # the log scrolls at the live panels' rate: one repaint
             self.main.query_one(LogPane).append_lines(new_lines[-MAX_LOG_APPEND:])
-        self.main.refresh_from(store, now, self.paused)
+            self._pending_lines = []
+        self.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
 
@@ -274,9 +283,10 @@ class SpecmonApp(App[int]):
         self.notify(f"Theme: {following}", timeout=2)
 
     def action_toggle_pause(self) -> None:
+        """Only the header is redrawn now (quick feedback); the panels follow on the timer."""
         self.paused = not self.paused
-        self.tick()
-
+        store = self.controller.bus.store
+        self.main.query_one(HeaderBar).update_from(store, self.clock(), self.paused)
 
 
 def run_console(controller: HostController, config: Any = None) -> int:

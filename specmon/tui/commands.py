@@ -15,7 +15,11 @@ PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("GPU detail", "every field the GPU agent reports (g)", "gpu_detail"),
     ("History charts", "tok/s, accept length, verify ms, GPU util across launches (h)", "history"),
     ("Cycle theme", "dark, high contrast, light (t)", "cycle_theme"),
-    ("Pause / resume live panels", "freeze the GPU, throughput and timing panels (p)", "toggle_pause"),
+    (
+        "Pause / resume live panels",
+        "freeze the GPU, throughput and timing panels (p)",
+        "toggle_pause",
+    ),
     ("Help: key bindings", "list every key (?)", "help"),
     ("Quit specmon", "leave the console; a remote server keeps running (q)", "quit"),
 )

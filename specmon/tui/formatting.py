@@ -31,7 +31,7 @@ def format_duration(seconds: float | None) -> str:
     """``73`` -> ``1m13s``; ``4000`` -> ``1h06m``; None -> ``-``."""
     if seconds is None:
         return "-"
-    total = max(0, int(round(seconds)))
+    total = max(0, round(seconds))
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     if hours:
@@ -52,7 +52,7 @@ def bar(fraction: float | None, width: int) -> str:
     if fraction is None:
         return "·" * width
     fraction = min(1.0, max(0.0, fraction))
-    eighths = int(round(fraction * width * 8))
+    eighths = round(fraction * width * 8)
     full, part = divmod(eighths, 8)
     text = BAR_FULL * full
     if full < width:

@@ -55,6 +55,8 @@ class SessionHistory:
     verify_ms: deque[tuple[float, float]] = field(init=False)
     gpu_util: deque[tuple[float, float]] = field(init=False)
     launches: deque[LaunchMark] = field(init=False)
+    _tok_s: _SecondMean = field(default_factory=_SecondMean)
+    _accept: _SecondMean = field(default_factory=_SecondMean)
     _verify: _SecondMean = field(default_factory=_SecondMean)
     _util: _SecondMean = field(default_factory=_SecondMean)
 
@@ -67,9 +69,9 @@ class SessionHistory:
 
     def record(self, at: float, event: Event) -> None:
         if isinstance(event, Decode):
-            self.tok_s.append((at, event.gen_throughput))
+            self._tok_s.add(at, event.gen_throughput, self.tok_s)
             if event.accept_len is not None:
-                self.accept_len.append((at, event.accept_len))
+                self._accept.add(at, event.accept_len, self.accept_len)
         elif isinstance(event, ProbeTiming):
             self._verify.add(event.wall, event.verify_ms, self.verify_ms)
         elif isinstance(event, GpuSample):
@@ -82,5 +84,7 @@ class SessionHistory:
 
     def flush(self) -> None:
         """Close the current second's averages (before drawing)."""
+        self._tok_s.flush(self.tok_s)
+        self._accept.flush(self.accept_len)
         self._verify.flush(self.verify_ms)
         self._util.flush(self.gpu_util)

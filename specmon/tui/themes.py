@@ -8,10 +8,10 @@ takes effect without a reinstall.
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from textual.theme import Theme
 
 from specmon.errors import ConfigError
@@ -87,5 +87,7 @@ def resolve_theme_name(name: str | None, available: list[str]) -> str:
         return DEFAULT_THEME
     full = THEME_ALIASES.get(name, name)
     if full not in available:
-        raise ConfigError(f"ui.theme: unknown theme {name!r}; known: {', '.join(sorted(available))}")
+        raise ConfigError(
+            f"ui.theme: unknown theme {name!r}; known: {', '.join(sorted(available))}"
+        )
     return full

@@ -26,6 +26,7 @@ NVML_CLOCK_MEM = 2
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+nvmlMemory_v2 = 0x02000028
 
 _MESSAGES = {
     NVML_ERROR_INVALID_ARGUMENT: "Invalid Argument",
@@ -89,6 +90,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "nvlink": True,
         "event_reasons_api": True,
         "cuda_v2_api": True,
+        "memory_v2_api": True,
         "unsupported": (),
         "missing": (),
     },
@@ -105,6 +107,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "pcie_counters": False,
         "event_reasons_api": False,
         "cuda_v2_api": False,
+        "memory_v2_api": False,
         "process_memory": False,
     },
     # A consumer card on an old driver: many fields unsupported, no field values at all.
@@ -119,6 +122,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "nvlink": False,
         "event_reasons_api": False,
         "cuda_v2_api": False,
+        "memory_v2_api": False,
         "unsupported": (
             "nvmlDeviceGetEnforcedPowerLimit",
             "nvmlDeviceGetComputeRunningProcesses",
@@ -246,11 +250,19 @@ def _process_mib(index: int) -> int:
     return 1024 * (index + 1)
 
 
+RESERVED_MIB = 615  # what an H200's driver keeps back: in v1's "used", not in v2's
+
+
 def nvmlDeviceGetMemoryInfo(handle: _Handle, version: Any = None) -> _Struct:
     _check("nvmlDeviceGetMemoryInfo", handle)
-    total = _S["memory_total_mib"] * 1024 * 1024
-    used = (_process_mib(handle.index) + 512) * 1024 * 1024
-    return _Struct(total=total, used=used, free=total - used)
+    if version is not None and not _S["memory_v2_api"]:
+        _raise(NVML_ERROR_FUNCTION_NOT_FOUND)  # nvmlDeviceGetMemoryInfo_v2 came with r510
+    mib = 1024 * 1024
+    total = _S["memory_total_mib"] * mib
+    used = (_process_mib(handle.index) + 512) * mib
+    if version is None:
+        return _Struct(total=total, used=used + RESERVED_MIB * mib, free=total - used)
+    return _Struct(total=total, reserved=RESERVED_MIB * mib, used=used, free=total - used)
 
 
 def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:

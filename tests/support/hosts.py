@@ -69,18 +69,17 @@ def test_options(state_dir: Path, **overrides: Any) -> SessionOptions:
     return SessionOptions(**values)
 
 
-def ssh_transport(server: SshdServer, **target: Any) -> SshTransport:
-    return SshTransport(
-        SshTarget(
-            host="127.0.0.1",
-            port=server.port,
-            username=server.user,
-            identity_files=(str(server.client_key),),
-            known_hosts=str(server.known_hosts),
-            config_files=(),
-            **target,
-        )
-    )
+def ssh_transport(server: SshdServer, **overrides: Any) -> SshTransport:
+    target: dict[str, Any] = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "username": server.user,
+        "identity_files": (str(server.client_key),),
+        "known_hosts": str(server.known_hosts),
+        "config_files": (),
+    }
+    target.update(overrides)
+    return SshTransport(SshTarget(**target))
 
 
 def ssh_session(
@@ -153,7 +152,8 @@ def group_alive(pgid: int) -> bool:
 
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:
-    """Live processes whose command line contains ``text`` (e.g. a test's state dir)."""
+    """Live processes whose command line contains ``text`` (e.g. a test's state dir) or whose
+    working directory is under it (a server runs in its run dir)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
@@ -163,7 +163,11 @@ def processes_mentioning(text: str) -> list[tuple[int, str]]:
             state = Path(f"/proc/{name}/stat").read_text()
         except OSError:
             continue
-        if text in cmdline and state[state.rfind(")") + 2] != "Z":
+        try:
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            cwd = ""
+        if (text in cmdline or cwd.startswith(text)) and state[state.rfind(")") + 2] != "Z":
             found.append((int(name), cmdline))
     return found
 

@@ -622,38 +622,51 @@ def register_sglang_plugin() -> None:
     probe_file = os.environ.get(PROBE_FILE_ENV, "").strip()
     if not probe_file:
         return
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-
     if _RECORDER is None:
         _RECORDER = Recorder(probe_file)
     rec = _RECORDER
+    try:
+        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    except ImportError as exc:
+        write_warning(probe_file, f"SGLang plugin registry unusable ({exc}); import hook only")
+        return
     rec.plugin_claimed = True  # from now on the import hook stands aside
     for family in TARGET_FAMILIES:
         try:
             if importlib.util.find_spec(family.module) is None:
                 continue
-        except (ImportError, ValueError):
-            continue
-        module = importlib.import_module(family.module)
-        found = _check_family(module, family, rec)
-        if found is None:
-            continue
-        registered = []
-        for role, (cls, name) in found.items():
-            key = (family.module, cls.__name__, name)
-            if key in rec.instrumented:  # the import hook got there first
-                continue
-            HookRegistry.register(
-                f"{family.module}.{cls.__name__}.{name}", _around_hook(role, rec), HookType.AROUND
+            module = importlib.import_module(family.module)
+            _register_family(module, family, rec, HookRegistry, HookType)
+        except Exception as exc:  # the plugin loader would only log it: say it in the probe file
+            write_warning(
+                probe_file,
+                f"probe disabled for {family.name}: {type(exc).__name__}: {exc}; "
+                "the server runs unmodified",
             )
-            rec.instrumented.add(key)
-            registered.append(f"{cls.__name__}.{name}")
-        if registered:
-            print(
-                f"{LOG_PREFIX} timing {', '.join(registered)} via sglang plugin hooks -> "
-                f"{rec.probe_file}",
-                file=sys.stderr,
-            )
+
+
+def _register_family(
+    module: Any, family: TargetFamily, rec: Recorder, registry: Any, hook_type: Any
+) -> None:
+    found = _check_family(module, family, rec)
+    if found is None:
+        return
+    registered = []
+    for role, (cls, name) in found.items():
+        key = (family.module, cls.__name__, name)
+        if key in rec.instrumented:  # the import hook got there first
+            continue
+        registry.register(
+            f"{family.module}.{cls.__name__}.{name}", _around_hook(role, rec), hook_type.AROUND
+        )
+        rec.instrumented.add(key)
+        registered.append(f"{cls.__name__}.{name}")
+    if registered:
+        print(
+            f"{LOG_PREFIX} timing {', '.join(registered)} via sglang plugin hooks -> "
+            f"{rec.probe_file}",
+            file=sys.stderr,
+        )
 
 
 def _around_hook(role: str, rec: Recorder) -> Callable[..., Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
@@ -48,7 +50,10 @@ def cell(reading: GpuReading, field_name: str) -> str:
 class GpuDetailScreen(Screen[None]):
     """A DataTable of ``store.gpus``; the app calls ``refresh_from`` on its timer."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("g", "app.pop_screen", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("g", "app.pop_screen", "Back"),
+    ]
 
     def compose(self) -> ComposeResult:
         yield Static("GPU detail — every field the agent reports (esc to go back)", id="title")

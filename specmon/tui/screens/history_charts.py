@@ -7,9 +7,10 @@ so the before/after of a flag change is visible at a glance.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer, Static
@@ -48,7 +49,10 @@ class HistoryScreen(Screen[None]):
     HistoryScreen #legend { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("h", "app.pop_screen", "Back")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("h", "app.pop_screen", "Back"),
+    ]
 
     def __init__(self, history: SessionHistory) -> None:
         super().__init__()

@@ -49,7 +49,10 @@ class MainScreen(Screen[None]):
         yield LogPane(id="log-pane")
         yield Footer()
 
-    def refresh_from(self, store: StateStore, now: float, paused: bool) -> None:
+    def refresh_from(
+        self, store: StateStore, now: float, paused: bool, live_due: bool = True
+    ) -> None:
+        """Header, banner and loading every call; the live panels only when ``live_due``."""
         live = store.run_state in LIVE_STATES
         self.set_class(live, "-live")
         self._fit_gpu_panel(store, live)
@@ -57,7 +60,7 @@ class MainScreen(Screen[None]):
         self.query_one(Banner).update_from(store)
         if not live:
             self.query_one(LoadingPanel).update_from(store, now)
-        if paused:
+        if paused or not live_due:
             return
         self.query_one(GpuPanel).update_from(store)
         if live:

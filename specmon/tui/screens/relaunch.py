@@ -8,12 +8,12 @@ anything is wrong, so an invalid launch cannot be submitted. A restart costs min
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
@@ -81,7 +81,7 @@ class RelaunchScreen(ModalScreen[None]):
     RelaunchScreen #save-name { width: 22; margin-right: 1; }
     """
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "cancel", "Cancel"),
         Binding("ctrl+s", "submit", "Launch…"),
     ]
@@ -256,7 +256,9 @@ class RelaunchScreen(ModalScreen[None]):
         store = self.controller.bus.store
         run = store.run
         if run is not None and store.run_state not in ("stopped", "failed"):
-            what = f"This stops run {run.run_id} (profile {run.profile or '-'}, pid {run.pid or '-'})"
+            what = (
+                f"This stops run {run.run_id} (profile {run.profile or '-'}, pid {run.pid or '-'})"
+            )
             what += " and waits for its GPU memory to be released, then launches:\n\n"
         else:
             what = "No server is running. This launches:\n\n"

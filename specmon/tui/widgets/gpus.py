@@ -48,11 +48,12 @@ class GpuPanel(Static):
 
     def update_from(self, store: StateStore) -> None:
         width = max(20, self.size.width - 4)
-        key = (store.events_applied, width, self.agent_problem)
+        # readings are replaced per sample, so their identities change only when a sample came
+        key = (tuple(map(id, store.gpus.values())), width, self.agent_problem)
         if key == self._last:
             return
         self._last = key
-        self.update(render_gpu_rows(store, width, self.agent_problem))
+        self.update(render_gpu_rows(store, width, self.agent_problem), layout=False)
 
 
 def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = None) -> Text:

@@ -76,4 +76,4 @@ class HeaderBar(Static):
         if flags:
             text.append("  ")
             text.append("  ".join(f"{name}={value}" for name, value in flags), style="dim")
-        self.update(text)
+        self.update(text, layout=False)

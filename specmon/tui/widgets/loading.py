@@ -74,13 +74,15 @@ class LoadingPanel(Vertical):
             return
         self._last = key
         self.border_title = _title(store)
-        self.query_one("#phases", Static).update(_phase_list(store))
+        self.query_one("#phases", Static).update(_phase_list(store), layout=False)
         progress = self.query_one("#shards", ProgressBar)
         if loading.shards_total:
             progress.update(total=loading.shards_total, progress=loading.shards_done)
         else:
             progress.update(total=None)
-        self.query_one("#load-stats", Static).update(self._stats(store, elapsed, eta, last_line))
+        self.query_one("#load-stats", Static).update(
+            self._stats(store, elapsed, eta, last_line), layout=False
+        )
 
     def _stats(
         self, store: StateStore, elapsed: float | None, eta: float | None, last_line: str

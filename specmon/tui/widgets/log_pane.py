@@ -17,6 +17,14 @@ ERROR_PATTERN = re.compile(
     r"Traceback|Error|error:|out of memory|NCCL WARN|Exception|is dead|sigquit|Killed",
 )
 WARNING_PATTERN = re.compile(r"Warning|WARNING|WARN")
+# A tqdm redraw ("...:  36% Completed | 23/64 [00:05<00:10, ...]"): the loading panel shows
+# its progress, so the pane keeps only each bar's first and last state instead of 64 lines.
+PROGRESS_PATTERN = re.compile(r"\d+%.*?(\d+)/(\d+) \[")
+
+
+def is_intermediate_progress(line: str) -> bool:
+    match = PROGRESS_PATTERN.search(line)
+    return match is not None and match.group(1) not in ("0", match.group(2))
 
 
 def style_line(line: str) -> Text:
@@ -55,13 +63,22 @@ class LogPane(Vertical):
         return self.query_one("#log", RichLog)
 
     def matches(self, line: str) -> bool:
+        if is_intermediate_progress(line):
+            return False
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
     def append_lines(self, lines: Iterable[LogLine]) -> None:
-        view = self.log_view
+        """One write per batch: RichLog renders a multi-line Text in one pass."""
+        batch = Text()
+        count = 0
         for line in lines:
             if self.matches(line.text):
-                view.write(style_line(line.text))
+                if count:
+                    batch.append("\n")
+                batch.append_text(style_line(line.text))
+                count += 1
+        if count:
+            self.log_view.write(batch)
 
     def show_all(self, lines: Iterable[LogLine]) -> None:
         """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""

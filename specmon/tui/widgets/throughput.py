@@ -49,7 +49,7 @@ class ThroughputPanel(Vertical):
         stats.append("tok/s ", style="bold")
         stats.append(format_number(current), style="bold")
         stats.append(f"  mean {format_number(mean)}  max {format_number(peak)}")
-        self.query_one("#tps-stats", Static).update(stats)
+        self.query_one("#tps-stats", Static).update(stats, layout=False)
         tps = [p.value for p in list(store.throughput)[-SPARK_POINTS:]]
         self.query_one("#tps-spark", Sparkline).data = tps
         decode = store.last_decode
@@ -58,7 +58,7 @@ class ThroughputPanel(Vertical):
         accept.append(format_number(decode.accept_len if decode else None, 2))
         if decode is not None and decode.accept_rate is not None:
             accept.append(f"  rate {decode.accept_rate:.2f}")
-        self.query_one("#accept-stats", Static).update(accept)
+        self.query_one("#accept-stats", Static).update(accept, layout=False)
         lengths = [p.value for p in list(store.accept_len)[-SPARK_POINTS:]]
         self.query_one("#accept-spark", Sparkline).data = lengths
         line = Text(no_wrap=True, overflow="ellipsis")
@@ -67,4 +67,4 @@ class ThroughputPanel(Vertical):
         else:
             line.append(f"running {decode.running_req}  queued {decode.queue_req}  ")
             line.append(f"tokens {decode.tokens}  usage {decode.token_usage * 100:.0f}%")
-        self.query_one("#load-line", Static).update(line)
+        self.query_one("#load-line", Static).update(line, layout=False)

@@ -39,7 +39,7 @@ class TimingPanel(Static):
             return
         self._last = key
         self.border_subtitle = timing_subtitle(store)
-        self.update(render_timing(store, width))
+        self.update(render_timing(store, width), layout=False)
 
 
 def render_timing(store: StateStore, width: int) -> Text:
@@ -100,7 +100,7 @@ def _stacked_bar(means: tuple[float, float, float], width: int) -> Text:
     text = Text()
     if total <= 0:
         return text
-    cells = [int(round(width * value / total)) for value in means]
+    cells = [round(width * value / total) for value in means]
     cells[1] += width - sum(cells)  # rounding remainder goes to verify, the largest share
     for (_, style), count in zip(PHASE_STYLES, cells, strict=True):
         if count > 0:

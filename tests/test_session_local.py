@@ -1,0 +1,259 @@
+"""The host session over the local transport (the demo's path): every simulator fault becomes
+a failed or hung event with its root cause, the GPU agent's life, the supervisor's refusals,
+load-time memory, and `specmon demo --headless` leaving nothing behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from support.hosts import (
+    Recorder,
+    group_alive,
+    kill_everything_under,
+    local_session,
+    processes_mentioning,
+    sim_profiles,
+)
+
+from specmon.errors import UsageError
+from specmon.session import parse_host
+from specmon.session.host import HELPER_SOURCE
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "state"
+    try:
+        yield path
+    finally:
+        kill_everything_under(path)
+
+
+FAULTS = [
+    # (SPECMON_SIM_FAULT, hung, category, a root-cause fragment, exit code or signal).
+    # SGLang ends with kill_process_tree (SIGKILL: a shell would say 137).
+    ("oom", False, "oom", "CUDA out of memory", ("signal", 9)),
+    ("oom:load", False, "oom", "CUDA out of memory", ("signal", 9)),
+    ("nccl", False, "nccl", "NCCL error", ("signal", 9)),
+    ("crash", False, None, "illegal memory access", ("signal", 9)),
+    ("crash:segv", False, None, None, ("signal", 11)),
+    ("hang:load", True, None, "no log output and no HTTP answer", None),
+    ("hang:graphs", True, None, "no log output and no HTTP answer", None),
+    ("hang:decode", True, None, "no log output and no HTTP answer", None),
+]
+
+
+async def _poke(port: int) -> None:
+    """A request, so decode-time faults (crash, hang:decode) get their decode iterations."""
+    async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+        body = {"text": "Hello", "sampling_params": {"max_new_tokens": 32}}
+        with contextlib.suppress(httpx.HTTPError):
+            await client.post(f"http://127.0.0.1:{port}/generate", json=body)
+
+
+@pytest.mark.parametrize(("fault", "hung", "category", "cause", "ending"), FAULTS)
+async def test_each_simulator_fault_surfaces_with_its_root_cause(
+    state_dir: Path,
+    fault: str,
+    hung: bool,
+    category: str | None,
+    cause: str | None,
+    ending: tuple[str, int] | None,
+) -> None:
+    profiles = sim_profiles(
+        extra_args=("--decode-log-interval", "2"), env={"SPECMON_SIM_FAULT": fault}
+    )
+    session = local_session(state_dir, profiles, gpu_agent="none", hang_after_s=1.5)
+    await session.start()
+    try:
+        await session.launch("fast")
+        poked = False
+        deadline = time.monotonic() + 60
+        while session.bus.store.failure is None:
+            assert time.monotonic() < deadline, f"{fault}: no failure event"
+            if session.bus.store.run_state == "ready" and not poked:
+                poked = True
+                asyncio.get_running_loop().create_task(_poke(profiles["fast"].port))
+            await asyncio.sleep(0.05)
+        failure = session.bus.store.failure
+        assert failure.hung is hung, failure
+        if category is not None:
+            assert failure.category == category, failure
+        if cause is not None:
+            assert any(cause in line for line in failure.root_cause), failure.root_cause
+        assert failure.root_cause, failure
+        if ending is not None:
+            kind, value = ending
+            assert (failure.exit_code if kind == "code" else failure.signal) == value, failure
+        if hung:
+            assert failure.last_phase is not None
+            expected_phase = {
+                "hang:load": "weights",
+                "hang:graphs": "graphs",
+                "hang:decode": "ready",
+            }
+            assert expected_phase[fault] in failure.last_phase, failure.last_phase
+            await session.stop()  # a hung server is still running: stop must clean it up
+        assert all(not group_alive(pgid) for pgid in _pgids(state_dir))
+    finally:
+        await session.close()
+
+
+def _pgids(state_dir: Path) -> list[int]:
+    return [json.loads(p.read_text())["pgid"] for p in (state_dir / "runs").glob("*/run.json")]
+
+
+async def test_second_load_of_a_profile_gets_an_eta_from_the_first(state_dir: Path) -> None:
+    profiles = sim_profiles()
+    session = local_session(state_dir, profiles, gpu_agent="none")
+    await session.start()
+    try:
+        first = await session.launch("fast")
+        await session.wait_for(lambda s: s.run_state == "ready", 60)
+        await asyncio.sleep(0.5)  # the ready time is annotated on the host in the background
+        runs = {r.run_id: r for r in await session.status()}
+        load = runs[first].load_seconds
+        assert load is not None and 0 < load < 60
+        await session.launch("fast")
+        store = session.bus.store
+        assert store.loading.previous_load_seconds is not None
+        assert abs(store.loading.previous_load_seconds - load) < 1.0
+        await session.stop()
+    finally:
+        await session.close()
+
+
+async def test_gpu_agent_without_nvidia_driver_reports_an_error_not_a_crash(
+    state_dir: Path,
+) -> None:
+    if Path("/dev/nvidiactl").exists():
+        pytest.skip("this machine has an NVIDIA driver")
+    session = local_session(state_dir, {}, gpu_agent="nvml", agent_max_failures=2)
+    recorder = Recorder(session)
+    await session.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not any("gave up" in (e.detail or "") for e in recorder.kinds("agent")):
+            assert time.monotonic() < deadline, [e.detail for e in recorder.kinds("agent")]
+            await asyncio.sleep(0.05)
+        states = [e.state for e in recorder.kinds("agent")]
+        assert "error" in states and "restarting" in states
+        errors = [e.detail for e in recorder.kinds("agent") if e.state == "error"]
+        assert any("no NVIDIA" in (d or "") for d in errors), errors
+        assert session.bus.store.connection.state == "connected"
+        assert await session.status() == []
+    finally:
+        recorder.close()
+        await session.close()
+
+
+async def test_sim_gpu_agent_streams_samples_and_is_gone_after_close(state_dir: Path) -> None:
+    session = local_session(state_dir, {}, gpu_agent="sim")
+    recorder = Recorder(session)
+    await session.start()
+    try:
+        samples = await recorder.wait_kind("gpu", 20, count=3)
+        assert len(samples[-1].gpus) >= 1
+        assert processes_mentioning(str(state_dir)), "the agent should run while connected"
+    finally:
+        recorder.close()
+        await session.close()
+    deadline = time.monotonic() + 5
+    while processes_mentioning(str(state_dir)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert processes_mentioning(str(state_dir)) == []
+
+
+def _helper(state_dir: Path, *args: str) -> list[dict]:
+    result = subprocess.run(
+        [sys.executable, str(HELPER_SOURCE), args[0], "--state-dir", str(state_dir), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def test_supervisor_never_signals_a_process_group_it_did_not_start(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        run_dir = state_dir / "runs" / "forged-run"
+        run_dir.mkdir(parents=True)
+        # A record naming the bystander's group, but not its process (start time differs):
+        # as after a reboot or a pid reused by someone else.
+        (run_dir / "run.json").write_text(
+            json.dumps({"pid": bystander.pid, "pgid": bystander.pid, "start_ticks": 1})
+        )
+        replies = _helper(state_dir, "stop", "--run-id", "forged-run", "--grace", "1")
+        assert replies[-1]["ok"] and replies[-1]["already"]
+        assert bystander.poll() is None, "the helper signalled a process it did not start"
+        replies = _helper(state_dir, "stop", "--run-id", "no-such-run")
+        assert replies[-1]["ok"] is False and "no record" in replies[-1]["error"]
+        replies = _helper(state_dir, "stop", "--run-id", "../../etc")
+        assert replies[-1]["ok"] is False and "bad run id" in replies[-1]["error"]
+        assert oct(state_dir.stat().st_mode & 0o777) == oct(0o700)
+    finally:
+        os.killpg(bystander.pid, signal.SIGKILL)
+        bystander.wait()
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gpu-box", (None, "gpu-box", None)),
+        ("root@10.0.0.7", ("root", "10.0.0.7", None)),
+        ("ubuntu@gpu.example.com:2222", ("ubuntu", "gpu.example.com", 2222)),
+        ("[::1]:22", (None, "::1", 22)),
+    ],
+)
+def test_host_strings_parse(text: str, expected: tuple) -> None:
+    assert parse_host(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "root@", "host:99999", "a b", "x;rm -rf /", "@host", "h:-1"])
+def test_bad_host_strings_are_clear_usage_errors(text: str) -> None:
+    with pytest.raises(UsageError, match="bad host"):
+        parse_host(text)
+
+
+def test_demo_headless_reaches_ready_and_leaves_no_process(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specmon",
+            "demo",
+            "--headless",
+            "--json",
+            "--until",
+            "ready",
+            "--time-scale",
+            "0.003",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()]
+    assert "ready" in kinds and "run" in kinds and "shard_progress" in kinds
+    assert kinds.index("run") < kinds.index("ready")
+    assert processes_mentioning(str(tmp_path)) == []
+    assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())
