@@ -38,6 +38,7 @@ import json, os, sys, time, urllib.request
 runs_dir, known, port = sys.argv[1], set(sys.argv[2].split(",")), int(sys.argv[3])
 ready = health = None
 log = None
+offset = 0
 deadline = time.time() + 120
 next_health = 0.0
 while time.time() < deadline and (ready is None or health is None):
@@ -48,8 +49,12 @@ while time.time() < deadline and (ready is None or health is None):
     if log is not None and ready is None:
         try:
             with open(log, "rb") as f:
-                if b"The server is fired up and ready to roll!" in f.read():
-                    ready = time.time()
+                start = max(0, offset - 64)  # re-read a little: the line may have been torn
+                f.seek(start)
+                chunk = f.read()
+            if b"The server is fired up and ready to roll!" in chunk:
+                ready = time.time()
+            offset = start + len(chunk)
         except OSError:
             pass
     if ready is not None and health is None and time.time() >= next_health:

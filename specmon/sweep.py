@@ -39,6 +39,9 @@ _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 MAX_POINTS = 1000
 READY_POLL_S = 0.2
+MAX_ATTEMPTS = 3  # per point, when the connection to the host drops mid-point
+RECONNECT_WAIT_S = 900.0
+DROP_NOTICE_POLLS = 10  # x READY_POLL_S: how long a failed benchmark waits to see a drop
 LOADING_REPORT_S = 1.0
 
 
@@ -267,6 +270,16 @@ class PointBenchmarking:
 
 
 @dataclass(frozen=True, slots=True)
+class PointRetrying:
+    """The connection dropped during the point; it runs again once the session reconnects."""
+
+    index: int
+    point: SweepPoint
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PointFinished:
     index: int
     point: SweepPoint
@@ -286,6 +299,7 @@ SWEEP_EVENT_TYPES = (
     PointStarted,
     PointLoading,
     PointBenchmarking,
+    PointRetrying,
     PointFinished,
     SweepFinished,
 )
@@ -366,6 +380,16 @@ def rank_results(results: Sequence[SweepPointResult]) -> list[SweepPointResult]:
 # --- running --------------------------------------------------------------------------------
 
 
+class _ConnectionTrouble(Exception):
+    """The console lost the host mid-point: retry the point, record nothing."""
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    from specmon.session.transport import TransportError
+
+    return isinstance(exc, TransportError)
+
+
 class PointFailed(SpecmonError):
     def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -390,6 +414,7 @@ class SweepRunner:
     fresh: bool = False
     stop_at_end: bool = True
     sweep_id: int | None = field(default=None, init=False)
+    _launched: bool = field(default=False, init=False)
 
     def _emit(self, event: Any) -> None:
         if self.on_event is not None:
@@ -419,10 +444,10 @@ class SweepRunner:
                     result = result_from_row(row)
                     self._emit(PointSkipped(index, point, result))
                 else:
-                    result = await self._run_point(sweep_id, index, point)
+                    result = await self._run_point_surviving_drops(sweep_id, index, point)
                     self._emit(PointFinished(index, point, result))
                 results.append(result)
-            if self.stop_at_end:
+            if self.stop_at_end and self._launched:
                 await self.controller.stop()
         except BaseException:
             self.ledger.set_sweep_status(sweep_id, "interrupted")
@@ -445,13 +470,58 @@ class SweepRunner:
             concurrency=self.plan.bench.concurrency,
         )
 
+    async def _run_point_surviving_drops(
+        self, sweep_id: int, index: int, point: SweepPoint
+    ) -> SweepPointResult:
+        """A lost connection is no verdict on the combination: wait for the host session to
+        reconnect and run the point again (a few times), without recording a failure."""
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            try:
+                return await self._run_point(sweep_id, index, point)
+            except _ConnectionTrouble as trouble:
+                if attempt == MAX_ATTEMPTS:
+                    raise SpecmonError(
+                        f"{point.label()}: the connection to {self.plan.host} kept failing "
+                        f"({trouble}); run the same command again to resume the sweep"
+                    ) from None
+                self._emit(PointRetrying(index, point, attempt, str(trouble)))
+                await self._wait_connected()
+        raise AssertionError("unreachable")
+
+    async def _dropped_since(self, connection_at_start: Any) -> bool:
+        """Whether the connection dropped since the point began (failed requests through a
+        dead port forward can beat the session's own notice of the drop by a moment)."""
+        store = self.controller.bus.store
+        transport = getattr(self.controller, "transport", None)
+        for _ in range(DROP_NOTICE_POLLS):
+            if store.connection is not connection_at_start:
+                return True
+            if transport is not None and getattr(transport, "connected", True) is False:
+                return True
+            await asyncio.sleep(READY_POLL_S)
+        return False
+
+    async def _wait_connected(self) -> None:
+        store = self.controller.bus.store
+        deadline = time.monotonic() + RECONNECT_WAIT_S
+        while time.monotonic() < deadline:
+            await asyncio.sleep(READY_POLL_S)
+            if store.connection is not None and store.connection.state == "connected":
+                return
+        raise SpecmonError(
+            f"no connection to {self.plan.host} for {RECONNECT_WAIT_S:.0f} s; run the same "
+            "command again to resume the sweep"
+        )
+
     async def _run_point(self, sweep_id: int, index: int, point: SweepPoint) -> SweepPointResult:
         self._emit(PointStarted(index, point, point.spec.shell_command()))
         store = self.controller.bus.store
+        connection_at_start = store.connection
         run_id: str | None = None
         launched_at = time.monotonic()
         load_seconds: float | None = None
         try:
+            self._launched = True
             run_id = await self.controller.launch_spec(point.spec, profile=point.profile)  # type: ignore[attr-defined]
             launched_at = time.monotonic()
             await self._wait_ready(index, run_id)
@@ -473,6 +543,10 @@ class SweepRunner:
                     "an unconfirmed baseline is not recorded as one"
                 )
         except (SpecmonError, OSError) as exc:
+            if _is_transport_error(exc) or (
+                isinstance(exc, BenchError) and await self._dropped_since(connection_at_start)
+            ):
+                raise _ConnectionTrouble(str(exc) or type(exc).__name__) from exc
             if load_seconds is None:
                 load_seconds = time.monotonic() - launched_at
             root_cause = tuple(getattr(exc, "root_cause", ()))

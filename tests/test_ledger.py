@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -25,6 +26,7 @@ from specmon.ledger import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
+ROUNDS = 8  # kills at random moments; a non-atomic record is caught with p > 0.99
 
 
 def bench_result(tok_s: float, *, speculative: bool | None, model="m", concurrency=1, at=None):
@@ -176,7 +178,7 @@ while True:
 def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_rows(tmp_path):
     path = tmp_path / "crash.sqlite3"
     committed_before_kill = []
-    for round_ in range(4):
+    for round_ in range(ROUNDS):
         proc = subprocess.Popen(
             [sys.executable, "-c", WRITER, str(path), str(REPO)],
             stdout=subprocess.PIPE,
@@ -187,12 +189,12 @@ def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_rows(tm
             # Wait until it has committed a few points, then kill it at a varying moment.
             last = 0
             deadline = time.monotonic() + 30
-            while last < 3 + round_ and time.monotonic() < deadline:
+            while last < 1 + round_ % 3 and time.monotonic() < deadline:
                 line = proc.stdout.readline()
                 if not line:
                     break
                 last = int(line)
-            time.sleep(0.013 * round_)
+            time.sleep(random.uniform(0, 0.012))  # one write takes ~5-20 ms
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         finally:
@@ -200,7 +202,7 @@ def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_rows(tm
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
-        assert last >= 3, "the writer never committed"
+        assert last >= 1, "the writer never committed"
         committed_before_kill.append(last)
         with Ledger(path) as ledger:
             assert ledger.integrity_check() == "ok"

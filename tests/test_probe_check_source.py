@@ -25,6 +25,7 @@ WANTED_PREFIXES = (
     "sglang/version.py",
     "sglang/_version.py",
 )
+UNREACHABLE: list[str] = []  # the first download failure, so later versions skip at once
 
 
 def run_check(directory: Path) -> subprocess.CompletedProcess[str]:
@@ -101,10 +102,13 @@ def unpacked_release(version: str, tmp_path: Path) -> Path:
     """The release's sglang/ folder (worker modules only), from the cached or downloaded wheel."""
     WHEEL_CACHE.mkdir(parents=True, exist_ok=True)
     wheels = sorted(WHEEL_CACHE.glob(f"sglang-{version}-*.whl"))
+    if not wheels and UNREACHABLE:  # one failed download is enough to know
+        pytest.skip(f"package index unreachable; {UNREACHABLE[0]}")
     if not wheels:
         completed = subprocess.run(
             [
                 sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
+                "--retries", "1", "--timeout", "15",
                 "--only-binary=:all:", "--python-version", "3.12",
                 "--platform", "manylinux_2_34_x86_64",
                 "-d", str(WHEEL_CACHE), f"sglang=={version}",
@@ -114,7 +118,8 @@ def unpacked_release(version: str, tmp_path: Path) -> Path:
         wheels = sorted(WHEEL_CACHE.glob(f"sglang-{version}-*.whl"))
         if completed.returncode != 0 or not wheels:
             last = (completed.stderr.strip().splitlines() or ["no output"])[-1]
-            pytest.skip(f"cannot download sglang=={version} from the package index: {last}")
+            UNREACHABLE.append(f"pip download sglang=={version} failed: {last}")
+            pytest.skip(f"package index unreachable or wheel unavailable; {UNREACHABLE[0]}")
     target = tmp_path / version
     with zipfile.ZipFile(wheels[0]) as wheel:
         for name in wheel.namelist():
@@ -155,3 +160,18 @@ def test_real_release_wheels(version, families, plugin_hook, tmp_path):
     assert report.fully_works
     completed = run_check(package)
     assert completed.returncode == 0, completed.stdout
+
+
+def test_missing_argument_is_a_usage_error_in_one_line():
+    completed = subprocess.run(
+        [sys.executable, "-m", "specmon.probe"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert completed.returncode == 2
+    assert "--check-source" in completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert len(completed.stderr.strip().splitlines()) == 1

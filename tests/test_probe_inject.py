@@ -16,7 +16,7 @@ from specmon.probe import PROBE_FILE_ENV, injection_files, launch_env
 from specmon.probe.records import ProbeWarning, parse_probe_line
 
 FAKE = Path(__file__).parent / "support" / "fake_sglang"
-PHASE_MS = {"draft": 2.0, "verify": 6.0, "extend": 1.0}
+PHASE_MS = {"draft": 2.0, "verify": 12.0, "extend": 1.0}  # stand_in_timing.PHASE_SECONDS
 BATCH_SIZES = (1, 3, 8)
 TOLERANCE_MS = 5.0  # probe vs in-body perf_counter; generous for a loaded 2-core CI box
 

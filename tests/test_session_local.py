@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -14,9 +15,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.hosts import (
     Recorder,
     group_alive,
@@ -257,3 +261,35 @@ def test_demo_headless_reaches_ready_and_leaves_no_process(tmp_path: Path) -> No
     assert kinds.index("run") < kinds.index("ready")
     assert processes_mentioning(str(tmp_path)) == []
     assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40), max_size=30
+    ),
+    cuts=st.lists(st.integers(min_value=0, max_value=2000), max_size=12),
+    rewind=st.integers(min_value=0, max_value=50),
+)
+def test_log_chunks_become_each_line_once_however_they_are_cut_or_resent(
+    text: list[str], cuts: list[int], rewind: int
+) -> None:
+    from specmon.backends.sglang.parser import SGLangLogParser
+    from specmon.session.host import RunStatus, _Follow
+
+    data = "\n".join(text).encode()
+    run = RunStatus("r", None, (), {}, 1, 1, 0.0, True, None)
+    session = local_session(Path("/nonexistent"), {}, gpu_agent="none")
+    follow = _Follow(run=run, parser=SGLangLogParser())
+    points = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    for start, end in itertools.pairwise(points):
+        resent = max(0, start - rewind)  # a resend from an earlier offset, as after a reconnect
+        session._on_log_chunk(follow, resent, data[resent:end])
+    lines = [e.text for _, e in _drain(session)]
+    complete = data.decode(errors="replace").split("\n")[:-1]
+    assert lines == complete
+    assert bytes(follow.partial) == data[data.rfind(b"\n") + 1 :]
+
+
+def _drain(session: Any) -> list[tuple[float, Any]]:
+    return [(0.0, e) for e in session.bus.store.log]

@@ -69,6 +69,11 @@ async def test_launch_shows_every_phase_then_stop_and_relaunch_with_other_flags(
         assert store.loading.shards_total == 8 and store.loading.shards_done == 8
         old = session.current_run
         assert old is not None and old.pgid is not None and group_alive(old.pgid)
+        base = await session.http_base_url()
+        assert base is not None and base != f"http://127.0.0.1:{old.port}"  # via the forward
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
+            assert (await client.get(f"{base}/health")).status_code == 200
+        assert recorder.kinds("server_info") and recorder.kinds("metrics")
 
         report = await session.stop()
         assert report is not None and report.run_id == first

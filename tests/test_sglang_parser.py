@@ -611,3 +611,11 @@ def test_summary_is_json_ready() -> None:
     summary = summarize(parse_file("sglang-0.5.23-startup.log"))
     assert json.loads(json.dumps(summary)) == summary
     assert summary["load_seconds"] == 33.0
+
+
+def test_lines_seen_counts_every_line_and_redraw() -> None:
+    parser = SGLangLogParser()
+    parser.feed(b"one\ntwo\rthree")
+    parser.feed("\nfour")
+    parser.flush()
+    assert parser.lines_seen == 4

@@ -29,6 +29,7 @@ from specmon.sweep import (
     PointBenchmarking,
     PointFinished,
     PointLoading,
+    PointRetrying,
     PointStarted,
     SweepPlan,
     SweepRunner,
@@ -91,7 +92,7 @@ def testbox(tmp_path: Path):
         )
     )
     try:
-        yield config_path, state_dir
+        yield config_path, state_dir, sshd
     finally:
         for run_json in state_dir.glob("runs/*/run.json"):
             # Only process groups this test's host session recorded launching.
@@ -106,7 +107,7 @@ def model_tok_s(steps: str, proto: str) -> float:
 
 
 async def test_2x2_sweep_with_baseline_ranks_like_the_simulator_model(testbox, tmp_path):
-    config_path, _ = testbox
+    config_path, _, _ = testbox
     config = load_config(config_path)
     session = open_session("testbox", config)
     await session.start()
@@ -171,7 +172,7 @@ def read_json_lines(text: str) -> list[dict]:
 
 
 def test_cli_sweep_records_oom_continues_and_resumes_after_sigkill(testbox, tmp_path):
-    config_path, state_dir = testbox
+    config_path, state_dir, _ = testbox
     ledger_path = tmp_path / "ledger.sqlite3"
     argv = [
         sys.executable, "-m", "specmon", "--config", str(config_path), "sweep", "testbox",
@@ -250,3 +251,38 @@ def test_cli_sweep_records_oom_continues_and_resumes_after_sigkill(testbox, tmp_
     )  # fmt: skip
     assert shown.returncode == 0, shown.stderr
     assert "mem-fraction-static=0.88" in shown.stdout and "no measured baseline" in shown.stdout
+
+
+async def test_a_dropped_connection_mid_benchmark_retries_the_point_not_fails_it(testbox, tmp_path):
+    config_path, _, sshd = testbox
+    config = load_config(config_path)
+    session = open_session("testbox", config)
+    await session.start()
+    events: list[object] = []
+
+    def drop_once(event: object) -> None:
+        events.append(event)
+        first_benchmark = isinstance(event, PointBenchmarking) and not any(
+            isinstance(e, PointRetrying) for e in events
+        )
+        if first_benchmark and event.progress.phase == "measure" and event.progress.done == 1:
+            assert sshd.drop_connections() > 0
+
+    try:
+        plan = SweepPlan(
+            host=session.host_label,
+            profile="simbench",
+            axes=parse_grid(["speculative-num-steps=2"]),
+            baseline=False,
+            bench=BenchSettings(requests=3, max_tokens=48, warmup=0),
+        )
+        points = plan_points(config, plan, python=sys.executable)
+        with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+            runner = SweepRunner(session, ledger, plan, points, on_event=drop_once)
+            finished = await runner.run()
+            runs = ledger.table("runs")
+    finally:
+        await session.close()
+    assert [r.status for r in finished.results] == ["ok"], finished.results[0].error
+    assert sum(isinstance(e, PointRetrying) for e in events) == 1
+    assert len(runs) == 1 and runs[0]["status"] == "ready"  # the broken attempt is not recorded

@@ -151,6 +151,7 @@ class SweepReporter:
             PointBenchmarking,
             PointFinished,
             PointLoading,
+            PointRetrying,
             PointSkipped,
             PointStarted,
             SweepStarted,
@@ -176,6 +177,8 @@ class SweepReporter:
             )
         elif isinstance(event, PointBenchmarking):
             progress_printer(self.err)(event.progress)
+        elif isinstance(event, PointRetrying):
+            self._say(f"  connection lost ({event.reason}); retrying once reconnected")
         elif isinstance(event, PointFinished):
             result = event.result
             if result.status == "ok":

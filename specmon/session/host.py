@@ -297,10 +297,7 @@ class HostSession(HostController):
             known = ", ".join(self.profiles()) or "none"
             raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
         python = sys.executable if self.transport.is_local else self.options.python
-        try:
-            spec = chosen.to_launch_spec(flags=flags, env=env, python=python)
-        except TypeError:  # a profile object without the python keyword
-            spec = chosen.to_launch_spec(flags=flags, env=env)
+        spec = chosen.to_launch_spec(flags=flags, env=env, python=python)
         return await self.launch_spec(spec, profile=profile)
 
     async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
@@ -355,6 +352,17 @@ class HostSession(HostController):
         finally:
             self.bus.unsubscribe(queue)
         return store
+
+    async def http_base_url(self) -> str | None:
+        """The current run's HTTP base URL as reachable from here (through the SSH forward the
+        poller holds, or plain localhost); None when no run is followed."""
+        follow = self._follow
+        if follow is None:
+            return None
+        if self.http.base_url and self.http.run_id == follow.run.run_id:
+            return self.http.base_url
+        port = await self.transport.forward_port(follow.run.port or DEFAULT_PORT)
+        return f"http://127.0.0.1:{port}"
 
     @property
     def current_run(self) -> RunStatus | None:

@@ -61,6 +61,8 @@ class HttpPoller:
     def __init__(self, session: HostSession) -> None:
         self.session = session
         self._answers: dict[str, float] = {}
+        self.base_url: str | None = None  # where the poller reaches the current run now
+        self.run_id: str | None = None
 
     def last_answer(self, run_id: str) -> float:
         """time.monotonic() of the run's last HTTP answer (0.0: never)."""
@@ -73,11 +75,21 @@ class HttpPoller:
         follow = s._follow
         if follow is None or follow.ended:
             return
-        run_id = follow.run.run_id
         port = follow.run.port or 30000
         backend = get_backend("sglang")
         local_port = await s.transport.forward_port(port)
         base = f"http://127.0.0.1:{local_port}"
+        self.base_url, self.run_id = base, follow.run.run_id
+        try:
+            await self._poll(follow, base, backend)
+        finally:
+            if self.base_url == base:
+                self.base_url = self.run_id = None
+            await s.transport.close_forward(local_port)
+
+    async def _poll(self, follow: Any, base: str, backend: Any) -> None:
+        s = self.session
+        run_id = follow.run.run_id
         interval = s.options.health_interval_s
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None

@@ -147,4 +147,7 @@ class LocalTransport(Transport):
             raise TransportError(f"cannot write {target}: {exc.strerror}") from None
 
     async def forward_port(self, remote_port: int) -> int:
-        return remote_port
+        return remote_port  # the server is on this machine: nothing to forward
+
+    async def close_forward(self, local_port: int) -> None:
+        return None

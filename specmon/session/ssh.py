@@ -90,6 +90,7 @@ class SshTransport(Transport):
         self.target = target
         self.label = target.label
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._forwards: dict[int, asyncssh.SSHListener] = {}
 
     def _connect_options(self) -> dict[str, Any]:
         t = self.target
@@ -159,6 +160,7 @@ class SshTransport(Transport):
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
+        self._forwards.clear()  # listeners end with their connection
         if conn is not None:
             conn.close()
             with contextlib.suppress(asyncio.TimeoutError, asyncssh.Error, OSError):
@@ -223,4 +225,11 @@ class SshTransport(Transport):
             raise ConnectionLost(
                 f"cannot forward port {remote_port} via {self.label}: {exc}"
             ) from None
-        return int(listener.get_port())
+        port = int(listener.get_port())
+        self._forwards[port] = listener
+        return port
+
+    async def close_forward(self, local_port: int) -> None:
+        listener = self._forwards.pop(local_port, None)
+        if listener is not None:
+            listener.close()

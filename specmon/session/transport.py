@@ -91,5 +91,9 @@ class Transport(ABC):
         """A local port that reaches 127.0.0.1:remote_port on the host."""
 
     @abstractmethod
+    async def close_forward(self, local_port: int) -> None:
+        """Stop forwarding ``local_port``."""
+
+    @abstractmethod
     def python_argv(self, python: str) -> list[str]:
         """How to invoke the host's Python (the configured name, or this interpreter)."""

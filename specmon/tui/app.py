@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from textual import on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 from textual.widgets import Input
 
 from specmon.controller import HostController
@@ -131,6 +132,15 @@ class SpecmonApp(App[int]):
 
     def tick(self) -> None:
         """Drain the events that arrived since the last tick, then redraw from the store."""
+        if self._exit or not self._running:
+            return  # shutting down: the panels are being removed
+        try:
+            self._tick()
+        except NoMatches:
+            if not (self._exit or not self._running):
+                raise
+
+    def _tick(self) -> None:
         store = self.controller.bus.store
         now = self.clock()
         new_lines = self._pending_lines

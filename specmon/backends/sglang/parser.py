@@ -1,10 +1,11 @@
-"""SGLang server log -> typed events.
+"""SGLang server log -> typed events (specmon.events), for `specmon parse` and live tails.
 
-The formats are SGLang's own (0.4.6 to 0.5.23), see docs/parser.md. Decode lines dominate a
-running server's log, so complete chunks are scanned with one anchored regex that picks out
-the common decode line forms in C; every other line (and any decode line in an unusual form)
-goes through ``parse_line``-style dispatch. The parser never raises on input: bytes are decoded
-with replacement, ``\\r`` (tqdm redraws) counts as a line break and long lines are cut.
+The formats are SGLang's own, 0.4.6 to 0.5.23 (docs/parser.md lists them). Decode lines are
+almost all of a serving log, so the parser learns the exact shape of the log's decode lines
+(one anchored regex per shape), splits whole chunks with it in C and builds those events column
+by column; every other line goes through ``parse_line``'s dispatch, one at a time. Input never
+makes it raise: bytes are decoded with replacement, ``\\r`` (tqdm redraws) counts as a line
+break and lines are cut at MAX_LINE_CHARS.
 """
 
 from __future__ import annotations
@@ -439,13 +440,21 @@ class SGLangLogParser(LogParser):
         if cut < 0:
             self._hold(text)
             return self._eager_shard()
-        complete = text[:cut]
-        if self._pending or self._discarding_overlong:
-            complete = self._take_pending(complete)
-        self._pending = ""
-        self._hold(text[cut + 1 :])
+        self.lines_seen += text.count("\n")
         events: list[Event] = []
-        self._scan(complete, events)
+        start = 0
+        if self._pending or self._discarding_overlong:
+            # The held partial line ends at this chunk's first newline.
+            start = text.find("\n") + 1
+            first = "" if self._discarding_overlong else text[: start - 1]
+            joined = self._pending + first
+            self._pending, self._discarding_overlong = "", False
+            self._scan(joined, events)
+        # Whole chunks that end in a newline (live tails) are scanned without a copy.
+        complete = text if start == 0 and cut == len(text) - 1 else text[start : cut + 1]
+        self._hold(text[cut + 1 :])
+        if complete:
+            self._scan(complete, events)
         events.extend(self._eager_shard())
         return events
 
@@ -457,6 +466,7 @@ class SGLangLogParser(LogParser):
         self._discarding_overlong = False
         events: list[Event] = []
         if rest:
+            self.lines_seen += 1
             self._scan(rest, events)
         return events
 
@@ -471,18 +481,10 @@ class SGLangLogParser(LogParser):
             self._pending = self._pending[:MAX_LINE_CHARS]
             self._discarding_overlong = True
 
-    def _take_pending(self, complete: str) -> str:
-        """Join the held partial line to the first complete line of this chunk."""
-        head, newline, rest = complete.partition("\n")
-        if self._discarding_overlong:
-            head = ""
-            self._discarding_overlong = False
-        return self._pending + head + newline + rest
-
     def _eager_shard(self) -> list[Event]:
         """A tqdm bar is complete before the `\\r` of its next redraw: report it right away."""
         pending = self._pending
-        if not pending or "shards" not in pending or not pending.rstrip().endswith("]"):
+        if not pending or "hards" not in pending or not pending.rstrip().endswith("]"):
             return []
         event = _shard_progress(_clean(pending))
         if event is None:
@@ -495,11 +497,10 @@ class SGLangLogParser(LogParser):
 
     def _scan(self, text: str, events: list[Event]) -> None:
         """Complete lines -> events: template matches in bulk, the lines between one by one."""
-        self.lines_seen += text.count("\n") + 1
         if not self._templates or DECODE_SETTERS is None:
             self._slow_lines(text, events)
             return
-        template = self._templates[0]
+        template = self._template_for_chunk(text)
         # split() gives [gap, ten columns, gap, ten columns, ..., gap]; gaps hold other lines.
         parts = template.pattern.split(text)
         count = (len(parts) - 1) // _STRIDE
@@ -530,6 +531,40 @@ class SGLangLogParser(LogParser):
         if malformed:
             events[start:] = [event for event in events[start:] if event is not None]
         self._promote_templates(count)
+
+    def _template_for_chunk(self, text: str) -> DecodeTemplate:
+        """The shape of the chunk's last decode line, learned if new, leads the scan.
+
+        Without this a log in another shape (or the chunk where a restarted server's new
+        version begins) would be read line by line until the next chunk.
+        """
+        found = text.rfind("Decode batch")
+        if found >= 0:
+            end = text.find("\n", found)
+            line = text[text.rfind("\n", 0, found) + 1 : end if end >= 0 else len(text)]
+            if not self._templates[0].pattern.match(line):
+                for template in self._templates[1:]:
+                    if template.pattern.match(line):
+                        break
+                else:
+                    template = self._learn_template(_clean(line))  # type: ignore[assignment]
+                if template is not None:
+                    self._templates.remove(template)
+                    self._templates.insert(0, template)
+        return self._templates[0]
+
+    def _learn_template(self, line: str) -> DecodeTemplate | None:
+        """Remember the template of a decode line's shape (second in line), if it has one."""
+        if not line.startswith("["):
+            return None
+        head = _BATCH_HEAD.search(line)
+        if head is None or head.group(1) != "Decode":
+            return None
+        template = decode_template(head.group(), line[head.end() :])
+        if template is not None and template not in self._templates:
+            self._templates.insert(min(1, len(self._templates)), template)
+            del self._templates[_MAX_TEMPLATES:]
+        return template
 
     def _decodes_by_column(
         self, template: DecodeTemplate, parts: list[str], count: int
@@ -596,13 +631,8 @@ class SGLangLogParser(LogParser):
                 self._secondary_hits[template] = self._secondary_hits.get(template, 0) + 1
                 groups = match.groups()
                 return _decode_from_columns(groups, self._ranks[groups[1]])
-        if line.startswith("[") and DECODE_SETTERS is not None:
-            head = _BATCH_HEAD.search(line)
-            if head is not None and head.group(1) == "Decode":
-                template = decode_template(head.group(), line[head.end() :])
-                if template is not None and template not in self._templates:
-                    self._templates.insert(min(1, len(self._templates)), template)
-                    del self._templates[_MAX_TEMPLATES:]
+        if DECODE_SETTERS is not None:
+            self._learn_template(line)
         return self._line(raw)
 
     def _line(self, raw: str) -> Event | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-PHASE_SECONDS = {"prefill": 0.003, "draft": 0.002, "verify": 0.006, "extend": 0.001}
+PHASE_SECONDS = {"prefill": 0.003, "draft": 0.002, "verify": 0.012, "extend": 0.001}
 TRUTH_MS: list[tuple[str, float]] = []
 
 
