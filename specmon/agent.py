@@ -111,7 +111,7 @@ def message_line(kind: str, message: str) -> str:
 
 DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
-DEFAULT_PCIE_INTERVAL_S = 2.0  # PCIe/NVLink rates: their own cadence, off the tick
+DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
 SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
 MIB = 1024.0 * 1024.0
@@ -258,10 +258,9 @@ class NvmlSampler:
         except Exception as exc:
             raise AgentFatal(f"NVML cannot count the GPUs on host {host}: {exc}") from None
         if count <= 0:
+            driver = self.driver or "unknown"
             raise AgentFatal(
-                "no NVIDIA GPU on host {}: NVML found 0 devices (driver {})".format(
-                    host, self.driver or "unknown"
-                )
+                f"no NVIDIA GPU on host {host}: NVML found 0 devices (driver {driver})"
             )
         for index in range(count):
             gpu = _Gpu(index)
@@ -367,7 +366,7 @@ class NvmlSampler:
             "it is reported with error=gpu_is_lost, the others stream on",
         )
 
-    # -- counters: NVLink and PCIe bytes through one cheap field-values call --
+    # -- counters: NVLink and PCIe bytes through one field-values call --
 
     def _read_counters(self, gpu: _Gpu) -> dict[int, float]:
         """Rates (KiB/s) from cumulative counters since the previous call."""
@@ -1054,6 +1053,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = build_arg_parser().parse_args(argv)
         check_agent_options(options)
+        if options.watch_stdin and argv is None and sys.argv[0] == "-":
+            raise AgentUsage(
+                "--watch-stdin cannot be used when the agent itself is read from stdin "
+                "(python3 - < agent.py): stdin is already at its end"
+            )
     except AgentUsage as exc:
         _write(message_line("error", f"bad agent arguments: {exc}"))
         return 2

@@ -375,7 +375,7 @@ class Ledger:
                     sweep_id,
                     time.time(),
                     params_key(params),
-                    json.dumps(dict(params), sort_keys=True),
+                    json.dumps(dict(params)),  # grid order, for display
                     int(is_baseline),
                     status,
                     run_ref,

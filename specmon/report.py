@@ -137,19 +137,11 @@ def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
     return "\n".join(lines)
 
 
-def sweep_plot(
-    results: Sequence[SweepPointResult],
-    baseline: Baseline | None,
-    x_name: str,
-    *,
-    width: int = 80,
-    height: int = 20,
-    color: bool = False,
-) -> str:
-    """tok/s against ``x_name`` (e.g. steps), one line per setting of the other parameters,
-    with the measured baseline as a horizontal line."""
-    import plotext as plt
-
+def sweep_series(
+    results: Sequence[SweepPointResult], x_name: str
+) -> dict[str, list[tuple[float, float]]]:
+    """(x, tok/s) points per setting of the other grid parameters, x ascending: the data of
+    the tok/s-vs-steps plot, for plotext here and textual-plotext in the console."""
     series: dict[str, list[tuple[float, float]]] = {}
     for result in results:
         if result.is_baseline or result.status != "ok" or result.tok_s is None:
@@ -164,6 +156,25 @@ def sweep_plot(
         rest = {k: v for k, v in result.params.items() if k != x_name}
         label = " ".join(f"{k}={v}" for k, v in rest.items()) or "tok/s"
         series.setdefault(label, []).append((x, result.tok_s))
+    for points in series.values():
+        points.sort()
+    return dict(sorted(series.items()))
+
+
+def sweep_plot(
+    results: Sequence[SweepPointResult],
+    baseline: Baseline | None,
+    x_name: str,
+    *,
+    width: int = 80,
+    height: int = 20,
+    color: bool = False,
+) -> str:
+    """tok/s against ``x_name`` (e.g. steps), one line per setting of the other parameters,
+    with the measured baseline as a horizontal line."""
+    import plotext as plt
+
+    series = sweep_series(results, x_name)
     if not series:
         return f"nothing to plot: no finished point has a numeric {x_name}"
     plt.clear_figure()
@@ -171,8 +182,7 @@ def sweep_plot(
     if not color:
         plt.theme("clear")
     markers = ("dot", "x", "+", "star", "o", "sd", "hd", "braille")
-    for number, (label, points) in enumerate(sorted(series.items())):
-        points.sort()
+    for number, (label, points) in enumerate(series.items()):
         xs = [p[0] for p in points]
         ys = [p[1] for p in points]
         plt.plot(xs, ys, label=label, marker=markers[number % len(markers)])

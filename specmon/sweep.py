@@ -390,6 +390,10 @@ def _is_transport_error(exc: BaseException) -> bool:
     return isinstance(exc, TransportError)
 
 
+class SweepAborted(SpecmonError):
+    """The sweep cannot go on (the host refuses launches); it stays resumable."""
+
+
 class PointFailed(SpecmonError):
     def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -488,6 +492,24 @@ class SweepRunner:
                 await self._wait_connected()
         raise AssertionError("unreachable")
 
+    async def _launch(self, point: SweepPoint) -> str:
+        """Launch the point. A refused launch (lock held by another console, a run this
+        console does not own, the helper failing) says nothing about the combination: it
+        stops the sweep, resumable, instead of being recorded as a failed point."""
+        from specmon.errors import LaunchSpecError
+
+        try:
+            return str(await self.controller.launch_spec(point.spec, profile=point.profile))  # type: ignore[attr-defined]
+        except LaunchSpecError:
+            raise  # this combination cannot run: a failed point
+        except SpecmonError as exc:
+            if _is_transport_error(exc):
+                raise
+            raise SweepAborted(
+                f"{point.label()}: cannot launch on {self.plan.host}: {exc}; "
+                "run the same command again to resume the sweep"
+            ) from exc
+
     async def _dropped_since(self, connection_at_start: Any) -> bool:
         """Whether the connection dropped since the point began (failed requests through a
         dead port forward can beat the session's own notice of the drop by a moment)."""
@@ -522,7 +544,7 @@ class SweepRunner:
         load_seconds: float | None = None
         try:
             self._launched = True
-            run_id = await self.controller.launch_spec(point.spec, profile=point.profile)  # type: ignore[attr-defined]
+            run_id = await self._launch(point)
             launched_at = time.monotonic()
             await self._wait_ready(index, run_id)
             load_seconds = time.monotonic() - launched_at
@@ -543,6 +565,8 @@ class SweepRunner:
                     "an unconfirmed baseline is not recorded as one"
                 )
         except (SpecmonError, OSError) as exc:
+            if isinstance(exc, SweepAborted):
+                raise
             if _is_transport_error(exc) or (
                 isinstance(exc, BenchError) and await self._dropped_since(connection_at_start)
             ):

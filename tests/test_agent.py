@@ -14,15 +14,15 @@ import socket
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 from specmon.agent import reading_from_smi_csv
 from specmon.events import GpuSample
-from specmon.gpu_stream import parse_agent_line, reading_problems
+from specmon.gpu_stream import AgentHeader, parse_agent_line, reading_problems
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "specmon" / "agent.py"
@@ -92,6 +92,22 @@ def spawn() -> Iterator:
         for stream in (process.stdout, process.stderr, process.stdin):
             if stream is not None:
                 stream.close()
+
+
+def child_commands(parent: int) -> dict[int, str]:
+    """The direct children of a process and their command lines, from /proc."""
+    children = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
+            children[int(entry.name)] = command
+    return children
 
 
 def read_json_line(process: subprocess.Popen) -> dict:
@@ -384,12 +400,14 @@ def test_the_fallback_takes_its_nvidia_smi_down_with_it(spawn):
     agent = spawn(["--rate", "20"], smi_env(), no_site=True)
     assert read_json_line(agent)["type"] == "header"
     read_until_tick(agent)
-    children = psutil.Process(agent.pid).children(recursive=True)
-    assert any("nvidia-smi" in " ".join(c.cmdline()) for c in children)
+    children = child_commands(agent.pid)
+    assert any("nvidia-smi" in command for command in children.values()), children
     agent.send_signal(signal.SIGTERM)
     assert agent.wait(5) == 0
-    _gone, alive = psutil.wait_procs(children, timeout=5)
-    assert alive == []
+    deadline = time.monotonic() + 5
+    while any(Path(f"/proc/{pid}").exists() for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in children)
 
 
 def test_a_closed_output_pipe_stops_the_agent_quietly(spawn):
@@ -438,6 +456,22 @@ def test_bad_arguments_are_one_error_line_and_exit_2(args: list[str], problem: s
     code, lines, _ = run_agent(args, nvml_env("h200x2-r580"))
     assert code == 2
     assert lines == [{"type": "error", "message": f"bad agent arguments: {problem}"}]
+
+
+def test_watch_stdin_is_refused_when_the_agent_comes_on_stdin():
+    done = subprocess.run(
+        [sys.executable, "-", "--watch-stdin"],
+        input=AGENT.read_bytes(),
+        env=nvml_env("h200x2-r580"),
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 2
+    (line,) = done.stdout.decode().splitlines()
+    assert json.loads(line)["message"].startswith(
+        "bad agent arguments: --watch-stdin cannot be used when the agent itself is read"
+    )
 
 
 def test_specmon_agent_once_runs_it_locally():
@@ -494,7 +528,7 @@ def test_the_agent_runs_on_python_38_fed_on_stdin():
         pytest.skip("no Python 3.8 on this machine")
     done = subprocess.run(
         [python, "-", "--count", "2", "--rate", "20"],
-        stdin=AGENT.open("rb"),
+        input=AGENT.read_bytes(),
         env=nvml_env("a100x4-r470"),
         capture_output=True,
         timeout=TIMEOUT,
@@ -503,6 +537,19 @@ def test_the_agent_runs_on_python_38_fed_on_stdin():
     assert done.returncode == 0, done.stderr
     results = [parse_agent_line(line) for line in done.stdout.decode().splitlines()]
     assert [type(r).__name__ for r in results] == ["AgentHeader", "GpuSample", "GpuSample"]
+    # And its nvidia-smi fallback, with no site-packages (so no pynvml) under 3.8 too.
+    done = subprocess.run(
+        [python, "-S", "-", "--count", "2", "--rate", "20"],
+        input=AGENT.read_bytes(),
+        env=smi_env(),
+        capture_output=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    results = [parse_agent_line(line) for line in done.stdout.decode().splitlines()]
+    assert isinstance(results[0], AgentHeader) and results[0].source == "nvidia-smi"
+    assert sum(isinstance(r, GpuSample) for r in results) == 2
 
 
 def test_the_agent_imports_only_the_standard_library_and_pynvml():

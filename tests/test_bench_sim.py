@@ -128,12 +128,20 @@ def test_bench_cli_records_and_compares_only_with_a_measured_baseline(sims, tmp_
     assert lines[0].startswith("id,created_at,host,profile") and len(lines) == 4
 
 
-def test_bench_cli_rejects_bad_input_in_one_line(tmp_path):
+def test_cli_rejects_bad_input_in_one_line(tmp_path):
     for args, message in [
         (["bench", "local", "--requests", "0"], "--requests must be an integer from 1"),
         (["bench", "local", "--url", "ftp://x"], "expected http://HOST:PORT"),
         (["bench", "local", "--prompt-set", "v7"], "unknown prompt set 'v7'"),
         (["ledger", "show", "x9"], "bad id 'x9'"),
+        (["ledger", "plot", "--width", "5"], "--width must be 20..400"),
+        (["sweep", "local", "--profile", "demo", "--grid", "steps"], "expected NAME=VALUE"),
+        (["sweep", "local", "--profile", "nope", "--grid", "a=1"], "unknown profile 'nope'"),
+        (
+            ["sweep", "local", "--profile", "demo", "--grid", "NCCL_PROTO=LL,Bad"],
+            "[NCCL_PROTO=Bad] NCCL_PROTO: 'Bad' is not a protocol",
+        ),
+        (["sweep", "local", "--profile", "demo"], "give at least one --grid"),
     ]:
         done = specmon(*args, data_dir=tmp_path)
         assert done.returncode == 2, done.stderr

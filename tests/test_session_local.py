@@ -293,3 +293,39 @@ def test_log_chunks_become_each_line_once_however_they_are_cut_or_resent(
 
 def _drain(session: Any) -> list[tuple[float, Any]]:
     return [(0.0, e) for e in session.bus.store.log]
+
+
+def test_demo_killed_outright_still_takes_its_server_down(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "specmon", "demo", "--headless", "--json", "--time-scale", "0.003"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        assert demo.stdout is not None
+        pgid = None
+        deadline = time.monotonic() + 60
+        while pgid is None and time.monotonic() < deadline:
+            line = demo.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            if event["kind"] == "run":
+                pgid = event["pgid"]
+        assert pgid is not None and group_alive(pgid)
+    finally:
+        demo.kill()  # SIGKILL: no clean-up code of the demo runs
+        demo.wait()
+    deadline = time.monotonic() + 30
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not group_alive(pgid), "the demo's simulator outlived the demo"
+    deadline = time.monotonic() + 10
+    while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(tmp_path)) == []

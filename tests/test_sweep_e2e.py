@@ -31,6 +31,7 @@ from specmon.sweep import (
     PointLoading,
     PointRetrying,
     PointStarted,
+    SweepAborted,
     SweepPlan,
     SweepRunner,
     SweepStarted,
@@ -286,3 +287,35 @@ async def test_a_dropped_connection_mid_benchmark_retries_the_point_not_fails_it
     assert [r.status for r in finished.results] == ["ok"], finished.results[0].error
     assert sum(isinstance(e, PointRetrying) for e in events) == 1
     assert len(runs) == 1 and runs[0]["status"] == "ready"  # the broken attempt is not recorded
+
+
+async def test_a_refused_launch_stops_the_sweep_resumable_instead_of_failing_points(
+    testbox, tmp_path
+):
+    config_path, _, _ = testbox
+    config = load_config(config_path)
+    sweeper = open_session("testbox", config)
+    other = open_session("testbox", config)
+    await sweeper.start()
+    await other.start()
+    try:
+        await other.launch("simbench")  # another console's run appears on the host
+        plan = SweepPlan(
+            host=sweeper.host_label,
+            profile="simbench",
+            axes=parse_grid(["speculative-num-steps=2"]),
+            baseline=False,
+            bench=BenchSettings(requests=1, max_tokens=8, warmup=0),
+        )
+        points = plan_points(config, plan, python=sys.executable)
+        with Ledger(tmp_path / "ledger.sqlite3") as ledger:
+            with pytest.raises(SweepAborted, match="another console") as info:
+                await SweepRunner(sweeper, ledger, plan, points).run()
+            assert "run the same command again to resume" in str(info.value)
+            assert ledger.sweep_points(1) == []  # nothing recorded against the combination
+            assert ledger.get_sweep(1).status == "interrupted"
+            assert ledger.resumable_sweep(plan.key).id == 1
+    finally:
+        await other.stop()
+        await other.close()
+        await sweeper.close()

@@ -10,7 +10,7 @@ from specmon.bench.runner import BenchSettings
 from specmon.config import load_config
 from specmon.errors import UsageError
 from specmon.ledger import Baseline
-from specmon.report import sweep_plot, sweep_table
+from specmon.report import sweep_plot, sweep_series, sweep_table
 from specmon.sweep import (
     SweepPlan,
     SweepPointResult,
@@ -212,6 +212,10 @@ def test_plot_draws_one_series_per_nccl_setting_and_the_baseline():
         result("2", "Simple", 75.7),
         result("5", "Simple", 71.6),
     ]
+    assert sweep_series(list(reversed(results)), "speculative-num-steps") == {
+        "NCCL_PROTO=LL": [(2.0, 87.0), (5.0, 82.0)],
+        "NCCL_PROTO=Simple": [(2.0, 75.7), (5.0, 71.6)],
+    }
     text = sweep_plot(results, baseline, "speculative-num-steps", width=70, height=18)
     assert "NCCL_PROTO=LL" in text and "NCCL_PROTO=Simple" in text
     assert "baseline b3 62.9" in text

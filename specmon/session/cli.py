@@ -77,19 +77,22 @@ def parse_assignments(items: list[str] | None, what: str) -> dict[str, str]:
 
 
 def run_async(factory: Callable[[], Awaitable[T]]) -> T:
-    """Run a command's coroutine; SIGTERM ends it as Ctrl-C does, so cleanups still run."""
+    """Run a command's coroutine; SIGTERM and SIGHUP end it as Ctrl-C does, so clean-ups
+    (closing streams, the demo stopping its server) still run."""
 
     async def main() -> T:
         task = asyncio.current_task()
         loop = asyncio.get_running_loop()
         if task is not None:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signal.SIGTERM, task.cancel)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.add_signal_handler(sig, task.cancel)
         try:
             return await factory()
         finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGTERM)
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError):
+                    loop.remove_signal_handler(sig)
 
     try:
         return asyncio.run(main())

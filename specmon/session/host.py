@@ -71,7 +71,7 @@ class SessionOptions:
     python: str = "python3"
     gpu_agent: GpuAgentKind = "nvml"
     gpu_rate_hz: float = 4.0
-    health_interval_s: float = 1.0
+    health_interval_s: float = 2.0  # SGLang's /health runs a 1-token generation: keep it calm
     http_timeout_s: float = 5.0
     call_timeout_s: float = 20.0
     stop_grace_s: float = 30.0
@@ -644,7 +644,10 @@ class HostSession(HostController):
 
     def _grace_for(self, run: RunStatus) -> float:
         """The profile's stop grace if it has one, else the session's."""
-        profile = self._profiles.get(run.profile) if run.profile else None
+        return self._grace_for_profile(run.profile)
+
+    def _grace_for_profile(self, name: str | None) -> float:
+        profile = self._profiles.get(name) if name else None
         grace = getattr(profile, "stop_grace_s", None)
         return float(grace) if isinstance(grace, (int, float)) else self.options.stop_grace_s
 
@@ -672,6 +675,13 @@ class HostSession(HostController):
             "prepend_path": {},
             "files": {},
         }
+        if self.stop_server_on_close and self.transport.is_local:
+            # The demo's server must not outlive this process, even if it is killed.
+            payload["tether"] = {
+                "pid": os.getpid(),
+                "ticks": _start_ticks(os.getpid()),
+                "grace": self._grace_for_profile(profile),
+            }
         if self._agent_kind_for(chosen) == "sim":
             payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = self.sim_gpu_state_path
         if getattr(chosen, "probe", False):
@@ -991,6 +1001,15 @@ def _port_of(spec: Any, chosen: Any) -> int:
         return int(value) if value is not None else DEFAULT_PORT
     except ValueError:
         return DEFAULT_PORT
+
+
+def _start_ticks(pid: int) -> int | None:
+    """This machine's /proc start time of ``pid`` (what the helper compares against)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2 :].split()[19])
 
 
 def _probe_files() -> dict[str, bytes]:

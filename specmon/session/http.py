@@ -30,6 +30,7 @@ INFO_KEYS = (
     "avg_spec_accept_length",
 )
 INFO_EVERY = 10  # polls between /get_server_info refreshes once the server answers
+METRICS_EVERY = 2  # polls between /metrics scrapes
 
 
 def server_info_values(data: Any) -> tuple[tuple[str, str], ...]:
@@ -111,7 +112,7 @@ class HttpPoller:
                 if status == 200:
                     if polls % INFO_EVERY == 0:
                         await self._server_info(client, base + backend.info_path)
-                    if metrics_supported is not False:
+                    if metrics_supported is not False and polls % METRICS_EVERY == 0:
                         metrics_supported = await self._metrics(client, base + "/metrics")
                     polls += 1
                 elapsed = time.monotonic() - started

@@ -236,13 +236,33 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
     report = dict(run, ok=True)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
-    code = child.wait()
+    code = wait_tethered(child, spec.get("tether"))
     ended = {"ended_at": time.time()}
     if code < 0:
         ended.update(code=None, signal=-code)
     else:
         ended.update(code=code, signal=None)
     write_json(os.path.join(rdir, "exit.json"), ended)
+
+
+def wait_tethered(child, tether):
+    """Wait for the server; with a tether (the demo's console process), stop the server's group
+    if the console dies without cleaning up (killed, terminal closed), so nothing is left."""
+    if not tether:
+        return child.wait()
+    while True:
+        try:
+            return child.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        if proc_start_ticks(int(tether["pid"])) == tether.get("ticks"):
+            continue
+        for sig, wait in ((signal.SIGTERM, float(tether.get("grace", 10))), (signal.SIGKILL, 10)):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return child.wait(timeout=wait)
+        return child.wait()
 
 
 # --- status ---------------------------------------------------------------------------------

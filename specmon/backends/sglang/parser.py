@@ -502,7 +502,9 @@ class SGLangLogParser(LogParser):
             return
         template = self._template_for_chunk(text)
         # split() gives [gap, ten columns, gap, ten columns, ..., gap]; gaps hold other lines.
-        parts = template.pattern.split(text)
+        # The template starts at a newline (a literal prefix lets the regex engine skip ahead
+        # fast), so the chunk gets one in front, and one behind if it lacks it.
+        parts = template.pattern.split("\n" + text if text[-1:] == "\n" else f"\n{text}\n")
         count = (len(parts) - 1) // _STRIDE
         if count == 0:
             self._slow_lines(text, events)
@@ -517,10 +519,8 @@ class SGLangLogParser(LogParser):
             malformed = True
         gaps = parts[0::_STRIDE]
         position = 0
-        for index in compress(range(count + 1), map("\n".__ne__, gaps)):
+        for index in compress(range(count + 1), gaps):  # gaps are "" between decode lines
             gap = gaps[index]
-            if not gap:
-                continue
             events.extend(decodes[position:index])  # type: ignore[arg-type]
             position = index
             self._slow_lines(gap, events)
@@ -542,9 +542,9 @@ class SGLangLogParser(LogParser):
         if found >= 0:
             end = text.find("\n", found)
             line = text[text.rfind("\n", 0, found) + 1 : end if end >= 0 else len(text)]
-            if not self._templates[0].pattern.match(line):
+            if not self._templates[0].matches(line):
                 for template in self._templates[1:]:
-                    if template.pattern.match(line):
+                    if template.matches(line):
                         break
                 else:
                     template = self._learn_template(_clean(line))  # type: ignore[assignment]
@@ -626,7 +626,7 @@ class SGLangLogParser(LogParser):
         """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
         line = _clean(raw)
         for template in self._templates:
-            match = template.pattern.match(line)
+            match = template.pattern.match(f"\n{line}\n")
             if match is not None:
                 self._secondary_hits[template] = self._secondary_hits.get(template, 0) + 1
                 groups = match.groups()
@@ -741,7 +741,7 @@ _ROLE_VALUE_PATTERNS = {
     "graph": r"(\w+)",
 }
 _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
-_TEMPLATE_HEAD = rf"^\[({_TS})([ A-Z_\d]*)\] Decode batch"
+_TEMPLATE_HEAD = rf"\n\[({_TS})([ A-Z_\d]*)\] Decode batch"
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8
 
@@ -750,10 +750,13 @@ _MAX_TEMPLATES = 8
 class DecodeTemplate:
     """One decode-line shape: its anchored regex (ten groups) and which columns it has."""
 
-    pattern: re.Pattern[str]
+    pattern: re.Pattern[str]  # `\n[ts tags] Decode batch, ...` up to (not into) the next `\n`
     has_accept_len: bool
     has_accept_rate: bool
     has_graph: bool
+
+    def matches(self, line: str) -> bool:
+        return self.pattern.match(f"\n{line}\n") is not None
 
 
 _STRIDE = 1 + _TEMPLATE_GROUPS  # one gap and ten columns per match in `pattern.split()`
@@ -808,9 +811,9 @@ def _build_template(head: str, keys: list[str], trailing: bool) -> DecodeTemplat
         + (r" \[\d+\]" if "[" in head else "")
         + separator
         + ", ".join(fields)
-        + (", $" if trailing else "$")
+        + (", (?=\n)" if trailing else "(?=\n)")
     )
-    compiled = re.compile(pattern, re.MULTILINE)
+    compiled = re.compile(pattern)
     if compiled.groups != _TEMPLATE_GROUPS:
         return None
     return DecodeTemplate(
