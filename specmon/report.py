@@ -130,6 +130,15 @@ def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
         lines.append(f"  command: {env_text + ' ' if env_text else ''}{' '.join(argv)}")
     if spec == 0:
         lines.append("  this is a measured baseline (speculation off)")
+    elif spec is None:
+        lines.append(
+            "  the server did not report its launch args: this result can never be a baseline"
+        )
+    elif "baseline" in (row.get("profile") or ""):
+        lines.append(
+            f"  profile {row['profile']} is named like a baseline, but its server reported "
+            "speculation on: it is not a baseline"
+        )
     elif baseline is not None:
         lines.append(f"  speed-up {row['tok_s'] / baseline.tok_s:.2f}x vs {baseline.describe(now)}")
     else:

@@ -404,9 +404,10 @@ class PointFailed(SpecmonError):
 class SweepRunner:
     """Runs a planned sweep over a connected host; one point at a time, every point recorded.
 
-    ``controller`` must offer ``launch_spec(spec, profile=...)`` (the host session does) and
-    ``http_base_url()`` for the running server. ``on_event`` receives the progress dataclasses
-    above, from the event loop's thread.
+    ``controller`` must offer ``launch_spec(spec, profile=...)``, ``current_run`` and
+    ``transport.forward_port`` (the host session does; an ``http_base_url()`` method is used
+    instead when present). ``on_event`` receives the progress dataclasses above, on the event
+    loop's thread. The ledger (an sqlite3 connection) must be used from that same thread.
     """
 
     controller: HostController

@@ -127,6 +127,15 @@ def test_bench_cli_records_and_compares_only_with_a_measured_baseline(sims, tmp_
     lines = exported.stdout.splitlines()
     assert lines[0].startswith("id,created_at,host,profile") and len(lines) == 4
 
+    # A profile merely *named* baseline is refused as one when its server speculates.
+    named = specmon(
+        "bench", "local", "--url", spec_sim.url(""), "--profile", "kimi-baseline", *common,
+        data_dir=data,
+    )  # fmt: skip
+    assert "is named like a baseline, but its server reported speculation on" in named.stdout
+    latest = specmon("ledger", "show", "b2", "--json", data_dir=data)
+    assert json.loads(latest.stdout)["speculative"] == 0  # b2 stays the baseline
+
 
 def test_cli_rejects_bad_input_in_one_line(tmp_path):
     for args, message in [

@@ -73,7 +73,10 @@ async def test_launch_shows_every_phase_then_stop_and_relaunch_with_other_flags(
         assert base is not None and base != f"http://127.0.0.1:{old.port}"  # via the forward
         async with httpx.AsyncClient(trust_env=False, timeout=10) as client:
             assert (await client.get(f"{base}/health")).status_code == 200
-        assert recorder.kinds("server_info") and recorder.kinds("metrics")
+        info = dict((await recorder.wait_kind("server_info", 15))[0].values)
+        assert info["speculative_num_steps"] == "5" and info["tp_size"] == "8"
+        metrics = dict((await recorder.wait_kind("metrics", 15))[0].values)
+        assert any(name.startswith("sglang:") for name in metrics)
 
         report = await session.stop()
         assert report is not None and report.run_id == first

@@ -8,12 +8,10 @@ that reports an error (no NVIDIA driver) becomes an AgentStatus(state="error") e
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from specmon.agent import reading_from_dict
 from specmon.events import AgentStatus, GpuSample
 from specmon.session.transport import ConnectionLost
 
@@ -24,30 +22,16 @@ AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent.py"
 
 
 def parse_agent_message(line: bytes | str) -> GpuSample | AgentStatus | None:
-    """One agent line as an event: ticks become GpuSample, header/error become AgentStatus."""
-    try:
-        data: Any = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    kind = data.get("type")
-    try:
-        if kind == "tick":
-            readings = tuple(reading_from_dict(g) for g in data.get("gpus") or ())
-            return GpuSample(wall=float(data["wall"]), gpus=readings)
-        if kind == "header":
-            versions = ", ".join(
-                f"{k} {data[k]}" for k in ("driver", "nvml", "cuda") if data.get(k) is not None
-            )
-            detail = f"{data.get('gpus')} GPUs via {data.get('source')}"
-            return AgentStatus(
-                state="started", detail=f"{detail} ({versions})" if versions else detail
-            )
-        if kind == "error":
-            return AgentStatus(state="error", detail=str(data.get("message")))
-    except (KeyError, TypeError, ValueError):
-        return None
+    """One agent line as an event (specmon.gpu_stream reads the wire format): ticks become
+    GpuSample, the header and errors AgentStatus; notices and stray lines are dropped."""
+    from specmon.gpu_stream import AgentError, AgentHeader, parse_agent_line
+
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    parsed = parse_agent_line(text)
+    if isinstance(parsed, GpuSample):
+        return parsed
+    if isinstance(parsed, (AgentHeader, AgentError)):
+        return parsed.to_status()
     return None
 
 

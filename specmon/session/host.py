@@ -76,7 +76,7 @@ class SessionOptions:
     call_timeout_s: float = 20.0
     stop_grace_s: float = 30.0
     kill_wait_s: float = 10.0
-    hang_after_s: float = 120.0
+    hang_after_s: float = 300.0  # CUDA-graph capture can be quiet for minutes
     gpu_idle_mb: float = 2048.0
     gpu_release_timeout_s: float = 60.0
     reconnect_max_attempts: int = 100
@@ -231,6 +231,8 @@ class HostSession(HostController):
         self._started = False
         self._stopping_run: str | None = None
         self._op_lock = asyncio.Lock()
+        self._connected_at = 0.0
+        self._load_times: dict[str, float] = {}  # profile -> start-to-ready of its last load
         self._background: set[asyncio.Task[None]] = set()  # e.g. ready-time annotations
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
@@ -426,6 +428,7 @@ class HostSession(HostController):
                 break
 
     async def _on_connected(self, *, first: bool) -> None:
+        self._connected_at = time.monotonic()  # silence while we were away proves nothing
         runs = await self._install_helper()
         self._remember_load_times(runs)
         follow = self._follow
@@ -829,6 +832,8 @@ class HostSession(HostController):
             follow.ready_known = True
             started = follow.run.started_at
             notes = {"ready_at": now, "load_seconds": now - started if started else None}
+            if started and follow.run.profile:
+                self._load_times[follow.run.profile] = now - started
             follow.run = replace(follow.run, ready_at=now)
             task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
             self._background.add(task)
@@ -920,8 +925,9 @@ class HostSession(HostController):
                 continue
             if self._stopping_run == follow.run.run_id:
                 continue
-            quiet = time.monotonic() - follow.last_output
-            no_http = time.monotonic() - self.http.last_answer(follow.run.run_id)
+            now = time.monotonic()
+            quiet = now - max(follow.last_output, self._connected_at)
+            no_http = now - max(self.http.last_answer(follow.run.run_id), self._connected_at)
             if quiet >= limit and no_http >= limit:
                 phase = self.bus.store.loading.phase or "start-up"
                 state = "loading" if self.bus.store.run_state == "loading" else "serving"
@@ -935,16 +941,16 @@ class HostSession(HostController):
     # --- plumbing -----------------------------------------------------------------------------
 
     def _remember_load_times(self, runs: list[RunStatus]) -> None:
-        self._load_times = {
-            r.profile: r.load_seconds for r in runs if r.profile and r.load_seconds is not None
-        }
+        self._load_times.update(
+            {r.profile: r.load_seconds for r in runs if r.profile and r.load_seconds is not None}
+        )
         follow_profile = self._follow.run.profile if self._follow else None
         latest = self._load_times.get(follow_profile) if follow_profile else None
         if latest is not None and self.bus.store.loading.previous_load_seconds is None:
             self.bus.store.loading.previous_load_seconds = latest
 
     def previous_load_seconds(self, profile: str | None) -> float | None:
-        return getattr(self, "_load_times", {}).get(profile)
+        return self._load_times.get(profile) if profile else None
 
     def _publish(self, event: Event, at: float | None = None) -> None:
         if isinstance(event, RunInfo) and not event.reattached:

@@ -14,7 +14,7 @@ import codecs
 import dataclasses
 import re
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import compress, repeat
@@ -51,6 +51,7 @@ _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
 # Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `. Searched near
 # the start of a line, so a line wrapped by journald or a container runtime still parses.
 _PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?|\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
+_SGLANG_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?")
 _PREFIX_SEARCH_CHARS = 200
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
 
@@ -96,6 +97,9 @@ class _RankTable(dict[str, int | None]):
         return rank
 
 
+_RANKS = _RankTable()
+
+
 # --- per-message patterns (searched in the text after the prefix) --------------------------
 
 # Messages that are events start with one of these (after the prefix); errors may sit anywhere.
@@ -110,6 +114,11 @@ _EVENT_STARTS = (
 _ERROR_HINT = re.compile(
     r"rror|xception|Interrupt|out of memory|Out of memory|Not enough memory|NCCL|nccl|atchdog|is dead"
     r"|sigquit|SIGQUIT|ailed|unbalanced|LONGER_CONTEXT_LEN"
+)
+# Prefill fields in 0.4.6 (no throughput), 0.5.9 and 0.5.23 (`#pending-token`, then `cuda graph`)
+_PREFILL = re.compile(
+    r"#new-seq: (\d+), #new-token: (\d+), #cached-token: (\d+), [^#]*#running-req: (\d+), "
+    r"#queue-req: (\d+)(?:, .*?input throughput \(token/s\): (\d+(?:\.\d+)?))?"
 )
 _BATCH_HEAD = re.compile(r"(Decode|Prefill) batch(?: \[\d+\])?[.,] ")
 _LOAD_BEGIN = re.compile(r"Load weight begin\. avail mem=(\d+(?:\.\d+)?) GB")
@@ -189,11 +198,15 @@ def _clock_seconds(text: str | None) -> float | None:
 
 def _split_prefix(line: str) -> tuple[str | None, int | None, str, bool]:
     """(ts, rank, message, had_prefix) for one ANSI-free line."""
+    if line.startswith("[2"):  # the usual case, anchored
+        match = _SGLANG_PREFIX.match(line)
+        if match is not None:
+            return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
     if "[" in line:
         match = _PREFIX.search(line, 0, _PREFIX_SEARCH_CHARS)
         if match is not None:
             if match.group(1) is not None:
-                return match.group(1), _rank_of(match.group(2)), line[match.end() :], True
+                return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
             return None, int(match.group(3)), line[match.end() :], True
     return None, None, line, False
 
@@ -239,6 +252,19 @@ def _decode_from_fields(ts: str | None, rank: int | None, tail: str) -> Decode |
 
 
 def _prefill_from_fields(ts: str | None, rank: int | None, tail: str) -> Prefill:
+    known = _PREFILL.match(tail)
+    if known is not None:
+        new_seq, new_token, cached_token, running_req, queue_req, throughput = known.groups()
+        return Prefill(
+            ts=ts,
+            rank=rank,
+            new_seq=int(new_seq),
+            new_token=int(new_token),
+            cached_token=int(cached_token),
+            running_req=int(running_req),
+            queue_req=int(queue_req),
+            input_throughput=None if throughput is None else float(throughput),
+        )
     fields = _fields(tail)
     return Prefill(
         ts=ts,
@@ -312,8 +338,8 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
         progress = _shard_progress(message)
         if progress is not None:
             return progress
-    if _ERROR_HINT.search(message) is None:
-        return None
+    if (" HTTP/" in message and '" ' in message) or _ERROR_HINT.search(message) is None:
+        return None  # uvicorn access lines are never events, whatever their status
     category = error_category(message)
     if category is None and not prefixed and _BARE_EXCEPTION.match(message):
         category = "other"
@@ -416,8 +442,7 @@ class SGLangLogParser(LogParser):
         self._chained = False  # a "During handling of the above exception" line was seen
         self._continuation_lines = 0
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
-        self._secondary_hits: dict[DecodeTemplate, int] = {}
-        self._ranks = _RankTable()
+        self._ranks = _RANKS
         self._floats = _NumberTable()
         self._ints = _IntTable()
         self.lines_seen = 0
@@ -495,12 +520,12 @@ class SGLangLogParser(LogParser):
         self._last_shard = key
         return [event]
 
-    def _scan(self, text: str, events: list[Event]) -> None:
+    def _scan(self, text: str, events: list[Event], depth: int = 0) -> None:
         """Complete lines -> events: template matches in bulk, the lines between one by one."""
         if not self._templates or DECODE_SETTERS is None:
             self._slow_lines(text, events)
             return
-        template = self._template_for_chunk(text)
+        template = self._template_for(text)
         # split() gives [gap, ten columns, gap, ten columns, ..., gap]; gaps hold other lines.
         # The template starts at a newline (a literal prefix lets the regex engine skip ahead
         # fast), so the chunk gets one in front, and one behind if it lacks it.
@@ -508,8 +533,10 @@ class SGLangLogParser(LogParser):
         count = (len(parts) - 1) // _STRIDE
         if count == 0:
             self._slow_lines(text, events)
-            self._promote_templates(0)
             return
+        if depth == 0 and template is not self._templates[0]:
+            self._templates.remove(template)  # the next chunk most likely has this shape too
+            self._templates.insert(0, template)
         start = len(events)
         try:
             decodes: list[Decode | None] = self._decodes_by_column(template, parts, count)
@@ -523,34 +550,32 @@ class SGLangLogParser(LogParser):
             gap = gaps[index]
             events.extend(decodes[position:index])  # type: ignore[arg-type]
             position = index
-            self._slow_lines(gap, events)
+            if depth < _MAX_SCAN_DEPTH and gap.count("\n") > 16 and "Decode batch" in gap:
+                # Many lines in another decode shape (where a restarted server's new version
+                # begins, or two ranks' shapes): scan them in bulk too.
+                self._scan(gap, events, depth + 1)
+            else:
+                self._slow_lines(gap, events)
             if index < count:  # a decode line (prefixed) follows: whatever came before ended
                 self._continuation_lines = 0
                 self._chained = False
         events.extend(decodes[position:])  # type: ignore[arg-type]
         if malformed:
             events[start:] = [event for event in events[start:] if event is not None]
-        self._promote_templates(count)
 
-    def _template_for_chunk(self, text: str) -> DecodeTemplate:
-        """The shape of the chunk's last decode line, learned if new, leads the scan.
-
-        Without this a log in another shape (or the chunk where a restarted server's new
-        version begins) would be read line by line until the next chunk.
-        """
+    def _template_for(self, text: str) -> DecodeTemplate:
+        """The template for the last decode line of a text (learned if new), else the last
+        one used: the scan that follows then takes that shape's lines in bulk."""
         found = text.rfind("Decode batch")
         if found >= 0:
             end = text.find("\n", found)
             line = text[text.rfind("\n", 0, found) + 1 : end if end >= 0 else len(text)]
-            if not self._templates[0].matches(line):
-                for template in self._templates[1:]:
-                    if template.matches(line):
-                        break
-                else:
-                    template = self._learn_template(_clean(line))  # type: ignore[assignment]
-                if template is not None:
-                    self._templates.remove(template)
-                    self._templates.insert(0, template)
+            for template in self._templates:
+                if template.matches(line):
+                    return template
+            learned = self._learn_template(_clean(line))
+            if learned is not None:
+                return learned
         return self._templates[0]
 
     def _learn_template(self, line: str) -> DecodeTemplate | None:
@@ -578,7 +603,7 @@ class SGLangLogParser(LogParser):
         ints, floats = self._ints.__getitem__, self._floats.__getitem__
         decodes = list(map(object.__new__, repeat(Decode, count)))
         _drain(map(s_ts, decodes, parts[1::_STRIDE]))
-        _drain(map(s_rank, decodes, map(self._ranks.__getitem__, parts[2::_STRIDE])))
+        _drain(map(s_rank, decodes, _column(parts[2::_STRIDE], self._ranks.__getitem__)))
         _drain(map(s_run, decodes, map(ints, parts[3::_STRIDE])))
         _drain(map(s_tok, decodes, map(int, parts[4::_STRIDE])))
         _drain(map(s_use, decodes, map(floats, parts[5::_STRIDE])))
@@ -590,7 +615,9 @@ class SGLangLogParser(LogParser):
             map(floats, parts[7::_STRIDE]) if template.has_accept_rate else repeat(None, count)
         )
         _drain(map(s_ar, decodes, accept_rate))
-        graph = map("True".__eq__, parts[8::_STRIDE]) if template.has_graph else repeat(None, count)
+        graph = (
+            _column(parts[8::_STRIDE], "True".__eq__) if template.has_graph else repeat(None, count)
+        )
         _drain(map(s_cg, decodes, graph))
         _drain(map(s_gen, decodes, map(float, parts[9::_STRIDE])))
         _drain(map(s_q, decodes, map(ints, parts[10::_STRIDE])))
@@ -605,16 +632,6 @@ class SGLangLogParser(LogParser):
             )
         ]
 
-    def _promote_templates(self, primary_hits: int) -> None:
-        """Scan the next chunk with the shape most lines of this one had."""
-        counts = self._secondary_hits
-        if counts:
-            best = max(counts, key=counts.__getitem__)
-            if counts[best] > primary_hits:
-                self._templates.remove(best)
-                self._templates.insert(0, best)
-            counts.clear()
-
     def _slow_lines(self, text: str, events: list[Event]) -> None:
         for line in text.split("\n"):
             if line:
@@ -628,7 +645,6 @@ class SGLangLogParser(LogParser):
         for template in self._templates:
             match = template.pattern.match(f"\n{line}\n")
             if match is not None:
-                self._secondary_hits[template] = self._secondary_hits.get(template, 0) + 1
                 groups = match.groups()
                 return _decode_from_columns(groups, self._ranks[groups[1]])
         if DECODE_SETTERS is not None:
@@ -744,6 +760,7 @@ _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
 _TEMPLATE_HEAD = rf"\n\[({_TS})([ A-Z_\d]*)\] Decode batch"
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8
+_MAX_SCAN_DEPTH = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -891,6 +908,16 @@ def _decode_slot_setters() -> tuple[Callable[[Any, Any], None], ...] | None:
 
 DECODE_SETTERS = _decode_slot_setters()
 _drain = deque(maxlen=0).extend
+
+
+def _column(texts: list[str], convert: Callable[[str], Any]) -> Iterator[Any]:
+    """Converted values of a column; one conversion when every text is the same (rank tags
+    and `cuda graph` usually are), which a C-level count finds cheaply."""
+    if texts.count(texts[0]) == len(texts):
+        return repeat(convert(texts[0]), len(texts))
+    return map(convert, texts)
+
+
 """Runs an iterator to its end in C, keeping nothing: drives the column writers."""
 
 
