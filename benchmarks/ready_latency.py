@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,6 +128,7 @@ async def main(runs: int) -> dict[str, object]:
         await session.close()
         kill_everything_under(state_dir)
         stop_sshd(server.proc)
+        shutil.rmtree(work, ignore_errors=True)
     latencies = [r["ready_event"] - r["ready_written"] for r in results]
     rng = random.Random(7)
     curl = [(r["health_200"] - r["ready_written"]) + rng.uniform(0, CURL_PERIOD_S) for r in results]

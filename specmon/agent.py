@@ -97,9 +97,9 @@ def header_line(
 
 
 def tick_line(wall: float, readings: list[GpuReading]) -> str:
-    return json.dumps(
-        {"type": "tick", "wall": round(wall, 3), "gpus": [r.to_dict() for r in readings]}
-    )
+    """One tick on the wire. A reading's own attribute dict is its wire dict (json writes its
+    tuples as lists): dataclasses.asdict's deep copy cost ~6x more per tick."""
+    return json.dumps({"type": "tick", "wall": round(wall, 3), "gpus": [vars(r) for r in readings]})
 
 
 def message_line(kind: str, message: str) -> str:
@@ -238,6 +238,16 @@ class NvmlSampler:
         self._links_lock = threading.Lock()
         self.first_rates = threading.Event()  # set once every GPU's link rates had a pass
         self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)
+        # Drivers and bindings before the rename have only the "throttle reasons" name.
+        self._reasons_function = (
+            "nvmlDeviceGetCurrentClocksEventReasons"
+            if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
+            else "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+        # The links thread's own CPU time, for --report-cpu: passes done and seconds spent.
+        self.link_passes = 0
+        self.link_cpu_s = 0.0
+        self.link_gpu_reads = 0
 
     # -- start and stop --
 
@@ -373,12 +383,20 @@ class NvmlSampler:
         if "pcie_counters" in gpu.unsupported and "nvlink" in gpu.unsupported:
             return {}
         if gpu.counter_fields is None:
-            gpu.counter_fields = [
-                (FI_NVLINK_DATA_TX_KIB, UINT_MAX),
-                (FI_NVLINK_DATA_RX_KIB, UINT_MAX),
-                FI_PCIE_TX_BYTES,
-                FI_PCIE_RX_BYTES,
-            ]
+            if self._nvlink_active(gpu) is False:
+                gpu.unsupported.add("nvlink")
+                self.notices.once(
+                    "inactive:nvlink",
+                    f"nvlink: no NVLink of GPU {gpu.index} is active; reported as null",
+                )
+                gpu.counter_fields = [FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES]
+            else:  # active links, or NVML cannot say: the counters themselves will tell
+                gpu.counter_fields = [
+                    (FI_NVLINK_DATA_TX_KIB, UINT_MAX),
+                    (FI_NVLINK_DATA_RX_KIB, UINT_MAX),
+                    FI_PCIE_TX_BYTES,
+                    FI_PCIE_RX_BYTES,
+                ]
         if not gpu.counter_fields:
             return {}
         values = self._query(
@@ -417,7 +435,7 @@ class NvmlSampler:
             kept_ids = {r[0] if isinstance(r, tuple) else r for r in keep}
             if FI_PCIE_TX_BYTES not in kept_ids:
                 gpu.unsupported.add("pcie_counters")
-            if FI_NVLINK_DATA_TX_KIB not in kept_ids:
+            if FI_NVLINK_DATA_TX_KIB not in kept_ids and "nvlink" not in gpu.unsupported:
                 gpu.unsupported.add("nvlink")
                 self.notices.once(
                     "unsupported:nvlink",
@@ -425,6 +443,29 @@ class NvmlSampler:
                 )
             gpu.counter_fields = keep
         return rates
+
+    def _nvlink_active(self, gpu: _Gpu) -> bool | None:
+        """Whether any NVLink of this GPU is up; None when NVML cannot say.
+
+        The NVLink byte counters answer even with every link down (zeros), and on an H200
+        they cost ~0.7 ms of CPU per field per read: asking the link states once spares that.
+        """
+        get_state = getattr(self.nvml, "nvmlDeviceGetNvLinkState", None)
+        if get_state is None:
+            return None
+        answered = False
+        for link in range(int(getattr(self.nvml, "NVML_NVLINK_MAX_LINKS", 18))):
+            try:
+                if get_state(gpu.handle, link):
+                    return True
+                answered = True
+            except self._nvml_error as exc:
+                if getattr(exc, "value", None) == NVML_ERROR_GPU_IS_LOST:
+                    raise GpuLost(str(exc)) from None
+                # A link number this GPU does not have, or no NVLink at all: next one.
+            except Exception:
+                return None
+        return False if answered else None
 
     # -- PCIe and NVLink rates, on their own thread and cadence --
     # Reading the byte counters costs ~0.6 ms of CPU per GPU on an H200 (measured), and the
@@ -447,6 +488,7 @@ class NvmlSampler:
     def _links_loop(self) -> None:
         passes = 0
         while not self._stop.is_set():
+            started_cpu = time.thread_time()
             for gpu in self.gpus:
                 if self._stop.is_set():
                     return
@@ -458,7 +500,11 @@ class NvmlSampler:
                     continue  # the tick reports it
                 with self._links_lock:
                     gpu.link_rates = rates
+                    self.link_gpu_reads += 1
             passes += 1
+            with self._links_lock:
+                self.link_cpu_s += time.thread_time() - started_cpu
+                self.link_passes = passes
             if passes == 2:
                 self.first_rates.set()  # counters need two reads for a rate
             nothing_left = all(
@@ -502,10 +548,7 @@ class NvmlSampler:
         temp = q(gpu, "temperature", "nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
         sm_clock = q(gpu, "sm_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM)
         mem_clock = q(gpu, "mem_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_MEM)
-        if hasattr(self.nvml, "nvmlDeviceGetCurrentClocksEventReasons"):
-            reasons = q(gpu, "throttle_reasons", "nvmlDeviceGetCurrentClocksEventReasons", h)
-        else:  # drivers and bindings before the rename
-            reasons = q(gpu, "throttle_reasons", "nvmlDeviceGetCurrentClocksThrottleReasons", h)
+        reasons = q(gpu, "throttle_reasons", self._reasons_function, h)
         procs = q(gpu, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
         with self._links_lock:
             pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = gpu.link_rates
@@ -581,6 +624,7 @@ class NvmlTicker:
         self.sampler = sampler
         self.period = 1.0 / rate_hz
         self._next: float | None = None
+        self.sample_cpu_s = 0.0  # the main thread's CPU in sample(), for --report-cpu
 
     def next_tick(self, stop: threading.Event) -> tuple[float, list[GpuReading]] | None:
         if self._next is None:
@@ -589,7 +633,9 @@ class NvmlTicker:
         if delay > 0 and stop.wait(delay):
             return None
         wall = time.time()
+        started_cpu = time.thread_time()
         readings = self.sampler.sample()
+        self.sample_cpu_s += time.thread_time() - started_cpu
         self._next += self.period
         now = time.monotonic()
         if self._next < now:
@@ -969,6 +1015,11 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="exit when stdin reaches end of file (the console closed the channel)",
     )
+    parser.add_argument(
+        "--report-cpu",
+        action="store_true",
+        help="at exit, write the agent's own CPU cost per tick to stderr as one JSON line",
+    )
 
 
 def check_agent_options(options: argparse.Namespace) -> None:
@@ -1008,6 +1059,103 @@ def _watch_stdin(stop: threading.Event) -> None:
     except (OSError, ValueError):
         pass
     stop.set()
+
+
+class CpuReport:
+    """--report-cpu: what ticking costs, measured inside the agent between two of its ticks.
+
+    The window opens at the first tick once the links thread has made its first two passes
+    (and at least WARMUP_S after start) and closes at the last tick, so the interpreter's
+    start, NVML's init and the shutdown stay out of it: a run-wide getrusage would have to
+    subtract them, and their noise (+-0.02 s) is larger than a minute of ticking at 4 Hz.
+    """
+
+    WARMUP_S = 1.0
+
+    def __init__(self, options: argparse.Namespace, ticker: Any, gpus: int) -> None:
+        self.options = options
+        self.ticker = ticker
+        self.sampler = ticker.sampler if isinstance(ticker, NvmlTicker) else None
+        self.gpus = gpus
+        self.warm_at = time.monotonic() + self.WARMUP_S
+        self.first: tuple[float, ...] | None = None
+        self.last: tuple[float, ...] | None = None
+        self.ticks = 0
+        self.encode_s = 0.0
+        self.write_s = 0.0
+
+    def _snapshot(self) -> tuple[float, ...]:
+        sample = self.ticker.sample_cpu_s if self.sampler is not None else 0.0
+        passes, link_cpu, link_reads = 0, 0.0, 0
+        if self.sampler is not None:
+            with self.sampler._links_lock:
+                passes = self.sampler.link_passes
+                link_cpu = self.sampler.link_cpu_s
+                link_reads = self.sampler.link_gpu_reads
+        return (
+            time.monotonic(),
+            time.process_time(),
+            time.thread_time(),
+            sample,
+            self.encode_s,
+            self.write_s,
+            passes,
+            link_cpu,
+            link_reads,
+        )
+
+    def tick_written(self, encode_s: float, write_s: float) -> None:
+        """Called after each tick's line is out, with the CPU its encoding and write took."""
+        if self.first is None:
+            rates_done = self.sampler is None or self.sampler.first_rates.is_set()
+            if rates_done and time.monotonic() >= self.warm_at:
+                self.first = self._snapshot()
+            return
+        self.ticks += 1
+        self.encode_s += encode_s
+        self.write_s += write_s
+        self.last = self._snapshot()
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "cpu_report",
+            "source": "nvml" if self.sampler is not None else "nvidia-smi",
+            "gpus": self.gpus,
+            "rate_hz": self.options.rate,
+            "link_interval_s": self.options.pcie_interval,
+            "ticks": self.ticks,
+        }
+        if self.first is None or self.last is None or self.ticks == 0:
+            out["error"] = "the run ended before the measuring window had two ticks"
+            return out
+        d = [b - a for a, b in zip(self.first, self.last)]  # noqa: B905 (3.8)
+        wall, process, main, sample, encode, write, passes, link_cpu, link_reads = d
+        per_tick = 1000.0 / self.ticks
+        out.update(
+            {
+                "wall_s": round(wall, 3),
+                "process_cpu_s": round(process, 6),
+                "cpu_ms_per_tick": round(process * per_tick, 4),
+                "core_percent": round(100.0 * process / wall, 4) if wall > 0 else None,
+                "main_thread_ms_per_tick": {
+                    "total": round(main * per_tick, 4),
+                    "sample": round(sample * per_tick, 4),
+                    "encode": round(encode * per_tick, 4),
+                    "write": round(write * per_tick, 4),
+                    "wait_and_loop": round((main - sample - encode - write) * per_tick, 4),
+                },
+                "links": {
+                    "passes": int(passes),
+                    "gpu_reads": int(link_reads),
+                    "cpu_ms_per_pass": round(1000.0 * link_cpu / passes, 4) if passes else None,
+                    "cpu_ms_per_gpu_read": (
+                        round(1000.0 * link_cpu / link_reads, 4) if link_reads else None
+                    ),
+                    "cpu_ms_per_tick": round(link_cpu * per_tick, 4),
+                },
+            }
+        )
+        return out
 
 
 def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) -> Any:
@@ -1095,6 +1243,7 @@ def run_agent(options: argparse.Namespace) -> int:
                 sampler.first_rates.wait(1.5)
         else:
             ticker = sampler
+        report = CpuReport(options, ticker, gpus) if options.report_cpu else None
         started = time.monotonic()
         ticks = 0
         while not stop.is_set():
@@ -1109,7 +1258,14 @@ def run_agent(options: argparse.Namespace) -> int:
                 break
             for message in notices.drain():
                 _write(message_line("notice", message))
-            _write(tick_line(tick[0], tick[1]))
+            if report is None:
+                _write(tick_line(tick[0], tick[1]))
+            else:
+                encode_start = time.thread_time()
+                line = tick_line(tick[0], tick[1])
+                write_start = time.thread_time()
+                _write(line)
+                report.tick_written(write_start - encode_start, time.thread_time() - write_start)
             ticks += 1
             if count is not None and ticks >= count:
                 break
@@ -1117,6 +1273,9 @@ def run_agent(options: argparse.Namespace) -> int:
                 break
             if options.parent_pid is not None and not _parent_alive(options.parent_pid):
                 break
+        if report is not None:
+            sys.stderr.write(json.dumps(report.summary()) + "\n")
+            sys.stderr.flush()
         return 0
     except BrokenPipeError:
         _silence_stdout()

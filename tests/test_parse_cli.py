@@ -15,9 +15,15 @@ from specmon.cli import main
 
 LOGS = Path(__file__).parent / "logs"
 REPO = Path(__file__).parent.parent
-TRANSCRIPT = Path("/work/shared/reference/transcripts/sglang-0.5.9-eagle3-tp8.log")
-if not TRANSCRIPT.exists():
-    TRANSCRIPT = REPO.parent / "shared/reference/transcripts" / TRANSCRIPT.name
+TRANSCRIPT_NAME = "sglang-0.5.9-eagle3-tp8.log"
+TRANSCRIPT = next(
+    (
+        base / "shared/reference/transcripts" / TRANSCRIPT_NAME
+        for base in (REPO, REPO.parent)
+        if (base / "shared/reference/transcripts" / TRANSCRIPT_NAME).exists()
+    ),
+    Path("/work/shared/reference/transcripts") / TRANSCRIPT_NAME,
+)
 
 NUMBER = (int, float)
 # kind -> {field: allowed types}; the schema of the issue, nulls where the line lacks a value.

@@ -192,6 +192,13 @@ async def test_console_exit_then_reconnect_reattaches_instead_of_relaunching(
         runs = await recorder.wait_kind("run", 10)
         assert runs[0].run_id == run_id and runs[0].reattached and runs[0].pid == pid
         await second.wait_for(lambda s: s.run_state == "ready", 20)
+        store = await second.wait_for(lambda s: s.loading.ready_at is not None, 20)
+        await asyncio.sleep(0.3)  # the replay's last chunk
+        run = second.current_run
+        assert run is not None and run.ready_at is not None
+        # the replayed log keeps the real start and ready times (elapsed/ETA stay right)
+        assert store.loading.started_at == pytest.approx(run.started_at)
+        assert store.loading.ready_at == pytest.approx(run.ready_at)
         assert [r.run_id for r in await second.status() if r.alive] == [run_id]
         assert len(list((state_dir / "runs").iterdir())) == 1
         await second.stop()

@@ -37,9 +37,16 @@ from specmon.events import (
 )
 
 LOGS = Path(__file__).parent / "logs"
-TRANSCRIPT = Path("/work/shared/reference/transcripts/sglang-0.5.9-eagle3-tp8.log")
-if not TRANSCRIPT.exists():  # a checkout with shared/ beside the repository
-    TRANSCRIPT = Path(__file__).parents[2] / "shared/reference/transcripts" / TRANSCRIPT.name
+TRANSCRIPT_NAME = "sglang-0.5.9-eagle3-tp8.log"
+# The reference transcript: in the checkout's shared/, or beside the checkout.
+TRANSCRIPT = next(
+    (
+        base / "shared/reference/transcripts" / TRANSCRIPT_NAME
+        for base in (Path(__file__).parents[1], Path(__file__).parents[2])
+        if (base / "shared/reference/transcripts" / TRANSCRIPT_NAME).exists()
+    ),
+    Path("/work/shared/reference/transcripts") / TRANSCRIPT_NAME,
+)
 
 
 def parse_bytes(data: bytes, chunk_sizes: list[int] | None = None) -> list[Event]:
@@ -619,3 +626,29 @@ def test_lines_seen_counts_every_line_and_redraw() -> None:
     parser.feed("\nfour")
     parser.flush()
     assert parser.lines_seen == 4
+
+
+def test_shapes_changing_inside_one_chunk_are_all_read_in_bulk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A restarted server of another version appends another decode shape to the same log."""
+    rng = random.Random(9)
+    lines = [
+        *random_decode_log(rng, 0, 60),  # 0.4.6
+        '[2026-02-10 09:19:02] INFO:     10.0.0.7:40422 - "GET /health HTTP/1.1" 200 OK',
+        *random_decode_log(rng, 4, 60),  # 0.5.23
+        *random_decode_log(rng, 3, 60),  # 0.5.9
+    ]
+    expected = [event for event in map(parse_line, lines) if event is not None]
+    parser = SGLangLogParser()
+    line_by_line: list[str] = []
+    original = SGLangLogParser._decode_line
+
+    def spy(self: SGLangLogParser, raw: str) -> Event | None:
+        line_by_line.append(raw)
+        return original(self, raw)
+
+    monkeypatch.setattr(SGLangLogParser, "_decode_line", spy)
+    events = parser.feed("\n".join(lines) + "\n") + parser.flush()
+    assert events == expected
+    assert len(line_by_line) <= 2  # at most a shape's first line is read on its own

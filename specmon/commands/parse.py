@@ -37,7 +37,7 @@ def _open_log(name: str) -> IO[bytes]:
     if stat.S_ISDIR(mode):
         raise UsageError(f"parse: {name} is a directory, not a log file")
     try:
-        return open(name, "rb")  # noqa: SIM115 - closed by run()
+        return open(name, "rb")  # closed by run()
     except OSError as exc:
         raise UsageError(f"parse: cannot read {name}: {exc.strerror or exc}") from None
 
@@ -92,10 +92,12 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     events_seen = 0
     bytes_read = 0
+    # read1 returns what has arrived, so `tail -f server.log | specmon parse -` keeps up.
+    read = getattr(log, "read1", log.read)
     try:
         while True:
             try:
-                chunk = log.read(READ_BYTES)
+                chunk = read(READ_BYTES)
             except OSError as exc:
                 raise UsageError(
                     f"parse: cannot read {args.logfile}: {exc.strerror or exc}"
@@ -108,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 lines.append(event.to_json() if args.json else format_event(event.to_dict()))
             if lines:
                 out.write("\n".join(lines) + "\n")
+                out.flush()
                 events_seen += len(lines)
             if not chunk:
                 break

@@ -7,9 +7,7 @@ alias, a host from specmon.toml, or ``local``) into a ``HostSession`` over the r
 from __future__ import annotations
 
 import re
-import tempfile
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmon.errors import UsageError
@@ -130,6 +128,9 @@ def open_session(
 def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """ssh config files: the host's ``ssh_options`` from specmon.toml first (ssh takes the
     first value it reads), then the given files or ~/.ssh/config."""
+    import tempfile
+    from pathlib import Path
+
     if not extra:
         return given
     bad = [k for k, v in extra.items() if not re.fullmatch(r"[A-Za-z]+", k) or "\n" in v]

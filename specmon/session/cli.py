@@ -105,7 +105,10 @@ def _clock(at: float) -> str:
 
 
 def describe_event(event: Event) -> str | None:
-    """One line of human text for an event, or None for events too chatty to print."""
+    """One line of human text for an event, or None for events too chatty to print (and the
+    copies of start-up lines that every TP rank but 0 prints)."""
+    if event.rank not in (None, 0):
+        return None
     if isinstance(event, ConnectionState):
         extra = f" (attempt {event.attempt})" if event.state == "reconnecting" else ""
         detail = f": {event.detail}" if event.detail else ""

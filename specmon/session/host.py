@@ -195,6 +195,7 @@ class _Follow:
     last_output: float = field(default_factory=time.monotonic)
     skip_to_newline: bool = False
     ready_known: bool = False
+    replay_end: int = 0  # on reattach: the log bytes that were written before we came
 
 
 def _backoff(attempt: int, initial: float, cap: float) -> float:
@@ -719,6 +720,8 @@ class HostSession(HostController):
         self._cancel_task("follow")
         follow = _Follow(run=run, parser=get_backend("sglang").new_log_parser())
         follow.ready_known = run.ready_at is not None
+        if reattached:
+            follow.replay_end = run.log_size
         if reattached and run.log_size > self.options.replay_log_bytes:
             follow.log_offset = run.log_size - self.options.replay_log_bytes
             follow.line_start = follow.log_offset
@@ -823,6 +826,18 @@ class HostSession(HostController):
             buf.clear()
         for event in follow.parser.feed(data):
             self._on_server_event(follow, event, now)
+        if follow.replay_end and follow.log_offset >= follow.replay_end:
+            follow.replay_end = 0
+            self._fix_replayed_times(follow.run)
+
+    def _fix_replayed_times(self, run: RunStatus) -> None:
+        """A replayed log arrives all at once: put the real start (and ready) times back, so
+        elapsed time and the ETA are right after a reattach."""
+        loading = self.bus.store.loading
+        if loading.started_at is not None and run.started_at is not None:
+            loading.started_at = run.started_at
+        if loading.ready_at is not None and run.ready_at is not None:
+            loading.ready_at = run.ready_at
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
         if isinstance(event, ServerError):
@@ -830,6 +845,8 @@ class HostSession(HostController):
         self._publish(event, now)
         if isinstance(event, Ready) and not follow.ready_known:
             follow.ready_known = True
+            if follow.replay_end:
+                return  # replayed on reattach: when it became ready is not known here
             started = follow.run.started_at
             notes = {"ready_at": now, "load_seconds": now - started if started else None}
             if started and follow.run.profile:

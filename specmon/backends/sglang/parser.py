@@ -645,6 +645,8 @@ class SGLangLogParser(LogParser):
         for template in self._templates:
             match = template.pattern.match(f"\n{line}\n")
             if match is not None:
+                self._continuation_lines = 0  # a prefixed line, as in _line
+                self._chained = False
                 groups = match.groups()
                 return _decode_from_columns(groups, self._ranks[groups[1]])
         if DECODE_SETTERS is not None:
