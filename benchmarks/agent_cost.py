@@ -1,25 +1,35 @@
-"""What the GPU agent costs in CPU, against the common alternative of one nvidia-smi per tick.
+"""What the GPU agent costs in CPU, measured on a running agent, extrapolated to 8 GPUs.
 
-Every figure is CPU time (user + system) from getrusage of waited child processes, so it
-counts the agent's threads and its own nvidia-smi children too. A run's start-up cost
-(interpreter, NVML init) is measured apart with --count 1 and taken off, leaving the cost of
-ticking. Per-GPU costs come from timing the sampler in-process, to extrapolate to 8 GPUs.
+Each agent run is measured over a window in the middle of the run: the CPU time of all its
+threads (the sum of /proc/PID/task/*/schedstat, in nanoseconds) at the start and at the end
+of the window, and the ticks it wrote in between. Start-up (interpreter, pynvml, NVML init)
+and shutdown never enter, so nothing is subtracted: a whole-run getrusage minus a `--count 1`
+run carried +-0.02 s of start-up noise, +-0.4 ms per tick over a 12 s run. Runs of the current
+agent also pass `--report-cpu`, whose line splits the same kind of window into the main
+thread's NVML reads, JSON, writes and wake-ups, and the links thread's counter passes: the
+per-GPU parts of that split extrapolate the measured cost to 8 GPUs.
 
-    python3 benchmarks/agent_cost.py --out /tmp/cost [--seconds 15]
+    python3 benchmarks/agent_cost.py --out /tmp/cost [--window 36] [--baseline OLD_AGENT.py]
+        [--link-intervals 3,10] [--load] [--skip-smi]
 Writes agent_cost.json and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import itertools
 import json
+import os
 import resource
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,65 +38,287 @@ sys.path.insert(0, str(REPO))
 from specmon import agent as agent_module  # noqa: E402
 
 SMI_PER_TICK = ["nvidia-smi", "--query-gpu=" + ",".join(agent_module.SMI_COLUMNS)]
+TARGET_CORE_PERCENT = 0.5  # at 4 Hz for 8 GPUs (docs/gpu-agent.md)
+TARGET_GPUS = 8
+
+
+# --- measuring a running agent ----------------------------------------------------------------
+
+
+def process_cpu_ns(pid: int) -> tuple[int, str]:
+    """CPU time of every thread of a live process, and which clock gave it."""
+    total = 0
+    found = False
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stream:
+                total += int(stream.read().split()[0])
+                found = True
+        except (OSError, ValueError, IndexError):
+            continue
+    if found:
+        return total, "schedstat"
+    with open(f"/proc/{pid}/stat") as stream:  # kernels without schedstat: 10 ms ticks
+        fields = stream.read().rsplit(")", 1)[1].split()
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK"), "stat"
+
+
+class AgentRun:
+    """One agent process, its output read on threads so that it never blocks on a full pipe."""
+
+    def __init__(self, agent: Path, args: list[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(agent), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.lines: list[tuple[float, dict[str, Any]]] = []
+        self.stderr: list[str] = []
+        self._lock = threading.Lock()
+        self._readers = [
+            threading.Thread(target=self._read_stdout, daemon=True),
+            threading.Thread(target=self._read_stderr, daemon=True),
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip():
+                with self._lock:
+                    self.lines.append((time.monotonic(), json.loads(line)))
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.stderr.append(line)
+
+    def ticks(self) -> list[tuple[float, dict[str, Any]]]:
+        with self._lock:
+            return [(t, line) for t, line in self.lines if line.get("type") == "tick"]
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait(10)
+        for reader in self._readers:
+            reader.join(5)
+        return code
+
+
+def measure_agent(agent: Path, args: list[str], warmup: float, window: float) -> dict[str, Any]:
+    """The agent's CPU over `window` seconds, starting `warmup` seconds after its start."""
+    run = AgentRun(agent, args)
+    try:
+        time.sleep(warmup)
+        if run.process.poll() is not None:
+            raise RuntimeError(f"agent exited early: {''.join(run.stderr)[-500:]}")
+        cpu_start, clock = process_cpu_ns(run.process.pid)
+        wall_start = time.monotonic()
+        time.sleep(window)
+        cpu_end, _ = process_cpu_ns(run.process.pid)
+        wall_end = time.monotonic()
+    finally:
+        code = run.stop()
+    ticks = run.ticks()
+    inside = [line for t, line in ticks if wall_start <= t <= wall_end]
+    walls = [float(line["wall"]) for line in inside]
+    intervals = [b - a for a, b in itertools.pairwise(walls)]
+    cpu_s = (cpu_end - cpu_start) / 1e9
+    wall_s = wall_end - wall_start
+    reports = [json.loads(line) for line in run.stderr if line.startswith('{"type": "cpu_report"')]
+    return {
+        "agent": str(agent.relative_to(REPO)) if agent.is_relative_to(REPO) else str(agent),
+        "args": args,
+        "exit_code": code,
+        "clock": clock,
+        "window_s": round(wall_s, 3),
+        "cpu_s": round(cpu_s, 6),
+        "ticks": len(inside),
+        "gpus": len(inside[0]["gpus"]) if inside else 0,
+        "cpu_ms_per_tick": round(1000 * cpu_s / max(1, len(inside)), 4),
+        "core_percent": round(100 * cpu_s / wall_s, 4),
+        "interval_median_s": round(statistics.median(intervals), 4) if intervals else None,
+        "interval_max_s": round(max(intervals), 4) if intervals else None,
+        "notices": [line["message"] for _, line in run.lines if line.get("type") == "notice"],
+        "errors": [line["message"] for _, line in run.lines if line.get("type") == "error"],
+        "cpu_report": reports[-1] if reports else None,
+    }
+
+
+# --- a GPU load, so that NVML answers while the GPUs work ------------------------------------
+
+LOAD_SCRIPT = """
+import sys, torch
+torch.cuda.set_device(int(sys.argv[1]))
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+(a @ b).sum().item()
+print("ready", flush=True)
+while True:
+    for _ in range(20):
+        c = a @ b
+    torch.cuda.synchronize()
+"""
+
+
+def start_load(gpus: int) -> list[subprocess.Popen[str]]:
+    """One bf16 matmul loop per GPU, each in its own process, like a tensor-parallel server."""
+    loads = []
+    for index in range(gpus):
+        loads.append(
+            subprocess.Popen(
+                [sys.executable, "-c", LOAD_SCRIPT, str(index)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            )
+        )
+    for load in loads:
+        assert load.stdout is not None
+        line = load.stdout.readline()
+        if line.strip() != "ready":
+            stop_load(loads)
+            raise RuntimeError(f"GPU load did not start: {line.strip()}")
+    return loads
+
+
+def stop_load(loads: list[subprocess.Popen[str]]) -> None:
+    for load in loads:
+        if load.poll() is None:
+            os.killpg(load.pid, signal.SIGKILL)
+        load.wait(30)
+
+
+# --- in-process costs, for the per-GPU parts of the extrapolation ----------------------------
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def in_process_costs(baseline: ModuleType | None, rounds: int, spacing: float) -> dict[str, Any]:
+    """CPU per NVML call and per agent step, each timed on its own with thread_time.
+
+    "warm": back to back, as a tight loop sees them. "spaced": one call of each per round,
+    rounds `spacing` seconds apart, as a ticking agent sees them (caches cold, counters
+    refreshed): the figures the extrapolation uses.
+    """
+    import pynvml
+
+    notices = agent_module.NoticeLog()
+    sampler = agent_module.NvmlSampler(pynvml, notices, pcie_interval_s=3600)
+    sampler.open("bench")
+    try:
+        gpu = sampler.gpus[0]
+        h = gpu.handle
+        reading = sampler._read(gpu)
+        pcie = [agent_module.FI_PCIE_TX_BYTES, agent_module.FI_PCIE_RX_BYTES]
+        nvlink = [
+            (agent_module.FI_NVLINK_DATA_TX_KIB, agent_module.UINT_MAX),
+            (agent_module.FI_NVLINK_DATA_RX_KIB, agent_module.UINT_MAX),
+        ]
+        calls: dict[str, Any] = {
+            "utilization": lambda: pynvml.nvmlDeviceGetUtilizationRates(h),
+            "memory_v2": lambda: pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2),
+            "power": lambda: pynvml.nvmlDeviceGetPowerUsage(h),
+            "power_limit": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
+            "temperature": lambda: pynvml.nvmlDeviceGetTemperature(h, 0),
+            "sm_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 1),
+            "mem_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 2),
+            "event_reasons": lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
+            "processes": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
+            "tick_read_one_gpu": lambda: sampler._read(gpu),
+            "tick_line_1_gpu": lambda: agent_module.tick_line(time.time(), [reading]),
+            "tick_line_8_gpus": lambda: agent_module.tick_line(time.time(), [reading] * 8),
+            "field_values_pcie_2": lambda: pynvml.nvmlDeviceGetFieldValues(h, pcie),
+            "field_values_nvlink_2": lambda: pynvml.nvmlDeviceGetFieldValues(h, nvlink),
+            "field_values_all_4": lambda: pynvml.nvmlDeviceGetFieldValues(h, nvlink + pcie),
+            "nvlink_state_probe": lambda: sampler._nvlink_active(gpu),
+        }
+        if baseline is not None:
+            calls["before_tick_line_1_gpu"] = lambda: baseline.tick_line(time.time(), [reading])
+            calls["before_tick_line_8_gpus"] = lambda: baseline.tick_line(
+                time.time(), [reading] * 8
+            )
+        warm: dict[str, Any] = {}
+        for name, call in calls.items():
+            try:
+                call()
+                start = time.thread_time()
+                for _ in range(50):
+                    call()
+                warm[name] = round(1000 * (time.thread_time() - start) / 50, 5)
+            except Exception as exc:  # a call this driver refuses: say which
+                warm[name] = repr(exc)
+        samples: dict[str, list[float]] = {
+            name: [] for name in calls if isinstance(warm[name], float)
+        }
+        for _ in range(rounds):
+            time.sleep(spacing)
+            for name in samples:
+                start = time.thread_time()
+                calls[name]()
+                samples[name].append(1000 * (time.thread_time() - start))
+        spaced = {
+            name: {
+                "median": round(statistics.median(values), 5),
+                "mean": round(statistics.fmean(values), 5),
+            }
+            for name, values in samples.items()
+        }
+        fields = pynvml.nvmlDeviceGetFieldValues(h, nvlink + pcie)
+        field_status = {
+            f"{f.fieldId}/{f.scopeId}": {"nvmlReturn": f.nvmlReturn, "value": f.value.ullVal}
+            for f in fields
+        }
+        link_states: dict[str, Any] = {}
+        get_state = getattr(pynvml, "nvmlDeviceGetNvLinkState", None)
+        for index, each in enumerate(sampler.gpus):
+            states: list[Any] = []
+            for link in range(int(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18))):
+                if get_state is None:
+                    break
+                try:
+                    states.append(int(get_state(each.handle, link)))
+                except pynvml.NVMLError as exc:
+                    states.append(str(exc))
+                    break
+            link_states[str(index)] = states
+    finally:
+        sampler.close()
+    return {
+        "ms_per_call_warm": warm,
+        "ms_per_call_spaced": spaced,
+        "spacing_s": spacing,
+        "rounds": rounds,
+        "field_values": field_status,
+        "nvlink_states": link_states,
+        "notices": notices.drain(),
+    }
+
+
+# --- nvidia-smi, the common alternative -------------------------------------------------------
 
 
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def run_agent(extra: list[str], timeout: float) -> dict[str, Any]:
-    """One agent run to its own end; CPU seconds and the ticks it wrote."""
-    before = children_cpu()
-    started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, str(AGENT), *extra],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    wall = time.monotonic() - started
-    cpu = children_cpu() - before
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-    ticks = [line for line in lines if line.get("type") == "tick"]
-    walls = [float(t["wall"]) for t in ticks]
-    intervals = [b - a for a, b in itertools.pairwise(walls)]
-    return {
-        "exit_code": done.returncode,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "ticks": len(ticks),
-        "gpus": len(ticks[0]["gpus"]) if ticks else 0,
-        "interval_median_s": statistics.median(intervals) if intervals else None,
-        "interval_max_s": max(intervals) if intervals else None,
-        "errors": [line["message"] for line in lines if line.get("type") == "error"],
-    }
-
-
-def agent_rate(rate: float, seconds: float, startup_cpu: float, source: str) -> dict[str, Any]:
-    run = run_agent(
-        ["--source", source, "--rate", str(rate), "--duration", str(seconds)], seconds + 60
-    )
-    ticking_cpu = max(0.0, run["cpu_s"] - startup_cpu)
-    run.update(
-        {
-            "rate_hz": rate,
-            "source": source,
-            "ticking_cpu_s": ticking_cpu,
-            "cpu_ms_per_tick": 1000 * ticking_cpu / max(1, run["ticks"] - 1),
-            "core_percent": 100 * ticking_cpu / seconds,
-        }
-    )
-    return run
-
-
-def startup(source: str, repeats: int = 3) -> dict[str, Any]:
-    runs = [run_agent(["--source", source, "--count", "1"], 120) for _ in range(repeats)]
-    return {
-        "runs_cpu_s": [r["cpu_s"] for r in runs],
-        "cpu_s": statistics.median(r["cpu_s"] for r in runs),
-    }
 
 
 def smi_per_tick(rate: float, seconds: float) -> dict[str, Any]:
@@ -137,150 +369,196 @@ def smi_loop(rate: float, seconds: float) -> dict[str, Any]:
     return {"rate_hz": rate, "lines": lines, "cpu_s": cpu, "core_percent": 100 * cpu / seconds}
 
 
-def cpu_ms_per_call(call: Any, repeats: int) -> float:
-    start = time.process_time()
-    for _ in range(repeats):
-        call()
-    return 1000 * (time.process_time() - start) / repeats
+# --- extrapolation to 8 GPUs ------------------------------------------------------------------
 
 
-def in_process_costs(repeats: int) -> dict[str, Any]:
-    """CPU per NVML call, per GPU tick read and per link-rates pass, timed in this process."""
-    import pynvml
+def extrapolate_after(run: dict[str, Any], spaced: dict[str, Any]) -> dict[str, Any]:
+    """8 GPUs from one run of the current agent and its --report-cpu split.
 
-    notices = agent_module.NoticeLog()
-    sampler = agent_module.NvmlSampler(pynvml, notices)
-    sampler.open("bench")
-    try:
-        gpu = sampler.gpus[0]
-        h = gpu.handle
-        calls = {
-            "utilization": lambda: pynvml.nvmlDeviceGetUtilizationRates(h),
-            "memory_v1": lambda: pynvml.nvmlDeviceGetMemoryInfo(h),
-            "memory_v2": lambda: pynvml.nvmlDeviceGetMemoryInfo(h, pynvml.nvmlMemory_v2),
-            "power": lambda: pynvml.nvmlDeviceGetPowerUsage(h),
-            "power_limit": lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h),
-            "temperature": lambda: pynvml.nvmlDeviceGetTemperature(h, 0),
-            "sm_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 1),
-            "mem_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 2),
-            "event_reasons": lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
-            "processes": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
-            "field_values_pcie_counters": lambda: pynvml.nvmlDeviceGetFieldValues(
-                h, [agent_module.FI_PCIE_TX_BYTES, agent_module.FI_PCIE_RX_BYTES]
-            ),
-        }
-        per_call = {}
-        for name, call in calls.items():
-            try:
-                per_call[name] = cpu_ms_per_call(call, repeats // 4)
-            except pynvml.NVMLError as exc:
-                per_call[name] = repr(exc)
-        start_wall, start_cpu = time.monotonic(), time.process_time()
-        for _ in range(10):
-            pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES)
-        per_call["pcie_throughput_query"] = 100 * (time.process_time() - start_cpu)
-        pcie_query_wall_ms = 100 * (time.monotonic() - start_wall)
-        reading = sampler._read(gpu)
-        tick_read = cpu_ms_per_call(lambda: sampler._read(gpu), repeats)
-        link_pass = cpu_ms_per_call(lambda: sampler._link_rates(gpu), repeats // 4)
-        line_one = cpu_ms_per_call(lambda: agent_module.tick_line(time.time(), [reading]), repeats)
-        line_eight = cpu_ms_per_call(
-            lambda: agent_module.tick_line(time.time(), [reading] * 8), repeats
+    Per further GPU: its share of the main thread's NVML reads, and, counted wholly per GPU
+    though part is fixed, the JSON and the write; plus one counter read per link interval
+    at the cost measured on the links thread. For hosts whose NVLinks are up (every HGX
+    board), the same with the spaced cost of the 4-field read (NVLink and PCIe counters).
+    """
+    report = run["cpu_report"]
+    gpus = run["gpus"]
+    rate = report["rate_hz"]
+    interval = report["link_interval_s"]
+    main = report["main_thread_ms_per_tick"]
+    per_gpu_tick = (main["sample"] + main["encode"] + main["write"]) / gpus
+    links_per_tick = report["links"]["cpu_ms_per_tick"]
+    # The measured cost without the links thread, scaled to 8 GPUs.
+    ticking_8 = run["cpu_ms_per_tick"] - links_per_tick + (TARGET_GPUS - gpus) * per_gpu_tick
+    read_costs = {"as_measured": report["links"]["cpu_ms_per_gpu_read"]}
+    if "field_values_all_4" in spaced:
+        read_costs["nvlink_up"] = max(
+            read_costs["as_measured"] or 0.0, spaced["field_values_all_4"]["mean"]
         )
-        fields = pynvml.nvmlDeviceGetFieldValues(
-            h,
-            [
-                (agent_module.FI_NVLINK_DATA_TX_KIB, agent_module.UINT_MAX),
-                (agent_module.FI_NVLINK_DATA_RX_KIB, agent_module.UINT_MAX),
-                agent_module.FI_PCIE_TX_BYTES,
-                agent_module.FI_PCIE_RX_BYTES,
-            ],
-        )
-        field_status = {
-            str(f.fieldId): {"nvmlReturn": f.nvmlReturn, "value": f.value.ullVal} for f in fields
-        }
-    finally:
-        sampler.close()
+    out: dict[str, Any] = {
+        "per_gpu_tick_ms": round(per_gpu_tick, 4),
+        "ticking_ms_per_tick_8_gpus": round(ticking_8, 4),
+        "link_read_ms_per_gpu": read_costs,
+    }
+    for label, read_ms in read_costs.items():
+        if read_ms is None:
+            continue
+        for each in sorted({interval, 3.0, 5.0, 10.0}):
+            per_tick = ticking_8 + TARGET_GPUS * read_ms / (rate * each)
+            core = per_tick * rate / 10
+            out[f"{label}_links_every_{each:g}s"] = {
+                "cpu_ms_per_tick": round(per_tick, 4),
+                "core_percent": round(core, 4),
+                "target_met": core <= TARGET_CORE_PERCENT if rate == 4 else None,
+            }
+    return out
+
+
+def extrapolate_before(run: dict[str, Any], spaced: dict[str, Any]) -> dict[str, Any]:
+    """8 GPUs from a run of the agent before this change: per further GPU one tick read, its
+    tick-line share and one 4-field counter read every 3 s, all at their spaced costs."""
+    gpus = run["gpus"]
+    rate = float(run["args"][run["args"].index("--rate") + 1])
+    line_per_gpu = (
+        spaced["before_tick_line_8_gpus"]["mean"] - spaced["before_tick_line_1_gpu"]["mean"]
+    ) / 7
+    per_gpu = (
+        spaced["tick_read_one_gpu"]["mean"]
+        + line_per_gpu
+        + spaced["field_values_all_4"]["mean"] / (rate * 3.0)
+    )
+    per_tick = run["cpu_ms_per_tick"] + (TARGET_GPUS - gpus) * per_gpu
     return {
-        "cpu_ms_per_call": per_call,
-        "pcie_query_wall_ms": pcie_query_wall_ms,
-        "cpu_ms_tick_read_per_gpu": tick_read,
-        "cpu_ms_link_pass_per_gpu": link_pass,
-        "cpu_ms_tick_line_1_gpu": line_one,
-        "cpu_ms_tick_line_8_gpus": line_eight,
-        "field_values": field_status,
-        "unsupported_fields": sorted(gpu.unsupported),
-        "notices": notices.drain(),
+        "per_gpu_ms_per_tick": round(per_gpu, 4),
+        "cpu_ms_per_tick": round(per_tick, 4),
+        "core_percent": round(per_tick * rate / 10, 4),
+    }
+
+
+# --- the whole benchmark ----------------------------------------------------------------------
+
+
+def environment() -> dict[str, Any]:
+    def text(args: list[str]) -> str:
+        try:
+            done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return repr(exc)
+        return (done.stdout + done.stderr).strip()
+
+    model = ""
+    with open("/proc/cpuinfo") as stream:
+        for line in stream:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {
+        "python": sys.version.split()[0],
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "kernel": os.uname().release,
+        "gpus": text(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv"]),
+        "topology": text(["nvidia-smi", "topo", "-m"]),
     }
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--window", type=float, default=36.0, help="seconds measured per run")
+    parser.add_argument("--warmup", type=float, default=4.0, help="seconds before the window")
+    parser.add_argument("--baseline", type=Path, help="an older agent.py to measure alike")
+    parser.add_argument(
+        "--link-intervals",
+        default="",
+        help="comma-separated --pcie-interval values to run besides the default",
+    )
+    parser.add_argument("--load", action="store_true", help="also run under a matmul load")
     parser.add_argument("--skip-smi", action="store_true", help="no nvidia-smi measurements")
+    parser.add_argument("--rounds", type=int, default=20, help="spaced in-process rounds")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    out_file = args.out / "agent_cost.json"
     result: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    baseline = load_module(args.baseline, "agent_before") if args.baseline else None
+    default_interval = agent_module.DEFAULT_PCIE_INTERVAL_S
+    now_args = ["--rate", "4", "--report-cpu"]
+
+    def after(extra: list[str]) -> dict[str, Any]:
+        return measure_agent(AGENT, now_args + extra, args.warmup, args.window)
+
     steps: list[tuple[str, Any]] = [
-        ("in_process", lambda: in_process_costs(2000)),
-        ("startup_nvml", lambda: startup("nvml")),
-        (
-            "agent_4hz",
-            lambda: agent_rate(4, args.seconds, result["startup_nvml"]["cpu_s"], "nvml"),
-        ),
-        (
-            "agent_10hz",
-            lambda: agent_rate(10, args.seconds, result["startup_nvml"]["cpu_s"], "nvml"),
-        ),
+        ("environment", environment),
+        ("in_process", lambda: in_process_costs(baseline, args.rounds, 0.25)),
     ]
+    if baseline is not None:
+        steps.append(
+            (
+                "before_4hz",
+                lambda: measure_agent(args.baseline, ["--rate", "4"], args.warmup, args.window),
+            )
+        )
+    steps.append((f"after_4hz_links_{default_interval:g}s", lambda: after([])))
+    for text in filter(None, args.link_intervals.split(",")):
+        seconds = float(text)
+        if seconds != default_interval:
+            steps.append(
+                (
+                    f"after_4hz_links_{seconds:g}s",
+                    lambda s=seconds: after(["--pcie-interval", str(s)]),
+                )
+            )
+    if args.load:
+
+        def loaded() -> dict[str, Any]:
+            loads = start_load(count_gpus())
+            try:
+                return after([])
+            finally:
+                stop_load(loads)
+
+        steps.append((f"after_4hz_links_{default_interval:g}s_under_load", loaded))
     if not args.skip_smi:
         steps += [
-            ("smi_per_tick_4hz", lambda: smi_per_tick(4, args.seconds)),
-            ("smi_loop_4hz", lambda: smi_loop(4, args.seconds)),
-            ("startup_smi_fallback", lambda: startup("nvidia-smi", 1)),
-            (
-                "agent_fallback_4hz",
-                lambda: agent_rate(
-                    4, args.seconds, result["startup_smi_fallback"]["cpu_s"], "nvidia-smi"
-                ),
-            ),
+            ("smi_per_tick_4hz", lambda: smi_per_tick(4, args.window)),
+            ("smi_loop_4hz", lambda: smi_loop(4, args.window)),
         ]
     for name, step in steps:
+        started = time.monotonic()
         try:
             result[name] = step()
         except Exception as exc:  # keep what the other steps measured
             result[name] = {"error": repr(exc)}
-        (args.out / "agent_cost.json").write_text(json.dumps(result, indent=2))
-    try:
-        result["extrapolated_8_gpus"] = extrapolate(result)
-    except (KeyError, TypeError) as exc:
-        result["extrapolated_8_gpus"] = {"error": repr(exc)}
-    (args.out / "agent_cost.json").write_text(json.dumps(result, indent=2))
+        print(f"{name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+        out_file.write_text(json.dumps(result, indent=2))
+    result["extrapolated_8_gpus"] = extrapolations(result)
+    out_file.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0
 
 
-def extrapolate(result: dict[str, Any]) -> dict[str, Any]:
-    """The measured per-tick cost plus, for each GPU beyond those measured, one tick read, its
-    share of the link-rates passes (one per --pcie-interval) and the longer tick line."""
-    inproc = result["in_process"]
-    link_interval = agent_module.DEFAULT_PCIE_INTERVAL_S
-    out = {}
-    for key in ("agent_4hz", "agent_10hz"):
-        run = result[key]
-        extra_gpus = 8 - run["gpus"]
-        per_extra_gpu = (
-            inproc["cpu_ms_tick_read_per_gpu"]
-            + inproc["cpu_ms_link_pass_per_gpu"] / (run["rate_hz"] * link_interval)
-            + (inproc["cpu_ms_tick_line_8_gpus"] - inproc["cpu_ms_tick_line_1_gpu"]) / 7
-        )
-        per_tick = run["cpu_ms_per_tick"] + extra_gpus * per_extra_gpu
-        out[key] = {
-            "cpu_ms_per_tick": per_tick,
-            "core_percent": per_tick * run["rate_hz"] / 10,
-            "link_interval_s": link_interval,
-        }
+def count_gpus() -> int:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def extrapolations(result: dict[str, Any]) -> dict[str, Any]:
+    spaced = result.get("in_process", {}).get("ms_per_call_spaced", {})
+    out: dict[str, Any] = {}
+    for name, run in result.items():
+        if not isinstance(run, dict) or "cpu_ms_per_tick" not in run:
+            continue
+        try:
+            if name.startswith("before"):
+                out[name] = extrapolate_before(run, spaced)
+            elif run.get("cpu_report"):
+                out[name] = extrapolate_after(run, spaced)
+        except (KeyError, TypeError, ZeroDivisionError) as exc:
+            out[name] = {"error": repr(exc)}
     return out
 
 

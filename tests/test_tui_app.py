@@ -254,3 +254,47 @@ async def test_quit_during_a_relaunch_asks_first():
         await pilot.press("q")
         await pilot.pause(0.2)
     assert app.return_code == 0
+
+
+async def test_agent_error_shows_in_the_gpu_panel_and_l_focuses_the_log():
+    from textual.widgets import RichLog
+
+    from specmon.events import AgentStatus
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.controller.bus.publish(
+            AgentStatus(state="error", detail="no NVIDIA driver on host gpu-box: libnvidia-ml.so")
+        )
+        await pilot.pause(0.4)
+        text = text_of(app.main.query_one(GpuPanel))
+        assert text.startswith("GPU agent: no NVIDIA driver on host gpu-box")
+        await pilot.press("l")
+        assert isinstance(app.focused, RichLog)
+
+
+async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
+    config_path = tmp_path / "specmon.toml"
+    config_path.write_text((REPO / "specmon.toml").read_text())
+    controller = ReplayController(recorded_session(ready=True))
+    app = SpecmonApp(controller, load_config(config_path), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        form = app.screen
+        form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
+        form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
+        form.query_one("#" + field_id("NCCL_PROTO"), Select).value = "LL128"
+        form.query_one("#save-name", Input).value = "kimi-steps2"
+        await pilot.pause(0.1)
+        form.query_one("#save", Button).press()
+        await pilot.pause(0.2)
+    saved = load_config(config_path).profiles["kimi-steps2"]
+    assert saved.speculative is not None
+    assert (saved.speculative.num_steps, saved.speculative.num_draft_tokens) == (2, 3)
+    assert saved.env["NCCL_PROTO"] == "LL128"
+    assert saved.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
+    spec = saved.to_launch_spec()
+    assert spec.problems() == []
+    assert spec.flag("model-path") == "moonshotai/Kimi-K2.5"

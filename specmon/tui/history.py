@@ -2,7 +2,7 @@
 
 The store clears its throughput series when a new run starts (the live panels show the current
 run); the charts need the whole session, so the console records its own downsampled copy from
-the event stream, one point per second per series, with every launch marked.
+the event stream, one point per second of arrival time per series, with every launch marked.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo
 from specmon.tui.formatting import key_flags
 
-SESSION_POINTS = 24 * 3600  # one point a second for a day per series, then oldest drop
+SESSION_POINTS = 6 * 3600  # one point a second, the last 6 hours per series (~2.5 MB each)
 
 
 @dataclass(slots=True)
@@ -73,11 +73,11 @@ class SessionHistory:
             if event.accept_len is not None:
                 self._accept.add(at, event.accept_len, self.accept_len)
         elif isinstance(event, ProbeTiming):
-            self._verify.add(event.wall, event.verify_ms, self.verify_ms)
+            self._verify.add(at, event.verify_ms, self.verify_ms)
         elif isinstance(event, GpuSample):
             utils = [g.util_gpu for g in event.gpus if g.util_gpu is not None]
             if utils:
-                self._util.add(event.wall, sum(utils) / len(utils), self.gpu_util)
+                self._util.add(at, sum(utils) / len(utils), self.gpu_util)
         elif isinstance(event, RunInfo) and not event.reattached:
             flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
             self.launches.append(LaunchMark(at, f"{event.profile or 'run'} {flags}".strip()))
