@@ -234,7 +234,9 @@ def test_bad_host_strings_are_clear_usage_errors(text: str) -> None:
         parse_host(text)
 
 
-def test_demo_headless_reaches_ready_and_leaves_no_process(tmp_path: Path) -> None:
+def test_demo_headless_reaches_ready_serves_traffic_and_leaves_no_process(
+    tmp_path: Path,
+) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "TMPDIR": str(tmp_path)}
     result = subprocess.run(
         [
@@ -244,8 +246,8 @@ def test_demo_headless_reaches_ready_and_leaves_no_process(tmp_path: Path) -> No
             "demo",
             "--headless",
             "--json",
-            "--until",
-            "ready",
+            "--duration",
+            "12",
             "--time-scale",
             "0.003",
         ],
@@ -259,6 +261,9 @@ def test_demo_headless_reaches_ready_and_leaves_no_process(tmp_path: Path) -> No
     kinds = [json.loads(line)["kind"] for line in result.stdout.splitlines()]
     assert "ready" in kinds and "run" in kinds and "shard_progress" in kinds
     assert kinds.index("run") < kinds.index("ready")
+    # The demo's simulated clients make the server decode, so the live panels have data:
+    after_ready = kinds[kinds.index("ready") :]
+    assert "decode" in after_ready and "probe" in after_ready
     assert processes_mentioning(str(tmp_path)) == []
     assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())
 

@@ -92,7 +92,8 @@ def run(args: argparse.Namespace) -> int:
 def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession:
     import socket
 
-    from specmon.session import HostSession, SessionOptions
+    from specmon.session import SessionOptions
+    from specmon.session.demo import DemoSession
     from specmon.session.local import LocalTransport
 
     profiles = config.profiles
@@ -104,7 +105,7 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
         gpu_release_timeout_s=15.0,
         backoff_max_s=2.0,
     )
-    session = HostSession(
+    session = DemoSession(
         LocalTransport("demo"),
         profiles=profiles,
         options=options,
