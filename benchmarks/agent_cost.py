@@ -9,8 +9,12 @@ agent also pass `--report-cpu`, whose line splits the same kind of window into t
 thread's NVML reads, JSON, writes and wake-ups, and the links thread's counter passes: the
 per-GPU parts of that split extrapolate the measured cost to 8 GPUs.
 
+For 8 GPUs on a host with fewer, the agent's own tick loop also runs in this process with
+the real GPUs repeated to 8 entries (GPU 0, 1, 0, 1, ...): 8 GPUs' NVML queries, JSON and
+writes per tick, measured rather than scaled.
+
     python3 benchmarks/agent_cost.py --out /tmp/cost [--window 36] [--baseline OLD_AGENT.py]
-        [--link-intervals 3,10] [--load] [--skip-smi]
+        [--load] [--skip-smi]
 Writes agent_cost.json and prints it.
 """
 
@@ -243,7 +247,11 @@ def in_process_costs(baseline: ModuleType | None, rounds: int, spacing: float) -
             "mem_clock": lambda: pynvml.nvmlDeviceGetClockInfo(h, 2),
             "event_reasons": lambda: pynvml.nvmlDeviceGetCurrentClocksEventReasons(h),
             "processes": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(h),
-            "tick_read_one_gpu": lambda: sampler._read(gpu),
+            "read_all_fields_one_gpu": lambda: (
+                sampler._direct_fast(h),
+                sampler._direct_slow(h, gpu.direct_memory_args or (h,)),
+            ),
+            "read_tick_fields_one_gpu": lambda: sampler._direct_fast(h),
             "tick_line_1_gpu": lambda: agent_module.tick_line(time.time(), [reading]),
             "tick_line_8_gpus": lambda: agent_module.tick_line(time.time(), [reading] * 8),
             "field_values_pcie_2": lambda: pynvml.nvmlDeviceGetFieldValues(h, pcie),
@@ -369,16 +377,100 @@ def smi_loop(rate: float, seconds: float) -> dict[str, Any]:
     return {"rate_hz": rate, "lines": lines, "cpu_s": cpu, "core_percent": 100 * cpu / seconds}
 
 
+# --- 8 GPUs: the agent's own tick loop over each real GPU read several times -----------------
+
+
+def emulated_ticking(gpus: int, rate: float, warmup: float, window: float) -> dict[str, Any]:
+    """The agent's tick loop in this process, with the host's GPUs repeated up to `gpus`
+    entries (GPU 0, 1, 0, 1, ... on a 2-GPU host): every tick makes the NVML queries, the
+    JSON line and the write of a `gpus`-GPU host. The links thread is held off (its cost per
+    GPU read is measured on the real agent and added by arithmetic).
+    """
+    import pynvml
+
+    notices = agent_module.NoticeLog()
+    sampler = agent_module.NvmlSampler(pynvml, notices, pcie_interval_s=1e6)
+    sampler.open("bench")
+    real = sampler.gpus
+    entries = []
+    for index in range(gpus):
+        source = real[index % len(real)]
+        entry = agent_module._Gpu(index)
+        entry.handle, entry.uuid, entry.name = source.handle, source.uuid, source.name
+        entries.append(entry)
+    sampler.gpus = entries
+    ticker = agent_module.NvmlTicker(sampler, rate)
+    stop = threading.Event()
+    sink = os.open(os.devnull, os.O_WRONLY)
+    encode_s = write_s = 0.0
+    ticks = 0
+    try:
+        deadline = time.monotonic() + warmup
+        while time.monotonic() < deadline:
+            tick = ticker.next_tick(stop)
+            assert tick is not None
+            os.write(sink, (agent_module.tick_line(*tick) + "\n").encode())
+        sample_start = ticker.sample_cpu_s
+        cpu_start, main_start, wall_start = (
+            time.process_time(),
+            time.thread_time(),
+            time.monotonic(),
+        )
+        while time.monotonic() - wall_start < window:
+            tick = ticker.next_tick(stop)
+            assert tick is not None
+            encode_start = time.thread_time()
+            line = agent_module.tick_line(*tick) + "\n"
+            write_start = time.thread_time()
+            os.write(sink, line.encode())
+            write_s += time.thread_time() - write_start
+            encode_s += write_start - encode_start
+            ticks += 1
+        cpu = time.process_time() - cpu_start
+        main = time.thread_time() - main_start
+        wall = time.monotonic() - wall_start
+        sample = ticker.sample_cpu_s - sample_start
+    finally:
+        os.close(sink)
+        sampler.close()
+    per_tick = 1000 / max(1, ticks)
+    return {
+        "gpus": gpus,
+        "real_gpus": len(real),
+        "rate_hz": rate,
+        "ticks": ticks,
+        "window_s": round(wall, 3),
+        "cpu_ms_per_tick": round(cpu * per_tick, 4),
+        "core_percent": round(100 * cpu / wall, 4),
+        "main_thread_ms_per_tick": {
+            "total": round(main * per_tick, 4),
+            "sample": round(sample * per_tick, 4),
+            "encode": round(encode_s * per_tick, 4),
+            "write": round(write_s * per_tick, 4),
+            "wait_and_loop": round((main - sample - encode_s - write_s) * per_tick, 4),
+        },
+        "notices": notices.drain(),
+    }
+
+
 # --- extrapolation to 8 GPUs ------------------------------------------------------------------
 
 
-def extrapolate_after(run: dict[str, Any], spaced: dict[str, Any]) -> dict[str, Any]:
-    """8 GPUs from one run of the current agent and its --report-cpu split.
+def links_ms_per_s(read_ms_per_gpu: float, gpus: int, interval: float) -> float:
+    """The links thread's CPU per second: one read per GPU every interval, spaced out
+    further by the agent where that would exceed LINK_CPU_SHARE of a core."""
+    return min(gpus * read_ms_per_gpu / interval, 1000 * agent_module.LINK_CPU_SHARE)
 
-    Per further GPU: its share of the main thread's NVML reads, and, counted wholly per GPU
-    though part is fixed, the JSON and the write; plus one counter read per link interval
-    at the cost measured on the links thread. For hosts whose NVLinks are up (every HGX
-    board), the same with the spaced cost of the 4-field read (NVLink and PCIe counters).
+
+def extrapolate_after(
+    run: dict[str, Any], emulated: dict[str, Any] | None, read_ms_per_gpu: float | None
+) -> dict[str, Any]:
+    """8 GPUs at the run's rate, two ways, both plus the links thread's share for 8 GPUs.
+
+    scaled: the run's measured cost less its links thread, plus for each further GPU its
+    share of the main thread's NVML reads and, counted wholly per GPU though part of it is
+    fixed, of the JSON encoding and the write (so an upper estimate).
+    emulated: the tick loop measured with 8 GPU entries (each real GPU read several times).
     """
     report = run["cpu_report"]
     gpus = run["gpus"]
@@ -386,43 +478,42 @@ def extrapolate_after(run: dict[str, Any], spaced: dict[str, Any]) -> dict[str, 
     interval = report["link_interval_s"]
     main = report["main_thread_ms_per_tick"]
     per_gpu_tick = (main["sample"] + main["encode"] + main["write"]) / gpus
-    links_per_tick = report["links"]["cpu_ms_per_tick"]
-    # The measured cost without the links thread, scaled to 8 GPUs.
-    ticking_8 = run["cpu_ms_per_tick"] - links_per_tick + (TARGET_GPUS - gpus) * per_gpu_tick
-    read_costs = {"as_measured": report["links"]["cpu_ms_per_gpu_read"]}
-    if "field_values_all_4" in spaced:
-        read_costs["nvlink_up"] = max(
-            read_costs["as_measured"] or 0.0, spaced["field_values_all_4"]["mean"]
-        )
+    read_ms = read_ms_per_gpu or report["links"]["cpu_ms_per_gpu_read"] or 0.0
+    links = links_ms_per_s(read_ms, TARGET_GPUS, interval)
+    ticking = {
+        "scaled": run["cpu_ms_per_tick"]
+        - report["links"]["cpu_ms_per_tick"]
+        + (TARGET_GPUS - gpus) * per_gpu_tick
+    }
+    if emulated and "cpu_ms_per_tick" in emulated:
+        ticking["emulated"] = emulated["cpu_ms_per_tick"]
     out: dict[str, Any] = {
         "per_gpu_tick_ms": round(per_gpu_tick, 4),
-        "ticking_ms_per_tick_8_gpus": round(ticking_8, 4),
-        "link_read_ms_per_gpu": read_costs,
+        "link_read_ms_per_gpu": round(read_ms, 4),
+        "links_ms_per_s_8_gpus": round(links, 4),
     }
-    for label, read_ms in read_costs.items():
-        if read_ms is None:
-            continue
-        for each in sorted({interval, 3.0, 5.0, 10.0}):
-            per_tick = ticking_8 + TARGET_GPUS * read_ms / (rate * each)
-            core = per_tick * rate / 10
-            out[f"{label}_links_every_{each:g}s"] = {
-                "cpu_ms_per_tick": round(per_tick, 4),
-                "core_percent": round(core, 4),
-                "target_met": core <= TARGET_CORE_PERCENT if rate == 4 else None,
-            }
+    for label, ms_per_tick in ticking.items():
+        core = (ms_per_tick * rate + links) / 10
+        out[label] = {
+            "ticking_ms_per_tick": round(ms_per_tick, 4),
+            "core_percent": round(core, 4),
+            "target_met": core <= TARGET_CORE_PERCENT,
+        }
     return out
 
 
 def extrapolate_before(run: dict[str, Any], spaced: dict[str, Any]) -> dict[str, Any]:
-    """8 GPUs from a run of the agent before this change: per further GPU one tick read, its
-    tick-line share and one 4-field counter read every 3 s, all at their spaced costs."""
+    """8 GPUs from a run of the agent before this change: per further GPU one tick read of
+    every field, its tick-line share and one 4-field counter read every 3 s (that agent's
+    default), all at their spaced costs."""
     gpus = run["gpus"]
     rate = float(run["args"][run["args"].index("--rate") + 1])
-    line_per_gpu = (
-        spaced["before_tick_line_8_gpus"]["mean"] - spaced["before_tick_line_1_gpu"]["mean"]
-    ) / 7
+    line_per_gpu = max(
+        0.0,
+        (spaced["before_tick_line_8_gpus"]["mean"] - spaced["before_tick_line_1_gpu"]["mean"]) / 7,
+    )
     per_gpu = (
-        spaced["tick_read_one_gpu"]["mean"]
+        spaced["read_all_fields_one_gpu"]["mean"]
         + line_per_gpu
         + spaced["field_values_all_4"]["mean"] / (rate * 3.0)
     )
@@ -461,18 +552,23 @@ def environment() -> dict[str, Any]:
     }
 
 
+def count_gpus() -> int:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetCount())
+    finally:
+        pynvml.nvmlShutdown()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--window", type=float, default=36.0, help="seconds measured per run")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds before the window")
     parser.add_argument("--baseline", type=Path, help="an older agent.py to measure alike")
-    parser.add_argument(
-        "--link-intervals",
-        default="",
-        help="comma-separated --pcie-interval values to run besides the default",
-    )
-    parser.add_argument("--load", action="store_true", help="also run under a matmul load")
+    parser.add_argument("--load", action="store_true", help="also measure under a matmul load")
     parser.add_argument("--skip-smi", action="store_true", help="no nvidia-smi measurements")
     parser.add_argument("--rounds", type=int, default=20, help="spaced in-process rounds")
     args = parser.parse_args()
@@ -480,11 +576,12 @@ def main() -> int:
     out_file = args.out / "agent_cost.json"
     result: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     baseline = load_module(args.baseline, "agent_before") if args.baseline else None
-    default_interval = agent_module.DEFAULT_PCIE_INTERVAL_S
-    now_args = ["--rate", "4", "--report-cpu"]
 
-    def after(extra: list[str]) -> dict[str, Any]:
-        return measure_agent(AGENT, now_args + extra, args.warmup, args.window)
+    def after() -> dict[str, Any]:
+        return measure_agent(AGENT, ["--rate", "4", "--report-cpu"], args.warmup, args.window)
+
+    def emulated() -> dict[str, Any]:
+        return emulated_ticking(TARGET_GPUS, 4.0, args.warmup, args.window)
 
     steps: list[tuple[str, Any]] = [
         ("environment", environment),
@@ -497,68 +594,65 @@ def main() -> int:
                 lambda: measure_agent(args.baseline, ["--rate", "4"], args.warmup, args.window),
             )
         )
-    steps.append((f"after_4hz_links_{default_interval:g}s", lambda: after([])))
-    for text in filter(None, args.link_intervals.split(",")):
-        seconds = float(text)
-        if seconds != default_interval:
-            steps.append(
-                (
-                    f"after_4hz_links_{seconds:g}s",
-                    lambda s=seconds: after(["--pcie-interval", str(s)]),
-                )
-            )
+    steps += [("after_4hz", after), ("after_4hz_emulated_8", emulated)]
+    loads: list[subprocess.Popen[str]] = []
+
+    def load_start() -> dict[str, Any]:
+        loads.extend(start_load(count_gpus()))
+        return {"processes": len(loads), "script": LOAD_SCRIPT}
+
     if args.load:
-
-        def loaded() -> dict[str, Any]:
-            loads = start_load(count_gpus())
-            try:
-                return after([])
-            finally:
-                stop_load(loads)
-
-        steps.append((f"after_4hz_links_{default_interval:g}s_under_load", loaded))
+        steps += [
+            ("load_start", load_start),
+            ("after_4hz_under_load", after),
+            ("after_4hz_emulated_8_under_load", emulated),
+        ]
     if not args.skip_smi:
         steps += [
             ("smi_per_tick_4hz", lambda: smi_per_tick(4, args.window)),
             ("smi_loop_4hz", lambda: smi_loop(4, args.window)),
         ]
-    for name, step in steps:
-        started = time.monotonic()
-        try:
-            result[name] = step()
-        except Exception as exc:  # keep what the other steps measured
-            result[name] = {"error": repr(exc)}
-        print(f"{name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
-        out_file.write_text(json.dumps(result, indent=2))
+    try:
+        for name, step in steps:
+            started = time.monotonic()
+            try:
+                if name.endswith("_under_load") and not loads:
+                    raise RuntimeError("no GPU load is running")
+                result[name] = step()
+            except Exception as exc:  # keep what the other steps measured
+                result[name] = {"error": repr(exc)}
+            print(f"{name}: {time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
+            out_file.write_text(json.dumps(result, indent=2))
+    finally:
+        stop_load(loads)
     result["extrapolated_8_gpus"] = extrapolations(result)
     out_file.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0
 
 
-def count_gpus() -> int:
-    import pynvml
-
-    pynvml.nvmlInit()
-    try:
-        return int(pynvml.nvmlDeviceGetCount())
-    finally:
-        pynvml.nvmlShutdown()
-
-
 def extrapolations(result: dict[str, Any]) -> dict[str, Any]:
     spaced = result.get("in_process", {}).get("ms_per_call_spaced", {})
     out: dict[str, Any] = {}
-    for name, run in result.items():
-        if not isinstance(run, dict) or "cpu_ms_per_tick" not in run:
-            continue
+    if "before_4hz" in result and "cpu_ms_per_tick" in result["before_4hz"]:
         try:
-            if name.startswith("before"):
-                out[name] = extrapolate_before(run, spaced)
-            elif run.get("cpu_report"):
-                out[name] = extrapolate_after(run, spaced)
+            out["before_4hz"] = extrapolate_before(result["before_4hz"], spaced)
         except (KeyError, TypeError, ZeroDivisionError) as exc:
-            out[name] = {"error": repr(exc)}
+            out["before_4hz"] = {"error": repr(exc)}
+    idle_read = None
+    for suffix in ("", "_under_load"):
+        run = result.get("after_4hz" + suffix, {})
+        if not run.get("cpu_report"):
+            continue
+        read = run["cpu_report"]["links"]["cpu_ms_per_gpu_read"]
+        if suffix == "":
+            idle_read = read
+        try:
+            out["after_4hz" + suffix] = extrapolate_after(
+                run, result.get("after_4hz_emulated_8" + suffix), read or idle_read
+            )
+        except (KeyError, TypeError, ZeroDivisionError) as exc:
+            out["after_4hz" + suffix] = {"error": repr(exc)}
     return out
 
 

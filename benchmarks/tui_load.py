@@ -108,14 +108,16 @@ def build_event_pool() -> list:
     return pool
 
 
-def run_child(rate: float, replay: int, result_path: str) -> int:
+def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) -> int:
     from specmon.controller import HostController
     from specmon.errors import SpecmonError
     from specmon.events import Ready, RunInfo
     from specmon.store import EventBus
-    from specmon.tui.app import SpecmonApp
+    from specmon.tui.app import SpecmonApp, tune_gc_for_console
 
     pool = build_event_pool()
+    if not no_gc_tuning:
+        tune_gc_for_console()  # as run_console does
 
     class LoadController(HostController):
         """Publishes ``rate`` events/s until told to replay, then replays as fast as it can."""
@@ -277,6 +279,7 @@ def run_parent(args: argparse.Namespace) -> int:
         [
             sys.executable,
             __file__,
+            *(["--no-gc-tuning"] if args.no_gc_tuning else []),
             "--child",
             "--rate",
             str(args.rate),
@@ -335,6 +338,7 @@ def run_parent(args: argparse.Namespace) -> int:
     third = max(1, len(rss_values) // 3)
     report = {
         "rate_events_per_s": args.rate,
+        "gc_tuning": not args.no_gc_tuning,
         "duration_s": round(wall, 1),
         "keypresses": len(latencies) + misses,
         "keypress_misses": misses,
@@ -364,10 +368,13 @@ def main() -> int:
     parser.add_argument("--replay", type=int, default=10_000_000, help="events to replay")
     parser.add_argument("--replay-timeout", type=float, default=900.0)
     parser.add_argument("--out", default="tui_load.json", help="where to write the figures")
+    parser.add_argument(
+        "--no-gc-tuning", action="store_true", help="leave Python's GC thresholds at defaults"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        return run_child(args.rate, args.replay, args.out)
+        return run_child(args.rate, args.replay, args.out, args.no_gc_tuning)
     return run_parent(args)
 
 

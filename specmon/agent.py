@@ -112,6 +112,10 @@ def message_line(kind: str, message: str) -> str:
 DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
 DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
+# Where one pass over the link counters costs more CPU than this share of a core allows at
+# --pcie-interval, the passes space out further (8 H200s with NVLink: ~29 ms a pass).
+LINK_CPU_SHARE = 0.001
+SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
 SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
 MIB = 1024.0 * 1024.0
@@ -200,7 +204,7 @@ class NoticeLog:
         return pending
 
 
-FAST_FAILURES_MAX = 3  # a GPU whose direct reads keep failing stays on the careful path
+DIRECT_FAILURES_MAX = 3  # a GPU whose direct reads keep failing stays on the careful path
 # The fields of a tick's read; "memory_v2" is left out: without it the tick reads v1.
 _TICK_FIELDS = frozenset(
     (
@@ -232,10 +236,13 @@ class _Gpu:
         self.counter_fields: list[Any] | None = None  # None: not probed yet
         # PCIe TX, PCIe RX, NVLink TX, NVLink RX in KiB/s, written by the link-rates thread.
         self.link_rates: tuple[float | None, ...] = (None, None, None, None)
-        # The arguments of the memory query once a careful read found every tick field
-        # answering; None: read carefully (see NvmlSampler._read).
-        self.fast_memory_args: tuple[Any, ...] | None = None
-        self.fast_failures = 0  # after FAST_FAILURES_MAX, this GPU is always read carefully
+        # The memory query's arguments once a careful read found every field answering;
+        # None: read carefully (see NvmlSampler._read).
+        self.direct_memory_args: tuple[Any, ...] | None = None
+        self.direct_failures = 0  # after DIRECT_FAILURES_MAX, always read carefully
+        # The slowly moving fields as the tick writes them, and when they are next read.
+        self.slow: tuple[Any, ...] | None = None
+        self.slow_due = 0.0
 
 
 class NvmlSampler:
@@ -265,13 +272,15 @@ class NvmlSampler:
             if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
             else "nvmlDeviceGetCurrentClocksThrottleReasons"
         )
-        # The tick's NVML functions in _read_fast's order; None where this pynvml lacks one.
-        self._tick_calls = tuple(
+        # The NVML functions of _direct_fast and _direct_slow; None where pynvml lacks one.
+        self._fast_calls = tuple(
+            getattr(nvml, name, None)
+            for name in ("nvmlDeviceGetUtilizationRates", "nvmlDeviceGetPowerUsage")
+        )
+        self._slow_calls = tuple(
             getattr(nvml, name, None)
             for name in (
-                "nvmlDeviceGetUtilizationRates",
                 "nvmlDeviceGetMemoryInfo",
-                "nvmlDeviceGetPowerUsage",
                 "nvmlDeviceGetEnforcedPowerLimit",
                 "nvmlDeviceGetTemperature",
                 "nvmlDeviceGetClockInfo",
@@ -537,8 +546,9 @@ class NvmlSampler:
                     gpu.link_rates = rates
                     self.link_gpu_reads += 1
             passes += 1
+            pass_cpu = time.thread_time() - started_cpu
             with self._links_lock:
-                self.link_cpu_s += time.thread_time() - started_cpu
+                self.link_cpu_s += pass_cpu
                 self.link_passes = passes
             if passes == 2:
                 self.first_rates.set()  # counters need two reads for a rate
@@ -551,7 +561,23 @@ class NvmlSampler:
                 self.first_rates.set()
                 return
             # The second pass comes soon, so that rates show up early.
-            self._stop.wait(min(self.pcie_interval_s, 0.5) if passes == 1 else self.pcie_interval_s)
+            self._stop.wait(
+                min(self.pcie_interval_s, 0.5) if passes == 1 else self._link_wait(pass_cpu)
+            )
+
+    def _link_wait(self, pass_cpu_s: float) -> float:
+        """--pcie-interval, or longer where a pass costs more than LINK_CPU_SHARE of a core."""
+        budgeted = pass_cpu_s / LINK_CPU_SHARE
+        if budgeted <= self.pcie_interval_s:
+            return self.pcie_interval_s
+        self.notices.once(
+            "links:spaced",
+            f"pcie and nvlink rates: one read of every GPU's counters costs "
+            f"{1000 * pass_cpu_s:.1f} ms of CPU here, so they are read every "
+            f"{budgeted:.1f} s or so instead of every {self.pcie_interval_s:g} s "
+            f"(at most {100 * LINK_CPU_SHARE:g}% of a core)",
+        )
+        return budgeted
 
     # -- one tick --
 
@@ -570,100 +596,125 @@ class NvmlSampler:
         return readings
 
     def _read(self, gpu: _Gpu) -> GpuReading:
-        """One GPU's tick: the direct calls where every field answered before, else the
-        careful path. The fast path is the same queries without a wrapper per call (a tick
-        of 8 GPUs makes 80 of them); any exception sends that tick down the careful path,
-        which sorts out what failed."""
-        if gpu.fast_memory_args is not None:
-            try:
-                return self._read_fast(gpu, gpu.fast_memory_args)
-            except Exception:
-                gpu.fast_memory_args = None
-                gpu.fast_failures += 1
-        reading = self._read_careful(gpu)
-        if (
-            not gpu.unsupported & _TICK_FIELDS
-            and None not in self._tick_calls
-            and gpu.fast_failures < FAST_FAILURES_MAX
-        ):
-            v2 = self._memory_v2 is not None and "memory_v2" not in gpu.unsupported
-            gpu.fast_memory_args = (gpu.handle, self._memory_v2) if v2 else (gpu.handle,)
-        return reading
+        """One GPU's tick: utilisation and power every tick, the slowly moving fields
+        (memory, temperature, clocks, power limit, clock reasons, processes) every
+        SLOW_FIELDS_INTERVAL_S, each GPU at its own moment so that their reads spread over
+        the ticks. As a ticking agent sees them, NVML queries on an H200 cost 5-100 us of CPU
+        each (docs/gpu-agent.md): all nine for 8 GPUs at 4 Hz would cost more than the
+        agent's whole budget.
 
-    def _read_fast(self, gpu: _Gpu, memory_args: tuple[Any, ...]) -> GpuReading:
-        h = gpu.handle
-        utilization, memory_info, power_usage, power_limit, temperature, clock, reasons, apps = (
-            self._tick_calls
-        )
-        util = utilization(h)
-        memory = memory_info(*memory_args)
-        power = power_usage(h)
-        limit = power_limit(h)
-        temp = temperature(h, NVML_TEMPERATURE_GPU)
-        sm_clock = clock(h, NVML_CLOCK_SM)
-        mem_clock = clock(h, NVML_CLOCK_MEM)
-        mask = reasons(h)
-        procs = apps(h)
+        Direct calls where every field answered before; any exception sends the tick down
+        the careful path (one wrapper per query), which sorts out what failed.
+        """
+        now = time.monotonic()
+        slow_due = gpu.slow is None or now >= gpu.slow_due
+        fast = None
+        slow = gpu.slow
+        if gpu.direct_memory_args is not None:
+            try:
+                fast = self._direct_fast(gpu.handle)
+                if slow_due:
+                    slow = self._direct_slow(gpu.handle, gpu.direct_memory_args)
+            except Exception:
+                fast = None
+                gpu.direct_memory_args = None
+                gpu.direct_failures += 1
+        if fast is None:
+            fast = self._careful_fast(gpu)
+            if slow_due:
+                slow = self._careful_slow(gpu)
+            if (
+                not gpu.unsupported & _TICK_FIELDS
+                and None not in self._fast_calls
+                and None not in self._slow_calls
+                and gpu.direct_failures < DIRECT_FAILURES_MAX
+            ):
+                v2 = self._memory_v2 is not None and "memory_v2" not in gpu.unsupported
+                gpu.direct_memory_args = (gpu.handle, self._memory_v2) if v2 else (gpu.handle,)
+        if slow_due:
+            if gpu.slow is None:  # the first read: stagger the GPUs over one interval
+                spread = gpu.index / max(1, len(self.gpus))
+                gpu.slow_due = now + SLOW_FIELDS_INTERVAL_S * (1.0 + spread)
+            else:
+                gpu.slow_due = max(gpu.slow_due + SLOW_FIELDS_INTERVAL_S, now)
+            gpu.slow = slow
+        assert slow is not None
         with self._links_lock:
             pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = gpu.link_rates
+        mem_used, mem_total, limit, temp, sm_clock, mem_clock, reasons, procs = slow
         return GpuReading(
             index=gpu.index,
             uuid=gpu.uuid,
             name=gpu.name,
-            util_gpu=float(util.gpu),
-            util_mem=float(util.memory),
-            mem_used_mb=round(memory.used / MIB, 1),
-            mem_total_mb=round(memory.total / MIB, 1),
-            power_w=round(power / 1000.0, 1),
-            power_limit_w=round(limit / 1000.0, 1),
-            temp_c=float(temp),
-            sm_clock_mhz=float(sm_clock),
-            mem_clock_mhz=float(mem_clock),
+            util_gpu=fast[0],
+            util_mem=fast[1],
+            mem_used_mb=mem_used,
+            mem_total_mb=mem_total,
+            power_w=fast[2],
+            power_limit_w=limit,
+            temp_c=temp,
+            sm_clock_mhz=sm_clock,
+            mem_clock_mhz=mem_clock,
             pcie_tx_kbs=None if pcie_tx is None else round(pcie_tx, 1),
             pcie_rx_kbs=None if pcie_rx is None else round(pcie_rx, 1),
             nvlink_tx_kbs=None if nvlink_tx is None else round(nvlink_tx, 1),
             nvlink_rx_kbs=None if nvlink_rx is None else round(nvlink_rx, 1),
-            throttle_reasons=throttle_reason_names(int(mask)),
-            processes=_processes(procs),
+            throttle_reasons=reasons,
+            processes=procs,
         )
 
-    def _read_careful(self, gpu: _Gpu) -> GpuReading:
+    def _direct_fast(self, h: Any) -> tuple[float | None, ...]:
+        utilization, power_usage = self._fast_calls
+        util = utilization(h)
+        return (float(util.gpu), float(util.memory), round(power_usage(h) / 1000.0, 1))
+
+    def _direct_slow(self, h: Any, memory_args: tuple[Any, ...]) -> tuple[Any, ...]:
+        memory_info, power_limit, temperature, clock, reasons, apps = self._slow_calls
+        memory = memory_info(*memory_args)
+        return (
+            round(memory.used / MIB, 1),
+            round(memory.total / MIB, 1),
+            round(power_limit(h) / 1000.0, 1),
+            float(temperature(h, NVML_TEMPERATURE_GPU)),
+            float(clock(h, NVML_CLOCK_SM)),
+            float(clock(h, NVML_CLOCK_MEM)),
+            throttle_reason_names(int(reasons(h))),
+            _processes(apps(h)),
+        )
+
+    def _careful_fast(self, gpu: _Gpu) -> tuple[float | None, ...]:
+        h = gpu.handle
+        util = self._query(gpu, "utilization", "nvmlDeviceGetUtilizationRates", h)
+        power = self._query(gpu, "power", "nvmlDeviceGetPowerUsage", h)
+        return (
+            _number(getattr(util, "gpu", None)),
+            _number(getattr(util, "memory", None)),
+            _scaled(power, 1000.0),
+        )
+
+    def _careful_slow(self, gpu: _Gpu) -> tuple[Any, ...]:
         h = gpu.handle
         q = self._query
-        util = q(gpu, "utilization", "nvmlDeviceGetUtilizationRates", h)
         memory = None
         if self._memory_v2 is not None:  # v2 leaves out driver-reserved memory, as nvidia-smi
             memory = q(gpu, "memory_v2", "nvmlDeviceGetMemoryInfo", h, self._memory_v2, quiet=True)
         if memory is None:
             memory = q(gpu, "memory", "nvmlDeviceGetMemoryInfo", h)
-        power = q(gpu, "power", "nvmlDeviceGetPowerUsage", h)
         limit = q(gpu, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
         temp = q(gpu, "temperature", "nvmlDeviceGetTemperature", h, NVML_TEMPERATURE_GPU)
         sm_clock = q(gpu, "sm_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_SM)
         mem_clock = q(gpu, "mem_clock", "nvmlDeviceGetClockInfo", h, NVML_CLOCK_MEM)
         reasons = q(gpu, "throttle_reasons", self._reasons_function, h)
         procs = q(gpu, "processes", "nvmlDeviceGetComputeRunningProcesses", h)
-        with self._links_lock:
-            pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = gpu.link_rates
-        return GpuReading(
-            index=gpu.index,
-            uuid=gpu.uuid,
-            name=gpu.name,
-            util_gpu=_number(getattr(util, "gpu", None)),
-            util_mem=_number(getattr(util, "memory", None)),
-            mem_used_mb=_scaled(getattr(memory, "used", None), MIB),
-            mem_total_mb=_scaled(getattr(memory, "total", None), MIB),
-            power_w=_scaled(power, 1000.0),
-            power_limit_w=_scaled(limit, 1000.0),
-            temp_c=_number(temp),
-            sm_clock_mhz=_number(sm_clock),
-            mem_clock_mhz=_number(mem_clock),
-            pcie_tx_kbs=_rounded(pcie_tx),
-            pcie_rx_kbs=_rounded(pcie_rx),
-            nvlink_tx_kbs=_rounded(nvlink_tx),
-            nvlink_rx_kbs=_rounded(nvlink_rx),
-            throttle_reasons=None if reasons is None else throttle_reason_names(int(reasons)),
-            processes=_processes(procs),
+        return (
+            _scaled(getattr(memory, "used", None), MIB),
+            _scaled(getattr(memory, "total", None), MIB),
+            _scaled(limit, 1000.0),
+            _number(temp),
+            _number(sm_clock),
+            _number(mem_clock),
+            None if reasons is None else throttle_reason_names(int(reasons)),
+            _processes(procs),
         )
 
 

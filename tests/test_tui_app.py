@@ -298,3 +298,60 @@ async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
     spec = saved.to_launch_spec()
     assert spec.problems() == []
     assert spec.flag("model-path") == "moonshotai/Kimi-K2.5"
+
+
+async def test_tab_walks_the_panels_and_the_palette_runs_actions():
+    from textual.widgets import RichLog
+
+    from specmon.tui.screens.gpu_detail import GpuDetailScreen
+    from specmon.tui.widgets.throughput import ThroughputPanel
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        seen = []
+        for _ in range(5):
+            await pilot.press("tab")
+            seen.append(type(app.focused))
+        assert {GpuPanel, ThroughputPanel, TimingPanel, RichLog} <= set(seen)
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press(*"GPU detail")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause(0.5)
+        assert isinstance(app.screen, GpuDetailScreen)
+
+
+async def test_the_configured_theme_is_used():
+    from dataclasses import replace
+
+    config = load_config(REPO / "specmon.toml")
+    config = replace(config, ui=replace(config.ui, theme="high-contrast"))
+    app = SpecmonApp(ReplayController(recorded_session()), config, clock=lambda: FROZEN_NOW)
+    assert app.theme == "specmon-high-contrast"
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("t")
+        assert app.theme == "specmon-light"
+
+
+async def test_log_follows_the_tail_unless_the_operator_scrolled_back():
+    from specmon.events import LogLine
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause(0.3)
+        view = app.main.query_one(LogPane).log_view
+        assert view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y
+        view.scroll_to(y=0, animate=False)
+        await pilot.pause(0.1)
+        for number in range(5):
+            app.controller.bus.publish(LogLine(text=f"new line {number}"))
+        await pilot.pause(0.4)
+        assert view.scroll_y == 0
+        view.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        app.controller.bus.publish(LogLine(text="one more line"))
+        await pilot.pause(0.4)
+        assert view.scroll_y == view.max_scroll_y
+        assert view.lines[-1].text == "one more line"

@@ -25,11 +25,9 @@ from specmon.events import (
 )
 from specmon.store import EventBus
 
-TRANSCRIPT = Path("/work/shared/reference/transcripts/sglang-0.5.9-eagle3-tp8.log")
-if not TRANSCRIPT.exists():  # CI checkouts carry the reference next to the repository
-    TRANSCRIPT = (
-        Path(__file__).resolve().parents[2] / "shared/reference/transcripts" / TRANSCRIPT.name
-    )
+# A copy of the reference transcript (/work/shared/reference/transcripts/), kept beside this
+# module so snapshots are the same on every machine.
+TRANSCRIPT = Path(__file__).resolve().parent / "tui_transcript_sglang-0.5.9-eagle3-tp8.log"
 
 T0 = 1_770_714_855.0  # 2026-02-10 09:14:15 UTC, the transcript's first rank line
 FROZEN_NOW = T0 + 600.0  # ten minutes after the launch

@@ -11,13 +11,11 @@ break and lines are cut at MAX_LINE_CHARS.
 from __future__ import annotations
 
 import codecs
-import dataclasses
 import re
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from itertools import compress, repeat
+from operator import itemgetter
 from typing import Any
 
 from specmon.backends import LogParser
@@ -63,28 +61,6 @@ def _rank_of(tags: str) -> int | None:
         if tag.startswith("TP") and tag[2:].isdigit():
             rank = int(tag[2:])
     return rank
-
-
-class _NumberTable(dict[str, float]):
-    """Number text -> value, for fields with few distinct values (token usage, accept len)."""
-
-    def __missing__(self, text: str) -> float:
-        value = float(text)
-        if len(self) >= 4096:
-            self.clear()
-        self[text] = value
-        return value
-
-
-class _IntTable(dict[str, int]):
-    """Integer text -> value, for small counts (#running-req, #queue-req)."""
-
-    def __missing__(self, text: str) -> int:
-        value = int(text)
-        if len(self) >= 4096:
-            self.clear()
-        self[text] = value
-        return value
 
 
 class _RankTable(dict[str, int | None]):
@@ -442,9 +418,6 @@ class SGLangLogParser(LogParser):
         self._chained = False  # a "During handling of the above exception" line was seen
         self._continuation_lines = 0
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
-        self._ranks = _RANKS
-        self._floats = _NumberTable()
-        self._ints = _IntTable()
         self.lines_seen = 0
         """Complete lines read so far (each `\\r` redraw counts as one)."""
 
@@ -521,47 +494,59 @@ class SGLangLogParser(LogParser):
         return [event]
 
     def _scan(self, text: str, events: list[Event], depth: int = 0) -> None:
-        """Complete lines -> events: template matches in bulk, the lines between one by one."""
-        if not self._templates or DECODE_SETTERS is None:
-            self._slow_lines(text, events)
+        """Complete lines -> events: lines in the current decode shape in bulk, others one by one.
+
+        One ``findall`` of the shape's template over the chunk gives a tuple of texts per line
+        (built in C); the decode lines' tuples become Decode events that convert their numbers
+        when first read (``Decode.from_texts``), so a decode line costs no Python bytecode here.
+        """
+        if not self._templates:
+            self._other_lines(text.split("\n"), events)
             return
         template = self._template_for(text)
-        # split() gives [gap, ten columns, gap, ten columns, ..., gap]; gaps hold other lines.
-        # The template starts at a newline (a literal prefix lets the regex engine skip ahead
-        # fast), so the chunk gets one in front, and one behind if it lacks it.
-        parts = template.pattern.split("\n" + text if text[-1:] == "\n" else f"\n{text}\n")
-        count = (len(parts) - 1) // _STRIDE
-        if count == 0:
-            self._slow_lines(text, events)
+        body = "\n" + text
+        rows = template.lines.findall(body, 0, len(body) - (text[-1:] == "\n"))
+        timestamps = list(map(_FIRST, rows))  # "" on each line the template did not take
+        count = len(rows)
+        others = timestamps.count("")
+        if others == count:
+            self._other_lines(list(map(_LINE, rows)), events)
             return
         if depth == 0 and template is not self._templates[0]:
             self._templates.remove(template)  # the next chunk most likely has this shape too
             self._templates.insert(0, template)
-        start = len(events)
-        try:
-            decodes: list[Decode | None] = self._decodes_by_column(template, parts, count)
-            malformed = False
-        except ValueError:  # a number that is not one, somewhere in the chunk
-            decodes = self._decodes_by_row(parts, count)
-            malformed = True
-        gaps = parts[0::_STRIDE]
+        decodes = Decode.from_texts(rows)  # one per row; those at other lines are dropped
+        if others == 0:
+            events.extend(decodes)
+            self._continuation_lines = 0  # decode lines are prefixed: whatever came before ended
+            self._chained = False
+            return
+        find_other = timestamps.index
         position = 0
-        for index in compress(range(count + 1), gaps):  # gaps are "" between decode lines
-            gap = gaps[index]
-            events.extend(decodes[position:index])  # type: ignore[arg-type]
-            position = index
-            if depth < _MAX_SCAN_DEPTH and gap.count("\n") > 16 and "Decode batch" in gap:
-                # Many lines in another decode shape (where a restarted server's new version
-                # begins, or two ranks' shapes): scan them in bulk too.
-                self._scan(gap, events, depth + 1)
-            else:
-                self._slow_lines(gap, events)
-            if index < count:  # a decode line (prefixed) follows: whatever came before ended
+        while position < count:
+            try:
+                start = find_other("", position)
+            except ValueError:
+                start = count
+            if start > position:
+                events.extend(decodes[position:start])
                 self._continuation_lines = 0
                 self._chained = False
-        events.extend(decodes[position:])  # type: ignore[arg-type]
-        if malformed:
-            events[start:] = [event for event in events[start:] if event is not None]
+            if start == count:
+                break
+            end = start + 1
+            while end < count and not timestamps[end]:
+                end += 1
+            lines = list(map(_LINE, rows[start:end]))
+            position = end
+            if depth < _MAX_SCAN_DEPTH and end - start > 16:
+                run = "\n".join(lines)
+                if "Decode batch" in run:
+                    # Many lines in another decode shape (where a restarted server's new
+                    # version begins, or two ranks' shapes): scan them in bulk too.
+                    self._scan(run, events, depth + 1)
+                    continue
+            self._other_lines(lines, events)
 
     def _template_for(self, text: str) -> DecodeTemplate:
         """The template for the last decode line of a text (learned if new), else the last
@@ -591,49 +576,8 @@ class SGLangLogParser(LogParser):
             del self._templates[_MAX_TEMPLATES:]
         return template
 
-    def _decodes_by_column(
-        self, template: DecodeTemplate, parts: list[str], count: int
-    ) -> list[Decode | None]:
-        """Decode events for every template match, built column by column.
-
-        Each column is converted and written into the new objects' slots by ``map`` in C,
-        which is what makes the bulk path several times cheaper than a loop per line.
-        """
-        (s_ts, s_rank, s_run, s_tok, s_use, s_al, s_ar, s_cg, s_gen, s_q) = DECODE_SETTERS  # type: ignore[misc]
-        ints, floats = self._ints.__getitem__, self._floats.__getitem__
-        decodes = list(map(object.__new__, repeat(Decode, count)))
-        _drain(map(s_ts, decodes, parts[1::_STRIDE]))
-        _drain(map(s_rank, decodes, _column(parts[2::_STRIDE], self._ranks.__getitem__)))
-        _drain(map(s_run, decodes, map(ints, parts[3::_STRIDE])))
-        _drain(map(s_tok, decodes, map(int, parts[4::_STRIDE])))
-        _drain(map(s_use, decodes, map(floats, parts[5::_STRIDE])))
-        accept_len = (
-            map(floats, parts[6::_STRIDE]) if template.has_accept_len else repeat(None, count)
-        )
-        _drain(map(s_al, decodes, accept_len))
-        accept_rate = (
-            map(floats, parts[7::_STRIDE]) if template.has_accept_rate else repeat(None, count)
-        )
-        _drain(map(s_ar, decodes, accept_rate))
-        graph = (
-            _column(parts[8::_STRIDE], "True".__eq__) if template.has_graph else repeat(None, count)
-        )
-        _drain(map(s_cg, decodes, graph))
-        _drain(map(s_gen, decodes, map(float, parts[9::_STRIDE])))
-        _drain(map(s_q, decodes, map(ints, parts[10::_STRIDE])))
-        return decodes  # type: ignore[return-value]
-
-    def _decodes_by_row(self, parts: list[str], count: int) -> list[Decode | None]:
-        """The careful twin of the column path: None where a line's numbers do not read."""
-        return [
-            _decode_from_columns(columns, self._ranks[columns[1]])
-            for columns in zip(
-                *(parts[column::_STRIDE] for column in range(1, _STRIDE)), strict=True
-            )
-        ]
-
-    def _slow_lines(self, text: str, events: list[Event]) -> None:
-        for line in text.split("\n"):
+    def _other_lines(self, lines: list[str], events: list[Event]) -> None:
+        for line in lines:
             if line:
                 event = self._decode_line(line) if "Decode batch" in line else self._line(line)
                 if event is not None:
@@ -647,10 +591,8 @@ class SGLangLogParser(LogParser):
             if match is not None:
                 self._continuation_lines = 0  # a prefixed line, as in _line
                 self._chained = False
-                groups = match.groups()
-                return _decode_from_columns(groups, self._ranks[groups[1]])
-        if DECODE_SETTERS is not None:
-            self._learn_template(line)
+                return _decode_from_columns(match.groups())
+        self._learn_template(line)
         return self._line(raw)
 
     def _line(self, raw: str) -> Event | None:
@@ -726,8 +668,11 @@ class SGLangLogParser(LogParser):
 #
 # One SGLang version writes every decode line in the same shape, so the first decode line
 # of a shape is read field by field and turned into an anchored regex for that exact shape.
-# Whole chunks are then split by it in C; lines in another shape (or anything odd) take the
-# field-by-field path, which gives the same event where the template would have matched.
+# Whole chunks are then cut by it in C (one tuple of texts per line); lines in another shape
+# (or anything odd) take the field-by-field path, which gives the same event where the
+# template would have matched. The template's number patterns only take texts that int() and
+# float() read (ASCII digits, ints under 20 digits), which is what lets Decode convert them
+# later without a chance of failing: any other text makes the line miss the template.
 
 _DECODE_ROLES: dict[str, str] = {
     "#running-req": "running",
@@ -740,8 +685,8 @@ _DECODE_ROLES: dict[str, str] = {
     "gen throughput (token/s)": "gen",
     "#queue-req": "queue",
 }
-# Every template captures these, in this order, after the timestamp and rank tags; a field
-# the shape lacks is an empty group, so all templates split a chunk into the same columns.
+# Every template captures these, in this order, after the timestamp and TP rank; a field the
+# shape lacks is an empty group, so every template's rows have the same columns.
 _CANONICAL_ROLES = (
     "running",
     "tokens",
@@ -752,14 +697,19 @@ _CANONICAL_ROLES = (
     "gen",
     "queue",
 )
+_INT_VALUE = r"(\d{1,19})"
+_FLOAT_VALUE = r"(\d+(?:\.\d*)?)"
 _ROLE_VALUE_PATTERNS = {
-    "running": r"(\d+)",
-    "tokens": r"(\d+)",
-    "queue": r"(\d+)",
+    "running": _INT_VALUE,
+    "tokens": _INT_VALUE,
+    "queue": _INT_VALUE,
     "graph": r"(\w+)",
 }
 _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
-_TEMPLATE_HEAD = rf"\n\[({_TS})([ A-Z_\d]*)\] Decode batch"
+# The rank is the digits of the last `TPn` tag (as _rank_of reads the tags), "" without one.
+_TEMPLATE_HEAD = (
+    rf"\[({_TS})(?:(?:[ A-Z_\d]* )?TP({_INT_VALUE[1:-1]})(?![A-Z_\d]))?[ A-Z_\d]*\] Decode batch"
+)
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8
 _MAX_SCAN_DEPTH = 3
@@ -767,18 +717,17 @@ _MAX_SCAN_DEPTH = 3
 
 @dataclass(frozen=True, slots=True)
 class DecodeTemplate:
-    """One decode-line shape: its anchored regex (ten groups) and which columns it has."""
+    """One decode-line shape: its anchored regex (ten groups) and the same for whole texts."""
 
     pattern: re.Pattern[str]  # `\n[ts tags] Decode batch, ...` up to (not into) the next `\n`
-    has_accept_len: bool
-    has_accept_rate: bool
-    has_graph: bool
+    lines: re.Pattern[str]  # every `\n` + line: the ten groups, or else the line in group 11
 
     def matches(self, line: str) -> bool:
         return self.pattern.match(f"\n{line}\n") is not None
 
 
-_STRIDE = 1 + _TEMPLATE_GROUPS  # one gap and ten columns per match in `pattern.split()`
+_FIRST = itemgetter(0)  # a row's timestamp: "" when the template did not take the line
+_LINE = itemgetter(_TEMPLATE_GROUPS)  # a row's line text when the template did not take it
 _template_cache: dict[tuple[str, tuple[str, ...], bool], DecodeTemplate | None] = {}
 
 
@@ -814,7 +763,7 @@ def _build_template(head: str, keys: list[str], trailing: bool) -> DecodeTemplat
             fields.append(re.escape(key) + r": [^,\n]*")
             continue
         empty_columns = "()" * (position - next_role)
-        value = _ROLE_VALUE_PATTERNS.get(role or "", r"([\d.]+)")
+        value = _ROLE_VALUE_PATTERNS.get(role or "", _FLOAT_VALUE)
         fields.append(empty_columns + re.escape(key) + ": " + value)
         next_role = position + 1
     if next_role != len(_CANONICAL_ROLES):
@@ -825,21 +774,19 @@ def _build_template(head: str, keys: list[str], trailing: bool) -> DecodeTemplat
     if not all(role in present for role in _REQUIRED_ROLES):
         return None
     separator = re.escape(head.rstrip()[-1]) + " "
-    pattern = (
+    line = (
         _TEMPLATE_HEAD
         + (r" \[\d+\]" if "[" in head else "")
         + separator
         + ", ".join(fields)
-        + (", (?=\n)" if trailing else "(?=\n)")
+        + (", " if trailing else "")
     )
-    compiled = re.compile(pattern)
+    # ASCII: \d takes no other digits, so every captured number reads with int()/float().
+    compiled = re.compile(rf"\n{line}(?=\n)", re.ASCII)
     if compiled.groups != _TEMPLATE_GROUPS:
         return None
     return DecodeTemplate(
-        pattern=compiled,
-        has_accept_len="accept_len" in present,
-        has_accept_rate="accept_rate" in present,
-        has_graph="graph" in present,
+        pattern=compiled, lines=re.compile(rf"\n(?:{line}(?![^\n])|([^\n]*))", re.ASCII)
     )
 
 
@@ -851,9 +798,9 @@ _DEFAULT_TEMPLATE = decode_template(
 """The 0.5.9 shape (the transcripts'); a parser starts with it and learns others."""
 
 
-def _decode_from_columns(columns: tuple[str, ...] | list[str], rank: int | None) -> Decode | None:
-    """A Decode from a template's ten columns, tolerant of malformed numbers."""
-    ts, _, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = columns
+def _decode_from_columns(columns: tuple[str | None, ...]) -> Decode | None:
+    """A Decode from a template match's ten groups, tolerant of malformed numbers."""
+    ts, rank, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = columns
     running_req, token_count, queue_req = _int(running), _int(tokens), _int(queue)
     token_usage, gen_throughput = _float(usage), _float(gen)
     if (
@@ -866,7 +813,7 @@ def _decode_from_columns(columns: tuple[str, ...] | list[str], rank: int | None)
         return None
     return Decode(
         ts=ts,
-        rank=rank,
+        rank=_int(rank),
         running_req=running_req,
         tokens=token_count,
         token_usage=token_usage,
@@ -876,51 +823,6 @@ def _decode_from_columns(columns: tuple[str, ...] | list[str], rank: int | None)
         queue_req=queue_req,
         cuda_graph=(graph == "True") if graph else None,
     )
-
-
-# --- building Decode events quickly ----------------------------------------------------------
-
-_DECODE_ARGS = (
-    "ts",
-    "rank",
-    "running_req",
-    "tokens",
-    "token_usage",
-    "accept_len",
-    "accept_rate",
-    "cuda_graph",
-    "gen_throughput",
-    "queue_req",
-)
-"""Decode's fields in template column order."""
-
-
-def _decode_slot_setters() -> tuple[Callable[[Any, Any], None], ...] | None:
-    """Slot setters for Decode, or None when its fields are not the ones the hot path fills.
-
-    A frozen dataclass sets each field through ``object.__setattr__`` after keyword parsing;
-    writing the slots directly builds an equal object in about half the time. Should Decode
-    gain a field, this returns None and every decode line takes the ordinary constructor.
-    """
-    names = tuple(f.name for f in dataclasses.fields(Decode))
-    if sorted(names) != sorted(_DECODE_ARGS) or not hasattr(Decode, "__slots__"):
-        return None
-    return tuple(getattr(Decode, name).__set__ for name in _DECODE_ARGS)
-
-
-DECODE_SETTERS = _decode_slot_setters()
-_drain = deque(maxlen=0).extend
-
-
-def _column(texts: list[str], convert: Callable[[str], Any]) -> Iterator[Any]:
-    """Converted values of a column; one conversion when every text is the same (rank tags
-    and `cuda graph` usually are), which a C-level count finds cheaply."""
-    if texts.count(texts[0]) == len(texts):
-        return repeat(convert(texts[0]), len(texts))
-    return map(convert, texts)
-
-
-"""Runs an iterator to its end in C, keeping nothing: drives the column writers."""
 
 
 # --- summaries -----------------------------------------------------------------------------

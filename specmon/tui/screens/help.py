@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
 
 from rich.table import Table
@@ -10,6 +11,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
+
+from specmon.tui.commands import PALETTE_ACTIONS
 
 EXTRA_KEYS: tuple[tuple[str, str], ...] = (
     ("tab / shift+tab", "move between panels"),
@@ -27,7 +30,7 @@ class HelpScreen(ModalScreen[None]):
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 64; max-width: 95%; height: auto; max-height: 90%;
+    HelpScreen > VerticalScroll { width: 90; max-width: 95%; height: auto; max-height: 90%;
                                   border: thick $primary; background: $panel; padding: 0 1; }
     """
 
@@ -43,7 +46,13 @@ class HelpScreen(ModalScreen[None]):
 
     def rows(self) -> list[tuple[str, str]]:
         """(key, what it does) for every binding, then Textual's own keys."""
-        return [(key_label(b.key), b.description) for b in self.bindings] + list(EXTRA_KEYS)
+        details = {action: re.sub(r" \([^)]*\)$", "", text) for _, text, action in PALETTE_ACTIONS}
+        rows = []
+        for binding in self.bindings:
+            detail = details.get(str(binding.action))
+            text = f"{binding.description}: {detail}" if detail else binding.description
+            rows.append((key_label(binding.key), text))
+        return rows + list(EXTRA_KEYS)
 
     def compose(self) -> ComposeResult:
         self.table = Table(box=None, show_header=False, padding=(0, 2), expand=True)

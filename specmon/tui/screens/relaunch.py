@@ -7,6 +7,7 @@ anything is wrong, so an invalid launch cannot be submitted. A restart costs min
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -24,6 +25,7 @@ from specmon.launch import (
     FORM_EXTRA_ARGS,
     FORM_EXTRA_ENV,
     FORM_FIELDS,
+    FORM_FLAG_FIELDS,
     NCCL_ALGO_VALUES,
     NCCL_P2P_LEVEL_VALUES,
     NCCL_PROTO_VALUES,
@@ -165,6 +167,15 @@ class RelaunchScreen(ModalScreen[None]):
             for key, value in form_values(running).items():
                 if key not in (FORM_EXTRA_ARGS, FORM_EXTRA_ENV):
                     values[key] = value
+            # flags the run was launched with beyond the profile's (e.g. the demo's free
+            # port) stay, so relaunching changes only what the operator edits
+            extra = list(profile.extra_args)
+            for item in running.flag_items():
+                if item.name in FORM_FLAG_FIELDS or running.flag(item.name) == spec.flag(item.name):
+                    continue
+                value = running.flag(item.name)
+                extra += [f"--{item.name}"] + ([value] if value else [])
+            values[FORM_EXTRA_ARGS] = shlex.join(extra)
         with self.prevent(Input.Changed, Select.Changed):
             for key, value in values.items():
                 self.set_field(key, value)

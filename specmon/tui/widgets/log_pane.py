@@ -78,7 +78,10 @@ class LogPane(Vertical):
                 batch.append_text(style_line(line.text))
                 count += 1
         if count:
-            self.log_view.write(batch)
+            view = self.log_view
+            # follow the tail only while the operator is at the bottom: reading back stays put
+            at_end = view.max_scroll_y == 0 or view.scroll_y >= view.max_scroll_y - 1
+            view.write(batch, scroll_end=at_end)
 
     def show_all(self, lines: Iterable[LogLine]) -> None:
         """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""
