@@ -15,7 +15,8 @@ writes per tick, measured rather than scaled.
 
     python3 benchmarks/agent_cost.py --out /tmp/cost [--window 36] [--baseline OLD_AGENT.py]
         [--load] [--skip-smi]
-Writes agent_cost.json and prints it.
+    python3 benchmarks/agent_cost.py --recompute docs/gpu-agent-h200/agent_cost_x2_run5.json
+Writes agent_cost.json and prints it; --recompute re-derives the 8-GPU figures of a stored one.
 """
 
 from __future__ import annotations
@@ -465,30 +466,41 @@ def links_ms_per_s(read_ms_per_gpu: float, gpus: int, interval: float) -> float:
 def extrapolate_after(
     run: dict[str, Any], emulated: dict[str, Any] | None, read_ms_per_gpu: float | None
 ) -> dict[str, Any]:
-    """8 GPUs at the run's rate, two ways, both plus the links thread's share for 8 GPUs.
+    """8 GPUs at the run's rate, up to three ways, each plus the links thread's share for 8
+    GPUs (capped by the agent at LINK_CPU_SHARE of a core).
 
-    scaled: the run's measured cost less its links thread, plus for each further GPU its
-    share of the main thread's NVML reads and, counted wholly per GPU though part of it is
-    fixed, of the JSON encoding and the write (so an upper estimate).
-    emulated: the tick loop measured with 8 GPU entries (each real GPU read several times).
+    emulated: the tick loop measured with 8 GPU entries (each real GPU read several times;
+    a GPU read again within microseconds may cost less than a distinct GPU would).
+    per_gpu: the run's measured cost less its links thread, plus per further GPU the run's
+    NVML reads per GPU (the average over its distinct GPUs, the first one's cold start
+    included) and the JSON and write per GPU that the emulated loop adds over the run.
+    per_gpu_conservative: the same, but the run's whole JSON and write counted per GPU.
     """
     report = run["cpu_report"]
     gpus = run["gpus"]
     rate = report["rate_hz"]
-    interval = report["link_interval_s"]
     main = report["main_thread_ms_per_tick"]
-    per_gpu_tick = (main["sample"] + main["encode"] + main["write"]) / gpus
     read_ms = read_ms_per_gpu or report["links"]["cpu_ms_per_gpu_read"] or 0.0
-    links = links_ms_per_s(read_ms, TARGET_GPUS, interval)
-    ticking = {
-        "scaled": run["cpu_ms_per_tick"]
-        - report["links"]["cpu_ms_per_tick"]
-        + (TARGET_GPUS - gpus) * per_gpu_tick
-    }
+    links = links_ms_per_s(read_ms, TARGET_GPUS, report["link_interval_s"])
+    without_links = run["cpu_ms_per_tick"] - report["links"]["cpu_ms_per_tick"]
+    sample_per_gpu = main["sample"] / gpus
+    line_per_gpu = {"per_gpu_conservative": (main["encode"] + main["write"]) / gpus}
+    ticking: dict[str, float] = {}
     if emulated and "cpu_ms_per_tick" in emulated:
         ticking["emulated"] = emulated["cpu_ms_per_tick"]
+        emulated_line = emulated["main_thread_ms_per_tick"]
+        line_per_gpu["per_gpu"] = max(
+            0.0,
+            (emulated_line["encode"] + emulated_line["write"] - main["encode"] - main["write"])
+            / (emulated["gpus"] - gpus),
+        )
+    for label in ("per_gpu", "per_gpu_conservative"):
+        if label in line_per_gpu:
+            extra = (TARGET_GPUS - gpus) * (sample_per_gpu + line_per_gpu[label])
+            ticking[label] = without_links + extra
     out: dict[str, Any] = {
-        "per_gpu_tick_ms": round(per_gpu_tick, 4),
+        "nvml_reads_ms_per_gpu_per_tick": round(sample_per_gpu, 4),
+        "line_ms_per_gpu_per_tick": {k: round(v, 4) for k, v in line_per_gpu.items()},
         "link_read_ms_per_gpu": round(read_ms, 4),
         "links_ms_per_s_8_gpus": round(links, 4),
     }
@@ -564,7 +576,13 @@ def count_gpus() -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path, help="folder for agent_cost.json (required)")
+    parser.add_argument(
+        "--recompute",
+        type=Path,
+        metavar="JSON",
+        help="print the 8-GPU extrapolations of a stored agent_cost.json, measure nothing",
+    )
     parser.add_argument("--window", type=float, default=36.0, help="seconds measured per run")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds before the window")
     parser.add_argument("--baseline", type=Path, help="an older agent.py to measure alike")
@@ -572,6 +590,12 @@ def main() -> int:
     parser.add_argument("--skip-smi", action="store_true", help="no nvidia-smi measurements")
     parser.add_argument("--rounds", type=int, default=20, help="spaced in-process rounds")
     args = parser.parse_args()
+    if args.recompute is not None:
+        stored = json.loads(args.recompute.read_text())
+        print(json.dumps(extrapolations(stored), indent=2))
+        return 0
+    if args.out is None:
+        parser.error("--out is required unless --recompute is given")
     args.out.mkdir(parents=True, exist_ok=True)
     out_file = args.out / "agent_cost.json"
     result: dict[str, Any] = {"date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}

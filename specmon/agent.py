@@ -113,7 +113,7 @@ DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
 DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
 # Where one pass over the link counters costs more CPU than this share of a core allows at
-# --pcie-interval, the passes space out further (8 H200s with NVLink: ~29 ms a pass).
+# --pcie-interval, the passes space out further (8 H200s with NVLink: ~28 ms a pass).
 LINK_CPU_SHARE = 0.001
 SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
@@ -492,7 +492,7 @@ class NvmlSampler:
         """Whether any NVLink of this GPU is up; None when NVML cannot say.
 
         The NVLink byte counters answer even with every link down (zeros), and on an H200
-        they cost ~0.7 ms of CPU per field per read: asking the link states once spares that.
+        the two cost ~2.6 ms of CPU a read: asking the link states once spares that.
         """
         get_state = getattr(self.nvml, "nvmlDeviceGetNvLinkState", None)
         if get_state is None:
@@ -512,8 +512,9 @@ class NvmlSampler:
         return False if answered else None
 
     # -- PCIe and NVLink rates, on their own thread and cadence --
-    # Reading the byte counters costs ~0.6 ms of CPU per GPU on an H200 (measured), and the
-    # blocking PCIe query ~20 ms of wall per call: neither belongs in a 4-10 Hz tick.
+    # Reading the byte counters costs 2.5-3.6 ms of CPU per GPU on an H200 with NVLink up
+    # (0.8 ms for PCIe alone; measured, docs/gpu-agent.md), and the blocking PCIe query
+    # ~20 ms of wall per call: neither belongs in a 4-10 Hz tick.
 
     def _link_rates(self, gpu: _Gpu) -> tuple[float | None, ...]:
         rates = self._read_counters(gpu)
@@ -1138,7 +1139,8 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_PCIE_INTERVAL_S,
         metavar="S",
-        help="seconds between PCIe and NVLink rate reads, which run apart from the tick",
+        help="seconds between PCIe and NVLink rate reads, which run apart from the tick "
+        "(longer where one read costs more than 0.1%% of a core)",
     )
     parser.add_argument(
         "--processes-interval",

@@ -244,6 +244,11 @@ class HostSession(HostController):
     def profiles(self) -> list[str]:
         return sorted(self._profiles)
 
+    def add_profile(self, name: str, profile: Any) -> None:
+        """Offer ``profile`` under ``name`` from now on (replacing one of that name): a profile
+        saved from the console's relaunch form is launchable without restarting specmon."""
+        self._profiles[name] = profile
+
     async def start(self, *, streams: bool = True) -> None:
         """Connect and install the helper; with ``streams`` (the default) also reattach a live
         run and start the log tail, HTTP polling, the GPU agent and reconnection. Without,

@@ -27,6 +27,7 @@ from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
 from specmon.tui.messages import RelaunchRequested
 from specmon.tui.screens.confirm import ConfirmScreen
+from specmon.tui.screens.experiments import ExperimentsScreen
 from specmon.tui.screens.gpu_detail import GpuDetailScreen
 from specmon.tui.screens.help import HelpScreen
 from specmon.tui.screens.history_charts import HistoryScreen
@@ -57,6 +58,7 @@ class SpecmonApp(App[int]):
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
         Binding("r", "relaunch", "Relaunch"),
+        Binding("e", "experiments", "Experiments"),
         Binding("s", "stop", "Stop"),
         Binding("l", "focus_log", "Focus the server log", show=False),
         Binding("slash", "filter_log", "Filter the server log", show=False),
@@ -83,6 +85,7 @@ class SpecmonApp(App[int]):
         self.relaunch_in_progress = False
         self.session_history = SessionHistory()
         self.main = MainScreen(controller.host_label)
+        self.experiments: ExperimentsScreen | None = None  # installed on first `e`; kept
         self._queue: asyncio.Queue[tuple[float, Event]] | None = None
         self._closed = False
         self._ticks = 0
@@ -175,7 +178,18 @@ class SpecmonApp(App[int]):
 
     # --- actions -------------------------------------------------------------------------------
 
+    @property
+    def sweep_running(self) -> bool:
+        return self.experiments is not None and self.experiments.running
+
     async def action_quit(self) -> None:
+        if self.sweep_running and self.experiments is not None:
+            question = (
+                f"A {self.experiments.describe_running()} is running. Quit anyway? The sweep "
+                "stops now and stays resumable: start the same grid again."
+            )
+            self.push_screen(ConfirmScreen(question, "Quit"), self._quit_if)
+            return
         if self.relaunch_in_progress:
             self.push_screen(
                 ConfirmScreen("A relaunch is in progress. Quit anyway?", "Quit"),
@@ -189,6 +203,8 @@ class SpecmonApp(App[int]):
             await self._quit()
 
     async def _quit(self) -> None:
+        if self.experiments is not None:
+            await self.experiments.stop_sweep()  # marked interrupted before the session closes
         await self.close_controller()
         self.exit(return_code=0)
 
@@ -202,11 +218,33 @@ class SpecmonApp(App[int]):
         if self.relaunch_in_progress:
             self.notify("A relaunch is already in progress.", severity="warning")
             return
+        if self._sweep_blocks("relaunch"):
+            return
         if isinstance(self.screen, RelaunchScreen):
             return
         self.push_screen(RelaunchScreen(self.controller, self.config))
 
+    def _sweep_blocks(self, what: str) -> bool:
+        """A sweep relaunches the server itself; a manual relaunch or stop would spoil a point."""
+        if self.sweep_running:
+            self.notify(
+                f"A sweep is running; cancel it on the Experiments screen (e) before you {what}.",
+                severity="warning",
+            )
+            return True
+        return False
+
+    def action_experiments(self) -> None:
+        if isinstance(self.screen, ExperimentsScreen):
+            return
+        if self.experiments is None:
+            self.experiments = ExperimentsScreen(self.controller, self.config)
+            self.install_screen(self.experiments, name="experiments")
+        self.push_screen("experiments")
+
     def action_stop(self) -> None:
+        if self._sweep_blocks("stop the server"):
+            return
         store = self.controller.bus.store
         if store.run is None or store.run_state in ("stopped", "stopping"):
             self.notify("No server run to stop.", severity="warning")

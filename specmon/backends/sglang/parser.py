@@ -44,7 +44,8 @@ _CONTINUATION_MAX_LINES = 50
 
 # --- line prefixes ------------------------------------------------------------------------
 
-_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
+# `(?:x|)` rather than `(?:x)?`: the same match, but sre runs a group's `?` as a costly REPEAT.
+_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6}|)"
 # SGLang's `[%(asctime)s{.ms}{ DP0 PP0 TP3 EP3}] ` and uvicorn's `[%(asctime)s] INFO:     `.
 # Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `. Searched near
 # the start of a line, so a line wrapped by journald or a container runtime still parses.
@@ -55,10 +56,12 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
 
 
 def _rank_of(tags: str) -> int | None:
-    """The TP rank in a prefix's tags (` DP0 TP3 EP3` -> 3); None when the prefix has no TP."""
+    """The TP rank in a prefix's tags (` DP0 TP3 EP3` -> 3); None when the prefix has no TP.
+
+    The last `TPn` tag counts, and only with 1 to 19 digits, as in the decode templates."""
     rank = None
     for tag in tags.split():
-        if tag.startswith("TP") and tag[2:].isdigit():
+        if tag.startswith("TP") and tag[2:].isdigit() and len(tag) <= 21:
             rank = int(tag[2:])
     return rank
 
@@ -438,7 +441,6 @@ class SGLangLogParser(LogParser):
         if cut < 0:
             self._hold(text)
             return self._eager_shard()
-        self.lines_seen += text.count("\n")
         events: list[Event] = []
         start = 0
         if self._pending or self._discarding_overlong:
@@ -447,12 +449,12 @@ class SGLangLogParser(LogParser):
             first = "" if self._discarding_overlong else text[: start - 1]
             joined = self._pending + first
             self._pending, self._discarding_overlong = "", False
-            self._scan(joined, events)
+            self.lines_seen += self._scan(joined, events)
         # Whole chunks that end in a newline (live tails) are scanned without a copy.
         complete = text if start == 0 and cut == len(text) - 1 else text[start : cut + 1]
         self._hold(text[cut + 1 :])
         if complete:
-            self._scan(complete, events)
+            self.lines_seen += self._scan(complete, events)
         events.extend(self._eager_shard())
         return events
 
@@ -464,8 +466,7 @@ class SGLangLogParser(LogParser):
         self._discarding_overlong = False
         events: list[Event] = []
         if rest:
-            self.lines_seen += 1
-            self._scan(rest, events)
+            self.lines_seen += self._scan(rest, events)
         return events
 
     # -- chunk handling ---------------------------------------------------------------------
@@ -493,16 +494,20 @@ class SGLangLogParser(LogParser):
         self._last_shard = key
         return [event]
 
-    def _scan(self, text: str, events: list[Event], depth: int = 0) -> None:
-        """Complete lines -> events: lines in the current decode shape in bulk, others one by one.
+    def _scan(self, text: str, events: list[Event], depth: int = 0) -> int:
+        """Complete lines -> events: lines in the current decode shape in bulk, others one by
+        one. Returns the number of lines (a final newline ends the last one, it adds none).
 
         One ``findall`` of the shape's template over the chunk gives a tuple of texts per line
         (built in C); the decode lines' tuples become Decode events that convert their numbers
         when first read (``Decode.from_texts``), so a decode line costs no Python bytecode here.
         """
         if not self._templates:
-            self._other_lines(text.split("\n"), events)
-            return
+            lines = text.split("\n")
+            if text[-1:] == "\n":
+                lines.pop()
+            self._other_lines(lines, events)
+            return len(lines)
         template = self._template_for(text)
         body = "\n" + text
         rows = template.lines.findall(body, 0, len(body) - (text[-1:] == "\n"))
@@ -511,7 +516,7 @@ class SGLangLogParser(LogParser):
         others = timestamps.count("")
         if others == count:
             self._other_lines(list(map(_LINE, rows)), events)
-            return
+            return count
         if depth == 0 and template is not self._templates[0]:
             self._templates.remove(template)  # the next chunk most likely has this shape too
             self._templates.insert(0, template)
@@ -520,7 +525,7 @@ class SGLangLogParser(LogParser):
             events.extend(decodes)
             self._continuation_lines = 0  # decode lines are prefixed: whatever came before ended
             self._chained = False
-            return
+            return count
         find_other = timestamps.index
         position = 0
         while position < count:
@@ -547,6 +552,7 @@ class SGLangLogParser(LogParser):
                     self._scan(run, events, depth + 1)
                     continue
             self._other_lines(lines, events)
+        return count
 
     def _template_for(self, text: str) -> DecodeTemplate:
         """The template for the last decode line of a text (learned if new), else the last
@@ -698,7 +704,8 @@ _CANONICAL_ROLES = (
     "queue",
 )
 _INT_VALUE = r"(\d{1,19})"
-_FLOAT_VALUE = r"(\d+(?:\.\d*)?)"
+_FLOAT_VALUE = r"(\d+\.?\d*)"
+_DECIMALS = re.compile(r"\d+\.(\d{1,6})", re.ASCII)
 _ROLE_VALUE_PATTERNS = {
     "running": _INT_VALUE,
     "tokens": _INT_VALUE,
@@ -708,7 +715,7 @@ _ROLE_VALUE_PATTERNS = {
 _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
 # The rank is the digits of the last `TPn` tag (as _rank_of reads the tags), "" without one.
 _TEMPLATE_HEAD = (
-    rf"\[({_TS})(?:(?:[ A-Z_\d]* )?TP({_INT_VALUE[1:-1]})(?![A-Z_\d]))?[ A-Z_\d]*\] Decode batch"
+    rf"\[({_TS})(?:(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*\] Decode batch"
 )
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8
@@ -739,31 +746,45 @@ def decode_template(head: str, tail: str) -> DecodeTemplate | None:
     if trailing:
         items.pop()
     keys: list[str] = []
+    decimals: list[int | None] = []  # per field: digits after the point of a `12.34` value
     for item in items:
-        key, sep, _ = item.partition(": ")
+        key, sep, value = item.partition(": ")
         if not sep or not key or "\n" in key:
             return None
         keys.append(key)
-    shape = (re.sub(r"\d+", "N", head), tuple(keys), trailing)
+        point = _DECIMALS.fullmatch(value)
+        decimals.append(len(point.group(1)) if point else None)
+    shape = (re.sub(r"\d+", "N", head), tuple(keys), trailing, tuple(decimals))
     if shape in _template_cache:
         return _template_cache[shape]
-    template = _build_template(head, keys, trailing)
+    template = _build_template(head, keys, trailing, decimals)
     if len(_template_cache) < 256:
         _template_cache[shape] = template
     return template
 
 
-def _build_template(head: str, keys: list[str], trailing: bool) -> DecodeTemplate | None:
+def _float_pattern(places: int | None) -> str:
+    """A float column's pattern. SGLang prints them with `:.2f`, and `\\d+\\.\\d\\d` costs sre
+    less than the general form (one repeat instead of three); other texts miss the template
+    and take the field-by-field path."""
+    if places is None:
+        return _FLOAT_VALUE
+    return r"(\d+\." + r"\d" * places + ")"
+
+
+def _build_template(
+    head: str, keys: list[str], trailing: bool, decimals: list[int | None]
+) -> DecodeTemplate | None:
     fields: list[str] = []
     next_role = 0  # index into _CANONICAL_ROLES of the next column to capture
-    for key in keys:
+    for key, places in zip(keys, decimals, strict=True):
         role = _DECODE_ROLES.get(key) or ("graph" if key.endswith(" graph") else None)
         position = _CANONICAL_ROLES.index(role) if role is not None else -1
         if position < next_role:  # not a column, or a repeat (`#swa token` after `#token`)
             fields.append(re.escape(key) + r": [^,\n]*")
             continue
         empty_columns = "()" * (position - next_role)
-        value = _ROLE_VALUE_PATTERNS.get(role or "", _FLOAT_VALUE)
+        value = _ROLE_VALUE_PATTERNS.get(role or "") or _float_pattern(places)
         fields.append(empty_columns + re.escape(key) + ": " + value)
         next_role = position + 1
     if next_role != len(_CANONICAL_ROLES):

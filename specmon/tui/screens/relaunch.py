@@ -303,7 +303,16 @@ class RelaunchScreen(ModalScreen[None]):
             self.notify(str(exc), title="Not saved", severity="error", timeout=15)
             return
         self.config.profiles[name] = new_profile
-        self.notify(f"Saved profile {name!r} to {path}", title="Saved")
+        offer = getattr(self.controller, "add_profile", None)
+        if offer is not None:  # the host session keeps its own copy of the profiles
+            offer(name, new_profile)
+        if name not in self.profile_names:
+            self.profile_names = sorted([*self.profile_names, name])
+            select = self.query_one("#profile", Select)
+            with self.prevent(Select.Changed):
+                select.set_options([(p, p) for p in self.profile_names])
+                select.value = self.profile_name
+        self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
 
 
 def profile_from_form(profile: Any, name: str, values: dict[str, str]) -> Any:

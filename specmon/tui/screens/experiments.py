@@ -1,0 +1,476 @@
+"""The `e` screen: run a sweep (the grid of `specmon sweep`) from the console and watch it fill in.
+
+The form is checked on every change with the sweep's own rules (``parse_grid``,
+``plan_points``, ``BenchSettings.validate``); an invalid grid cannot be started. Start runs
+``SweepRunner`` in a worker on the app's event loop (the ledger's sqlite connection lives on
+that thread), so the UI never blocks; the host session relaunches the server per point and the
+main screen's panels keep showing the loading and live state meanwhile. The app installs this
+screen once, so leaving it with Esc does not stop a running sweep; a cancelled or interrupted
+sweep stays resumable: starting the same grid again skips the finished points.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
+
+from specmon.bench.runner import BenchSettings
+from specmon.controller import HostController
+from specmon.errors import SpecmonError
+from specmon.ledger import Baseline, Ledger
+from specmon.sweep import (
+    PointBenchmarking,
+    PointFinished,
+    PointLoading,
+    PointRetrying,
+    PointSkipped,
+    PointStarted,
+    SweepFinished,
+    SweepPlan,
+    SweepPoint,
+    SweepPointResult,
+    SweepStarted,
+    parse_grid,
+    plan_points,
+)
+from specmon.tui.screens.confirm import ConfirmScreen
+from specmon.tui.widgets.sweep_plot import SweepPlot, choose_x_axis
+from specmon.tui.widgets.sweep_table import SweepTable, loading_status
+
+GRID_PLACEHOLDER = "speculative-num-steps=1,2,3\nNCCL_PROTO=LL,Simple"
+SETTING_FIELDS: tuple[tuple[str, str, int], ...] = (
+    ("requests", "requests", 5),
+    ("max-tokens", "max tokens", 256),
+    ("concurrency", "concurrency", 1),
+    ("warmup", "warm-up", 2),
+)
+NO_BASELINE = (
+    "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
+    "shown (tick “measure the baseline first”)"
+)
+
+
+def host_python(controller: HostController) -> str:
+    """The interpreter a profile's "{python}" means on this host (as the session launches)."""
+    transport = getattr(controller, "transport", None)
+    if transport is not None and getattr(transport, "is_local", False):
+        return sys.executable
+    options = getattr(controller, "options", None)
+    return str(getattr(options, "python", None) or "python3")
+
+
+def grid_lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def console_grid_message(message: str) -> str:
+    """The sweep's messages speak of ``--grid`` options; the form has lines instead."""
+    message = re.sub(r"^--grid (?=['\"])", "line ", message)
+    message = message.replace(
+        "list all its values in one --grid", "list all its values on one line"
+    )
+    message = message.replace("--grid: ", "grid: ")
+    return message.replace("give at least one --grid", "enter at least one line")
+
+
+class ExperimentsScreen(Screen[None]):
+    """Form, live point table and tok/s plot of one sweep at a time."""
+
+    CSS_PATH = "experiments.tcss"
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("ctrl+s", "start", "Start sweep"),
+        Binding("ctrl+x", "cancel_sweep", "Cancel sweep…"),
+    ]
+
+    def __init__(self, controller: HostController, config: Any) -> None:
+        super().__init__()
+        self.controller = controller
+        self.config = config
+        self.plan: SweepPlan | None = None
+        self.points: list[SweepPoint] = []
+        self.problems: dict[str, str] = {}
+        self.running = False
+        self.sweep_id: int | None = None
+        self.current_index: int | None = None
+        self.results: dict[int, SweepPointResult] = {}
+        self.baseline: Baseline | None = None  # the one this sweep's speed-ups are against
+        self.header_baseline: Baseline | None = None  # the one the header names now
+        self.finished: SweepFinished | None = None
+        self.x_name: str | None = None
+        self.sweep_worker: Worker[None] | None = None
+        self._ledger: Ledger | None = None
+
+    # --- layout ------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        profiles = [p for p in self.controller.profiles() if p in self.config.profiles]
+        yield Static(id="baseline-line")
+        with Horizontal(id="top"):
+            with Vertical(id="form") as form:
+                form.border_title = f"Sweep on {self.controller.host_label}"
+                with Horizontal(classes="row"):
+                    yield Label("profile", classes="name")
+                    yield Select(
+                        [(name, name) for name in profiles],
+                        value=self._initial_profile(profiles) or Select.NULL,
+                        allow_blank=not profiles,
+                        compact=True,
+                        id="profile",
+                    )
+                yield Label("grid: one NAME=V1,V2,... per line (UPPERCASE = env var)")
+                yield TextArea(id="grid", placeholder=GRID_PLACEHOLDER, compact=True)
+                yield Static("", id="grid-problem", classes="problem")
+                yield Checkbox("measure the baseline first (speculation off)", id="baseline")
+                for pair in (SETTING_FIELDS[:2], SETTING_FIELDS[2:]):
+                    with Horizontal(classes="row settings"):
+                        for key, label, default in pair:
+                            yield Label(label, classes="setting")
+                            yield Input(str(default), id=key, type="integer", compact=True)
+                yield Static("", id="settings-problem", classes="problem")
+                with Horizontal(id="buttons"):
+                    yield Button("Start ^s", id="start", variant="success", compact=True)
+                    yield Button("Cancel sweep… ^x", id="cancel-sweep", compact=True)
+                yield Static("", id="sweep-state")
+            yield SweepPlot(id="plot")
+        yield SweepTable(id="points")
+        yield Footer()
+
+    def _initial_profile(self, profiles: list[str]) -> str | None:
+        run = self.controller.bus.store.run
+        if run is not None and run.profile in profiles:
+            return run.profile
+        default = getattr(self.config, "default_profile", None)
+        if default in profiles:
+            return str(default)
+        return profiles[0] if profiles else None
+
+    def on_mount(self) -> None:
+        self.revalidate()
+        self.query_one("#grid", TextArea).focus()
+
+    def on_unmount(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+    # --- validation --------------------------------------------------------------------------
+
+    def settings(self) -> BenchSettings:
+        """The benchmark settings from the inputs; UsageError naming the field at fault."""
+        numbers: dict[str, int] = {}
+        for key, label, _ in SETTING_FIELDS:
+            text = self.query_one("#" + key, Input).value.strip()
+            try:
+                numbers[key] = int(text)
+            except ValueError:
+                raise SpecmonError(f"{label}: enter a whole number") from None
+        settings = BenchSettings(
+            requests=numbers["requests"],
+            max_tokens=numbers["max-tokens"],
+            concurrency=numbers["concurrency"],
+            warmup=numbers["warmup"],
+        )
+        settings.validate()
+        return settings
+
+    def revalidate(self) -> None:
+        """Rebuild the plan from the form; problems go under their field, Start follows."""
+        problems: dict[str, str] = {}
+        settings: BenchSettings | None = None
+        try:
+            settings = self.settings()
+        except SpecmonError as exc:
+            problems["settings"] = str(exc).replace("--", "")
+        profile = self.query_one("#profile", Select).value
+        lines = grid_lines(self.query_one("#grid", TextArea).text)
+        plan: SweepPlan | None = None
+        points: list[SweepPoint] = []
+        if not isinstance(profile, str):
+            problems["grid"] = "no launch profile of this host is in the config"
+        elif not lines:
+            problems["grid"] = (
+                "enter at least one line NAME=V1,V2 (e.g. speculative-num-steps=1,2,3)"
+            )
+        else:
+            try:
+                axes = parse_grid(lines)
+                plan = SweepPlan(
+                    host=self.controller.host_label,
+                    profile=profile,
+                    axes=axes,
+                    baseline=self.query_one("#baseline", Checkbox).value,
+                    bench=settings or BenchSettings(),
+                )
+                points = plan_points(self.config, plan, python=host_python(self.controller))
+            except SpecmonError as exc:
+                problems["grid"] = console_grid_message(str(exc))
+                plan, points = None, []
+        self.problems = problems
+        self.plan = plan if not problems else None
+        self.points = points if not problems else []
+        for name in ("grid", "settings"):
+            label = self.query_one(f"#{name}-problem", Static)
+            label.update(problems.get(name, ""))
+            label.set_class(name not in problems, "-ok")
+        self._update_controls()
+        if not self.running:
+            self._describe_plan()
+            if settings is not None:
+                self.refresh_baseline_line(settings)
+            if self.plan is not None and not self.results:  # nothing measured yet: the axes
+                plot = self.query_one(SweepPlot)
+                plot.show([], self.header_baseline, choose_x_axis(self.plan.axes))
+
+    def _describe_plan(self) -> None:
+        state = self.query_one("#sweep-state", Static)
+        if self.plan is None:
+            state.update("Fix the fields marked in red to start.")
+            return
+        grid_points = len(self.points) - (1 if self.plan.baseline else 0)
+        baseline = " plus the baseline, first" if self.plan.baseline else ""
+        notes = sorted({note for point in self.points for note in point.notes})
+        text = f"{grid_points} grid points{baseline}; each is a relaunch of {self.plan.profile}."
+        if notes:
+            text += "\n" + "; ".join(notes)
+        state.update(text)
+
+    def _update_controls(self) -> None:
+        for selector in (
+            "#profile",
+            "#grid",
+            "#baseline",
+            *(f"#{k}" for k, _, _ in SETTING_FIELDS),
+        ):
+            self.query_one(selector).disabled = self.running
+        self.query_one("#start", Button).disabled = self.running or self.plan is None
+        self.query_one("#cancel-sweep", Button).disabled = not self.running
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    @on(TextArea.Changed)
+    def _form_changed(self) -> None:
+        if not self.running:
+            self.revalidate()
+
+    # --- the baseline line -------------------------------------------------------------------
+
+    def ledger(self) -> Ledger:
+        """Opened on first use, on the event loop's thread (sqlite connections stay there)."""
+        if self._ledger is None:
+            self._ledger = Ledger()
+        return self._ledger
+
+    def refresh_baseline_line(self, settings: BenchSettings | None = None) -> None:
+        """Which measured baseline speed-ups are against, with its age; never an estimate."""
+        line = self.query_one("#baseline-line", Static)
+        baseline = self.baseline
+        if settings is not None:  # the form changed: the baseline the planned sweep would use
+            model = self._planned_model()
+            try:
+                baseline = self.ledger().find_baseline(
+                    host=self.controller.host_label,
+                    model=model,
+                    prompt_set=settings.prompt_set,
+                    concurrency=settings.concurrency,
+                )
+            except SpecmonError as exc:
+                line.update(f"ledger: {exc}")
+                return
+        self.header_baseline = baseline
+        if baseline is not None:
+            line.update(f"speed-ups vs {baseline.describe()}")
+        else:
+            line.update(NO_BASELINE)
+
+    def _planned_model(self) -> str | None:
+        """The model the profile's server will report (its --model-path)."""
+        profile = self.query_one("#profile", Select).value
+        if not isinstance(profile, str) or profile not in self.config.profiles:
+            return None
+        spec = self.config.profiles[profile].to_launch_spec(python=host_python(self.controller))
+        model = spec.flag("model-path")
+        return str(model) if model else None
+
+    # --- running -----------------------------------------------------------------------------
+
+    @on(Button.Pressed, "#start")
+    def action_start(self) -> None:
+        if self.running:
+            self.notify("A sweep is already running.", severity="warning")
+            return
+        self.revalidate()
+        if self.plan is None:
+            self.notify(
+                "The sweep form has problems; fix the fields marked in red.", severity="error"
+            )
+            return
+        if not hasattr(self.controller, "launch_spec"):
+            self.notify("This console's host cannot launch servers.", severity="error")
+            return
+        app_busy = getattr(self.app, "relaunch_in_progress", False)
+        if app_busy:
+            self.notify(
+                "A relaunch is in progress; start the sweep when it is done.", severity="warning"
+            )
+            return
+        try:
+            ledger = self.ledger()
+        except SpecmonError as exc:
+            self.notify(str(exc), title="Ledger", severity="error", timeout=20)
+            return
+        self.sweep_worker = self.run_sweep(self.plan, list(self.points), ledger)
+
+    @work(exclusive=True, group="sweep", exit_on_error=False)
+    async def run_sweep(self, plan: SweepPlan, points: list[SweepPoint], ledger: Ledger) -> None:
+        from specmon.sweep import SweepRunner
+
+        self.running = True
+        self.results = {}
+        self.finished = None
+        self.baseline = None
+        self.sweep_id = None
+        self.x_name = choose_x_axis(plan.axes)
+        self._update_controls()
+        runner = SweepRunner(self.controller, ledger, plan, points, on_event=self.on_sweep_event)
+        try:
+            await runner.run()
+        except asyncio.CancelledError:
+            self._say(
+                f"Sweep s{runner.sweep_id} cancelled; start the same grid again to resume it "
+                "(finished points are kept)."
+            )
+            raise
+        except (SpecmonError, OSError) as exc:
+            self._say(f"Sweep stopped: {exc}")
+            self.notify(str(exc), title="Sweep stopped", severity="error", timeout=30)
+        finally:
+            self.running = False
+            self.current_index = None
+            if self.is_mounted:
+                self._update_controls()
+
+    def on_sweep_event(self, event: Any) -> None:
+        """SweepRunner's progress, on the event loop's thread: update the table and plot."""
+        if not self.is_mounted:
+            return
+        table = self.query_one(SweepTable)
+        total = len(self.points)
+        if isinstance(event, SweepStarted):
+            self.sweep_id = event.sweep_id
+            total = len(event.points)
+            names = [axis.name for axis in self.plan.axes] if self.plan else []
+            table.show_points(event.points, names)
+            done = f", resuming: {len(event.done_keys)} already done" if event.resumed else ""
+            self._say(f"Sweep s{event.sweep_id}: {total} points{done}.")
+        elif isinstance(event, PointSkipped):
+            self._finish_point(event.index, event.result, skipped=True)
+        elif isinstance(event, PointStarted):
+            self.current_index = event.index
+            table.set_status(event.index, "loading", "launching")
+            notes = f" ({'; '.join(event.point.notes)})" if event.point.notes else ""
+            self._say(
+                f"Sweep s{self.sweep_id}: point {event.index + 1}/{total}, "
+                f"{event.point.label()}{notes}"
+            )
+        elif isinstance(event, PointLoading):
+            detail = loading_status(event.phase, event.eta_s, event.shards_done, event.shards_total)
+            table.set_status(event.index, "loading", detail)
+        elif isinstance(event, PointBenchmarking):
+            progress = event.progress
+            detail = f"benchmarking ({progress.phase} {progress.done}/{progress.total})"
+            table.set_status(event.index, "benchmarking", detail)
+        elif isinstance(event, PointRetrying):
+            table.set_status(
+                event.index, "retrying", f"connection lost, retrying (attempt {event.attempt})"
+            )
+        elif isinstance(event, PointFinished):
+            self._finish_point(event.index, event.result, skipped=False)
+        elif isinstance(event, SweepFinished):
+            self.finished = event
+            self.baseline = event.baseline
+            table.show_final(event.results, event.baseline is not None)
+            self.query_one(SweepPlot).show(event.results, event.baseline, self.x_name)
+            self.refresh_baseline_line()
+            ok = sum(r.status == "ok" for r in event.results)
+            self._say(
+                f"Sweep s{event.sweep_id} finished: {ok} of {len(event.results)} points ok; "
+                "ranked by tok/s."
+            )
+            self.notify(f"Sweep s{event.sweep_id} finished", title="Experiments")
+
+    def _finish_point(self, index: int, result: SweepPointResult, *, skipped: bool) -> None:
+        if self.baseline is None and result.status == "ok" and result.model and self.plan:
+            self.baseline = self.ledger().find_baseline(
+                host=self.plan.host,
+                model=result.model,
+                prompt_set=self.plan.bench.prompt_set,
+                concurrency=self.plan.bench.concurrency,
+            )
+            if self.baseline is not None:  # earlier rows gain their speed-ups now
+                for earlier, kept in list(self.results.items()):
+                    self.results[earlier] = kept.with_baseline(self.baseline)
+                    self._show_result(earlier, self.results[earlier], skipped=False)
+        self.results[index] = result.with_baseline(self.baseline)
+        self._show_result(index, self.results[index], skipped=skipped)
+        ordered = [self.results[i] for i in sorted(self.results)]
+        self.query_one(SweepPlot).show(ordered, self.baseline, self.x_name)
+        self.refresh_baseline_line()
+
+    def _show_result(self, index: int, result: SweepPointResult, *, skipped: bool) -> None:
+        table = self.query_one(SweepTable)
+        was_skipped = table.statuses.get(index) == "skipped"
+        table.set_result(
+            index, result, skipped=skipped or was_skipped, has_baseline=self.baseline is not None
+        )
+
+    def _say(self, text: str) -> None:
+        if self.is_mounted:
+            self.query_one("#sweep-state", Static).update(text)
+
+    # --- cancelling --------------------------------------------------------------------------
+
+    @on(Button.Pressed, "#cancel-sweep")
+    def action_cancel_sweep(self) -> None:
+        if not self.running:
+            self.notify("No sweep is running.", severity="warning")
+            return
+        question = (
+            f"Cancel sweep s{self.sweep_id or '?'}? The point in progress is abandoned (its "
+            "server keeps running; `s` on the main screen stops it). Finished points stay in "
+            "the ledger: starting the same grid again resumes the sweep."
+        )
+        self.app.push_screen(ConfirmScreen(question, "Cancel sweep"), self._cancel_if)
+
+    def _cancel_if(self, answer: bool | None) -> None:
+        if answer and self.sweep_worker is not None:
+            self.sweep_worker.cancel()
+
+    async def stop_sweep(self) -> None:
+        """Cancel a running sweep and wait until it has marked itself interrupted (for quit)."""
+        worker = self.sweep_worker
+        if worker is None or worker.is_finished:
+            return
+        worker.cancel()
+        with contextlib.suppress(WorkerCancelled, WorkerFailed, asyncio.CancelledError):
+            await worker.wait()
+
+    def describe_running(self) -> str:
+        """e.g. "sweep s3, point 2 of 5" for the quit question."""
+        where = ""
+        if self.current_index is not None:
+            where = f", point {self.current_index + 1} of {len(self.points)}"
+        return f"sweep s{self.sweep_id or '?'}{where}"
