@@ -30,7 +30,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "specmon" / "agent.py"
 sys.path.insert(0, str(REPO))
-from specmon.agent import SMI_COLUMNS, SMI_FORMAT, reading_from_dict  # noqa: E402
+from specmon.agent import (  # noqa: E402
+    SLOW_FIELDS_INTERVAL_S,
+    SMI_COLUMNS,
+    SMI_FORMAT,
+    reading_from_dict,
+)
 
 MIB = 1024.0 * 1024.0
 
@@ -191,8 +196,11 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
         for gpu in tick["gpus"]:
             reading_from_dict(gpu)
 
+    # The agent reads memory on its slow cadence (SLOW_FIELDS_INTERVAL_S), so a tick can lag an
+    # allocation by that long: compare only reports made after the ballast had time to show.
+    settled_after = ready + SLOW_FIELDS_INTERVAL_S + 0.5
     memory_pairs = []
-    for report in mem_reports:
+    for report in (r for r in mem_reports if r["wall"] >= settled_after):
         nearest = min(all_ticks, key=lambda t: abs(float(t["wall"]) - report["wall"]))
         torch_used_mb = (report["total"] - report["free"]) / MIB
         agent_used_mb = gpu0(nearest)["mem_used_mb"]

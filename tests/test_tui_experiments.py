@@ -260,3 +260,43 @@ def test_the_pure_parts_status_text_x_axis_and_grid_messages():
     assert (
         console_grid_message("--grid 'x': expected NAME=VALUE") == "line 'x': expected NAME=VALUE"
     )
+
+
+async def test_cancel_asks_keeps_the_sweep_resumable_and_quit_interrupts_it(
+    console: SpecmonApp, tmp_path: Path
+):
+    app = console
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_connected(pilot, app)
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentsScreen), 5, "screen")
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        await fill_form(pilot, screen, "speculative-num-steps=2,3", requests="1", warmup="0")
+        screen.query_one("#max-tokens", Input).value = "16"
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        table = screen.query_one(SweepTable)
+        await wait_until(pilot, lambda: 0 in screen.results, 40, "the first point")
+        sweep_id = screen.sweep_id
+        await pilot.press("ctrl+x")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "question")
+        assert "resumes the sweep" in str(app.screen.query_one("#question", Static).render())
+        await pilot.press("y")
+        await wait_until(pilot, lambda: not screen.running, 20, "the sweep to stop")
+        assert "cancelled" in text_of(screen, "#sweep-state")
+        with Ledger(tmp_path / "data" / "ledger.sqlite3") as ledger:
+            assert ledger.get_sweep(sweep_id).status == "interrupted"
+        # Start again: the finished point is skipped, the other one runs.
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: table.statuses.get(0) == "skipped", 10, "the skip")
+        assert screen.sweep_id == sweep_id
+        await wait_until(pilot, lambda: table.statuses.get(1) == "loading", 20, "point 2")
+        # Quitting mid-sweep asks; yes stops the sweep (resumable) and leaves the app.
+        await pilot.press("q")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "question")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.return_code == 0, 30, "the app to exit")
+    with Ledger(tmp_path / "data" / "ledger.sqlite3") as ledger:
+        assert ledger.get_sweep(sweep_id).status == "interrupted"
+        assert [p.status for p in ledger.sweep_points(sweep_id)] == ["ok"]

@@ -9,11 +9,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 # (title, help, action name on the app) — the same actions as the key bindings.
 PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Relaunch server…", "open the relaunch form (r)", "relaunch"),
-    (
-        "Experiments…",
-        "sweep a grid of settings: relaunch, benchmark, compare with a measured baseline (e)",
-        "experiments",
-    ),
+    ("Experiments…", "run and compare grid sweeps (e)", "experiments"),
     ("Stop server…", "stop the running server, after a confirmation (s)", "stop"),
     ("Focus server log", "move the focus to the log pane (l)", "focus_log"),
     ("Filter server log", "type a substring to filter the log (/)", "filter_log"),

@@ -447,14 +447,12 @@ class SGLangLogParser(LogParser):
             # The held partial line ends at this chunk's first newline.
             start = text.find("\n") + 1
             first = "" if self._discarding_overlong else text[: start - 1]
-            joined = self._pending + first
+            joined = self._pending + first + "\n"
             self._pending, self._discarding_overlong = "", False
             self.lines_seen += self._scan(joined, events)
-        # Whole chunks that end in a newline (live tails) are scanned without a copy.
-        complete = text if start == 0 and cut == len(text) - 1 else text[start : cut + 1]
         self._hold(text[cut + 1 :])
-        if complete:
-            self.lines_seen += self._scan(complete, events)
+        if cut >= start:  # complete lines follow: scanned in place
+            self.lines_seen += self._scan(text, events, start, cut + 1)
         events.extend(self._eager_shard())
         return events
 
@@ -466,7 +464,7 @@ class SGLangLogParser(LogParser):
         self._discarding_overlong = False
         events: list[Event] = []
         if rest:
-            self.lines_seen += self._scan(rest, events)
+            self.lines_seen += self._scan(rest + "\n", events)
         return events
 
     # -- chunk handling ---------------------------------------------------------------------
@@ -494,23 +492,27 @@ class SGLangLogParser(LogParser):
         self._last_shard = key
         return [event]
 
-    def _scan(self, text: str, events: list[Event], depth: int = 0) -> int:
-        """Complete lines -> events: lines in the current decode shape in bulk, others one by
-        one. Returns the number of lines (a final newline ends the last one, it adds none).
+    def _scan(
+        self, text: str, events: list[Event], start: int = 0, end: int = -1, depth: int = 0
+    ) -> int:
+        """The lines of ``text[start:end]`` (end -1: to the end), each ended by a newline, to
+        events: lines in the current decode shape in bulk, others one by one. Returns how
+        many lines there were.
 
-        One ``findall`` of the shape's template over the chunk gives a tuple of texts per line
-        (built in C); the decode lines' tuples become Decode events that convert their numbers
-        when first read (``Decode.from_texts``), so a decode line costs no Python bytecode here.
+        One ``findall`` of the shape's template over the chunk, in place (no copy), gives a
+        tuple of texts per line, built in C; the decode lines' tuples become Decode events that
+        convert their numbers when first read (``Decode.from_texts``), so a decode line costs
+        no Python bytecode here.
         """
+        if end < 0:
+            end = len(text)
         if not self._templates:
-            lines = text.split("\n")
-            if text[-1:] == "\n":
-                lines.pop()
+            lines = text[start:end].split("\n")
+            lines.pop()  # "" after the last newline
             self._other_lines(lines, events)
             return len(lines)
-        template = self._template_for(text)
-        body = "\n" + text
-        rows = template.lines.findall(body, 0, len(body) - (text[-1:] == "\n"))
+        template = self._template_for(text, start, end)
+        rows = template.lines.findall(text, start, end)
         timestamps = list(map(_FIRST, rows))  # "" on each line the template did not take
         count = len(rows)
         others = timestamps.count("")
@@ -530,37 +532,37 @@ class SGLangLogParser(LogParser):
         position = 0
         while position < count:
             try:
-                start = find_other("", position)
+                first = find_other("", position)
             except ValueError:
-                start = count
-            if start > position:
-                events.extend(decodes[position:start])
+                first = count
+            if first > position:
+                events.extend(decodes[position:first])
                 self._continuation_lines = 0
                 self._chained = False
-            if start == count:
+            if first == count:
                 break
-            end = start + 1
-            while end < count and not timestamps[end]:
-                end += 1
-            lines = list(map(_LINE, rows[start:end]))
-            position = end
-            if depth < _MAX_SCAN_DEPTH and end - start > 16:
-                run = "\n".join(lines)
+            last = first + 1
+            while last < count and not timestamps[last]:
+                last += 1
+            lines = list(map(_LINE, rows[first:last]))
+            position = last
+            if depth < _MAX_SCAN_DEPTH and last - first > 16:
+                run = "\n".join(lines) + "\n"
                 if "Decode batch" in run:
                     # Many lines in another decode shape (where a restarted server's new
                     # version begins, or two ranks' shapes): scan them in bulk too.
-                    self._scan(run, events, depth + 1)
+                    self._scan(run, events, depth=depth + 1)
                     continue
             self._other_lines(lines, events)
         return count
 
-    def _template_for(self, text: str) -> DecodeTemplate:
-        """The template for the last decode line of a text (learned if new), else the last
-        one used: the scan that follows then takes that shape's lines in bulk."""
-        found = text.rfind("Decode batch")
+    def _template_for(self, text: str, start: int, end: int) -> DecodeTemplate:
+        """The template for the last decode line of ``text[start:end]`` (learned if new), else
+        the last one used: the scan that follows then takes that shape's lines in bulk."""
+        found = text.rfind("Decode batch", start, end)
         if found >= 0:
-            end = text.find("\n", found)
-            line = text[text.rfind("\n", 0, found) + 1 : end if end >= 0 else len(text)]
+            line_start = max(start, text.rfind("\n", start, found) + 1)
+            line = text[line_start : text.find("\n", found, end)]
             for template in self._templates:
                 if template.matches(line):
                     return template
@@ -727,7 +729,7 @@ class DecodeTemplate:
     """One decode-line shape: its anchored regex (ten groups) and the same for whole texts."""
 
     pattern: re.Pattern[str]  # `\n[ts tags] Decode batch, ...` up to (not into) the next `\n`
-    lines: re.Pattern[str]  # every `\n` + line: the ten groups, or else the line in group 11
+    lines: re.Pattern[str]  # every line + `\n`: the ten groups, or else the line in group 11
 
     def matches(self, line: str) -> bool:
         return self.pattern.match(f"\n{line}\n") is not None
@@ -806,9 +808,7 @@ def _build_template(
     compiled = re.compile(rf"\n{line}(?=\n)", re.ASCII)
     if compiled.groups != _TEMPLATE_GROUPS:
         return None
-    return DecodeTemplate(
-        pattern=compiled, lines=re.compile(rf"\n(?:{line}(?![^\n])|([^\n]*))", re.ASCII)
-    )
+    return DecodeTemplate(pattern=compiled, lines=re.compile(rf"(?:{line}|([^\n]*))\n", re.ASCII))
 
 
 _DEFAULT_TEMPLATE = decode_template(

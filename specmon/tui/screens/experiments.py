@@ -57,7 +57,7 @@ SETTING_FIELDS: tuple[tuple[str, str, int], ...] = (
 )
 NO_BASELINE = (
     "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
-    "shown (tick “measure the baseline first”)"
+    "shown (tick “baseline first”)"
 )
 
 
@@ -130,10 +130,10 @@ class ExperimentsScreen(Screen[None]):
                         compact=True,
                         id="profile",
                     )
-                yield Label("grid: one NAME=V1,V2,... per line (UPPERCASE = env var)")
+                yield Label("grid: NAME=V1,V2 per line (UPPERCASE: env)")
                 yield TextArea(id="grid", placeholder=GRID_PLACEHOLDER, compact=True)
                 yield Static("", id="grid-problem", classes="problem")
-                yield Checkbox("measure the baseline first (speculation off)", id="baseline")
+                yield Checkbox("baseline first (speculation off)", id="baseline")
                 for pair in (SETTING_FIELDS[:2], SETTING_FIELDS[2:]):
                     with Horizontal(classes="row settings"):
                         for key, label, default in pair:
