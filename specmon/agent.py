@@ -637,7 +637,15 @@ class NvmlSampler:
                 spread = gpu.index / max(1, len(self.gpus))
                 gpu.slow_due = now + SLOW_FIELDS_INTERVAL_S * (1.0 + spread)
             else:
-                gpu.slow_due = max(gpu.slow_due + SLOW_FIELDS_INTERVAL_S, now)
+                # Keep this GPU's place in the stagger. After a stall (a tick late by more
+                # than an interval), skip the places less than half an interval away: moving
+                # the due time to `now` instead read the slow fields again on the next tick,
+                # and for every GPU at once from then on.
+                due = gpu.slow_due + SLOW_FIELDS_INTERVAL_S
+                behind = now + SLOW_FIELDS_INTERVAL_S / 2 - due
+                if behind >= 0:
+                    due += (behind // SLOW_FIELDS_INTERVAL_S + 1) * SLOW_FIELDS_INTERVAL_S
+                gpu.slow_due = due
             gpu.slow = slow
         assert slow is not None
         with self._links_lock:

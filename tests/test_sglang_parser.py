@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import pickle
 import random
 import time
 from pathlib import Path
@@ -521,6 +524,136 @@ def test_malformed_numbers_in_a_decode_line_fall_back_cleanly() -> None:
     assert parse_bytes((bad_optional + "\n").encode() * 3) == [expected] * 3
     assert parse_line(bad_required) is None
     assert parse_bytes((bad_required + "\n").encode() * 3) == []
+
+
+DECODE_LINE_0_5_9 = (
+    "[2026-02-10 09:19:12.345 DP0 TP3 EP3] Decode batch, #running-req: 6, #token: 12188, "
+    "token usage: 0.02, accept len: 3.12, accept rate: 0.78, cuda graph: True, "
+    "gen throughput (token/s): 412.55, #queue-req: 0"
+)
+
+
+def test_a_decode_read_in_bulk_behaves_like_one_built_by_keywords() -> None:
+    """Bulk decodes keep their number texts until read; nothing outside may tell."""
+    bulk = parse_bytes((DECODE_LINE_0_5_9 + "\n").encode() * 3)[1]
+    built = Decode(
+        ts="2026-02-10 09:19:12.345",
+        rank=3,
+        running_req=6,
+        tokens=12188,
+        token_usage=0.02,
+        accept_len=3.12,
+        accept_rate=0.78,
+        gen_throughput=412.55,
+        queue_req=0,
+        cuda_graph=True,
+    )
+    assert bulk == built and built == bulk and hash(bulk) == hash(built)
+    assert (
+        repr(bulk)
+        == repr(built)
+        == (
+            "Decode(ts='2026-02-10 09:19:12.345', rank=3, running_req=6, tokens=12188, "
+            "token_usage=0.02, accept_len=3.12, accept_rate=0.78, gen_throughput=412.55, "
+            "queue_req=0, cuda_graph=True)"
+        )
+    )
+    assert (
+        bulk.to_json()
+        == built.to_json()
+        == (
+            '{"kind": "decode", "ts": "2026-02-10 09:19:12.345", "rank": 3, "running_req": 6, '
+            '"tokens": 12188, "token_usage": 0.02, "accept_len": 3.12, "accept_rate": 0.78, '
+            '"gen_throughput": 412.55, "queue_req": 0, "cuda_graph": true}'
+        )
+    )
+    assert type(bulk.tokens) is int and type(bulk.gen_throughput) is float
+    assert isinstance(bulk, Event) and bulk.kind == "decode"
+    assert [f.name for f in dataclasses.fields(bulk)] == list(bulk.to_dict())[1:]
+    assert pickle.loads(pickle.dumps(bulk)) == built and copy.copy(bulk) == built
+    assert bulk != dataclasses.replace(built, queue_req=1) and bulk != ("decode",)
+    fresh = parse_bytes((DECODE_LINE_0_5_9 + "\n").encode())[0]  # not read yet
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fresh.tokens = 1  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del fresh.ts  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Decode(running_req=1)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        "",
+        " TP0",
+        " DP0 TP3 EP3",
+        " TP3 TP4",
+        "TP5",
+        " TP",
+        " TPX",
+        " TP3X",
+        " X_1 TP7",
+        " TP" + "9" * 19,
+        " TP" + "9" * 20,
+        " TP1 TP" + "9" * 20,
+        " TP٣",
+    ],
+)
+def test_bulk_and_line_by_line_read_the_same_rank(tags: str) -> None:
+    line = DECODE_LINE_0_5_9.replace(" DP0 TP3 EP3]", tags + "]")
+    expected = parse_line(line)
+    assert isinstance(expected, Decode)
+    parser = SGLangLogParser()
+    events = parser.feed((line + "\n").encode() * 40)
+    assert events == [expected] * 40 and events[-1].rank == expected.rank
+    assert parser._templates[0].matches(line) is tags.isascii()  # the bulk path read them
+
+
+_VALID_NUMBERS = ["6", "12188", "0.02", "3.12", "0.78", "412.55", "0"]
+_ODD_NUMBERS = ["1.", "1", "1.5", "0.123", "1.2.3", ".5", "", "٣", "1e5", "+1", "1" * 20]
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    field=st.integers(0, len(_VALID_NUMBERS) - 1),
+    odd=st.one_of(st.sampled_from(_ODD_NUMBERS), st.integers(0, 10**25).map(str)),
+    graph=st.sampled_from(["True", "False", "Trüe", "1"]),
+    millis=st.sampled_from(["", ".123", ",5", ".1234567"]),
+)
+def test_bulk_and_line_by_line_agree_on_odd_numbers(
+    field: int, odd: str, graph: str, millis: str
+) -> None:
+    """What a template takes converts without fail, and to what the careful path reads; what
+    it does not take is read by the careful path."""
+    numbers = list(_VALID_NUMBERS)
+    numbers[field] = odd
+    running, tokens, usage, accept_len, accept_rate, gen, queue = numbers
+    line = (
+        f"[2026-02-10 09:19:13{millis} TP0] Decode batch, #running-req: {running}, "
+        f"#token: {tokens}, token usage: {usage}, accept len: {accept_len}, "
+        f"accept rate: {accept_rate}, cuda graph: {graph}, "
+        f"gen throughput (token/s): {gen}, #queue-req: {queue}"
+    )
+    lines = [DECODE_LINE_0_5_9, line] * 20 + [line] * 20  # its shape is learned: bulk read
+    expected = [event for event in map(parse_line, lines) if event is not None]
+    events = parse_bytes(("\n".join(lines) + "\n").encode())
+    assert events == expected
+    assert [event.to_json() for event in events] == [event.to_json() for event in expected]
+
+
+def test_decode_shaped_lines_of_a_megabyte_are_read_in_linear_time() -> None:
+    """The templates never backtrack more than once over a line (a regex of tags could)."""
+    head = "[2026-02-10 09:19:12"
+    lines = [
+        head + " TP1" * 250_000 + "x] Decode batch, #running-req: 6",
+        head + " TP1" * 250_000 + "] Decode batch, #running-req: " + "1" * 100_000,
+        head + "] Decode batch, #running-req: 6, #token: 1, token usage: " + "9" * 1_000_000,
+        DECODE_LINE_0_5_9,
+    ]
+    started = time.perf_counter()
+    events = parse_bytes(("\n".join(lines) + "\n").encode())
+    assert time.perf_counter() - started < 5.0  # seconds; about 0.05 s on a quiet core
+    assert events == [parse_line(DECODE_LINE_0_5_9)]
 
 
 # --- garbage in, no exception out -----------------------------------------------------------

@@ -164,6 +164,16 @@ async def test_a_sweep_fills_the_table_ranks_it_against_the_measured_baseline_an
         await pilot.press("n")
         await pilot.pause(0.1)
         assert screen.running
+        # Back on the main screen the sweep goes on (its loading shows there); `s` refuses.
+        await pilot.press("escape")
+        assert app.screen is app.main
+        await pilot.press("s")
+        await pilot.pause(0.1)
+        assert not isinstance(app.screen, ConfirmScreen)
+        await wait_until(pilot, lambda: 1 in screen.results, 30, "a point finished meanwhile")
+        await pilot.press("e")
+        assert app.screen is screen
+        assert table.statuses[0] == "ok"
 
         def finished() -> bool:
             seen.update(table.statuses.values())

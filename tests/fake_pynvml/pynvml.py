@@ -3,11 +3,18 @@
 The agent runs as a real subprocess with this directory first on PYTHONPATH. The environment
 variable FAKE_NVML_SCENARIO picks a host: driver generation, GPU count, unsupported fields, a
 GPU that falls off the bus, or no driver at all. Python 3.8-compatible, like the agent.
+
+What the tests look at besides the values: CALLS counts every device call per function and
+GPU (and every field id asked of nvmlDeviceGetFieldValues as "field:<id>"), written as JSON
+to FAKE_NVML_CALLS_FILE at nvmlShutdown when that is set; fail() makes a function raise for
+one GPU; hold_readings() freezes the values that otherwise move with every utilisation read.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from typing import Any, ClassVar
 
@@ -26,6 +33,9 @@ NVML_CLOCK_MEM = 2
 NVML_PCIE_UTIL_TX_BYTES = 0
 NVML_PCIE_UTIL_RX_BYTES = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FEATURE_DISABLED = 0
+NVML_FEATURE_ENABLED = 1
+NVML_NVLINK_MAX_LINKS = 18
 nvmlMemory_v2 = 0x02000028
 
 _MESSAGES = {
@@ -93,6 +103,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "memory_v2_api": True,
         "unsupported": (),
         "missing": (),
+        # nvmlDeviceGetNvLinkState: "up" (every link active, but see nvlink_down_gpus),
+        # "absent" (no NVLink hardware: every link answers NotSupported), "missing" (a
+        # binding without the function).
+        "nvlink_state": "up",
+        "nvlink_links": 18,
+        "nvlink_down_gpus": (),  # GPUs whose links are all down: their counters read zeros
+        "memory_grows": False,  # each memory read finds 1 MiB more used than the last
+        "counter_cpu_ms": 0.0,  # CPU one nvmlDeviceGetFieldValues call burns (busy loop)
     },
     # An older driver and binding: bytes strings, no clock-event rename, no PCIe counters
     # (the blocking PCIe query instead), no per-process memory inside a container.
@@ -120,6 +138,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "memory_total_mib": 8119,
         "pcie_counters": False,
         "nvlink": False,
+        "nvlink_state": "absent",
         "event_reasons_api": False,
         "cuda_v2_api": False,
         "memory_v2_api": False,
@@ -137,6 +156,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "lost-at-start": {"gpus": 3, "lost_gpu": 1, "lost_at_start": True},
     # Eight GPUs whose PCIe query blocks like the real one (~20 ms), to check the tick pace.
     "slow-pcie": {"gpus": 8, "pcie_counters": False, "pcie_query_s": 0.02},
+    # Eight GPUs whose used memory grows by 1 MiB with every read: ticks show each read.
+    "growing-memory": {"gpus": 8, "memory_grows": True},
+    # Four GPUs joined by NVLink, of which GPUs 1 and 3 have every link down.
+    "nvlink-partly-down": {"gpus": 4, "nvlink_down_gpus": (1, 3)},
+    # A binding without nvmlDeviceGetNvLinkState (an old nvidia-ml-py).
+    "nvlink-state-missing": {"nvlink_state": "missing"},
+    # Counter reads that cost CPU (FAKE_NVML_COUNTER_CPU_MS, default 5 ms per GPU read).
+    "costly-counters": {"counter_cpu_ms": 5.0},
     "no-driver": {"init_error": NVML_ERROR_DRIVER_NOT_LOADED},
     "no-library": {"init_error": NVML_ERROR_LIBRARY_NOT_FOUND},
     "no-gpu": {"gpus": 0},
@@ -150,9 +177,39 @@ _S.update(SCENARIOS[_NAME])
 _S.setdefault("process_memory", True)
 if "FAKE_NVML_GPUS" in os.environ:
     _S["gpus"] = int(os.environ["FAKE_NVML_GPUS"])
+if "FAKE_NVML_COUNTER_CPU_MS" in os.environ:
+    _S["counter_cpu_ms"] = float(os.environ["FAKE_NVML_COUNTER_CPU_MS"])
 _LOST_AFTER = int(os.environ.get("FAKE_NVML_LOST_AFTER", "2"))
-_state = {"initialised": False}
+_CALLS_FILE = os.environ.get("FAKE_NVML_CALLS_FILE")
+_state = {"initialised": False, "hold": False}
 _reads: dict[int, int] = {}  # GPU index -> utilisation reads so far (one per tick)
+CALLS: dict[str, dict[int, int]] = {}  # function (or "field:<id>") -> GPU index -> calls
+_calls_lock = threading.Lock()  # the agent's links thread calls in too
+_failures: dict[tuple[str, int], list[Any]] = {}  # (function, GPU) -> [code, times left]
+
+
+def calls(function: str, index: int) -> int:
+    """How many times the agent called one function (or asked one field id) of one GPU."""
+    with _calls_lock:
+        return CALLS.get(function, {}).get(index, 0)
+
+
+def fail(function: str, index: int, code: int = NVML_ERROR_UNKNOWN, times: Any = 1) -> None:
+    """Make the next `times` calls of one function for one GPU raise NVMLError(code);
+    times=None: every call from now on."""
+    _failures[(function, index)] = [code, times]
+
+
+def hold_readings(hold: bool = True) -> None:
+    """Hold utilisation, power, temperature and clock reasons where they are: reading them
+    again then gives the same values, so two ways of reading one state can be compared."""
+    _state["hold"] = hold
+
+
+def _count(function: str, index: int) -> None:
+    with _calls_lock:
+        per_gpu = CALLS.setdefault(function, {})
+        per_gpu[index] = per_gpu.get(index, 0) + 1
 
 
 class _Struct:
@@ -172,6 +229,13 @@ def _raise(code: int) -> None:
 def _check(function: str, handle: _Handle | None = None) -> None:
     if not _state["initialised"]:
         _raise(1)
+    if handle is not None:
+        _count(function, handle.index)
+        failure = _failures.get((function, handle.index))
+        if failure is not None and failure[1] != 0:
+            if failure[1] is not None:
+                failure[1] -= 1
+            _raise(failure[0])
     lost_here = handle is not None and _S.get("lost_gpu") == handle.index
     if lost_here and (_S.get("lost_at_start") or _reads.get(handle.index, 0) > _LOST_AFTER):
         _raise(NVML_ERROR_GPU_IS_LOST)
@@ -187,6 +251,9 @@ def nvmlInit() -> None:
 
 def nvmlShutdown() -> None:
     _state["initialised"] = False
+    if _CALLS_FILE:
+        with _calls_lock, open(_CALLS_FILE, "w") as out:
+            json.dump(CALLS, out)
 
 
 def nvmlSystemGetDriverVersion() -> Any:
@@ -241,7 +308,8 @@ def _util(index: int) -> int:
 
 def nvmlDeviceGetUtilizationRates(handle: _Handle) -> _Struct:
     _check("nvmlDeviceGetUtilizationRates", handle)
-    _reads[handle.index] = _reads.get(handle.index, 0) + 1
+    if not _state["hold"] or handle.index not in _reads:
+        _reads[handle.index] = _reads.get(handle.index, 0) + 1
     util = _util(handle.index)
     return _Struct(gpu=util, memory=util // 2)
 
@@ -260,6 +328,8 @@ def nvmlDeviceGetMemoryInfo(handle: _Handle, version: Any = None) -> _Struct:
     mib = 1024 * 1024
     total = _S["memory_total_mib"] * mib
     used = (_process_mib(handle.index) + 512) * mib
+    if _S["memory_grows"]:
+        used += calls("nvmlDeviceGetMemoryInfo", handle.index) * mib
     if version is None:
         return _Struct(total=total, used=used + RESERVED_MIB * mib, free=total - used)
     return _Struct(total=total, reserved=RESERVED_MIB * mib, used=used, free=total - used)
@@ -318,18 +388,43 @@ def nvmlDeviceGetPcieThroughput(handle: _Handle, counter: int) -> int:
     return PCIE_QUERY_KB_PER_S[counter]
 
 
+def _links_down(index: int) -> bool:
+    return _S["nvlink_state"] == "up" and index in _S["nvlink_down_gpus"]
+
+
+def nvmlDeviceGetNvLinkState(handle: _Handle, link: int) -> int:
+    """Whether one link is active; a link number the GPU does not have is an invalid argument."""
+    _check("nvmlDeviceGetNvLinkState", handle)
+    if _S["nvlink_state"] == "absent":
+        _raise(NVML_ERROR_NOT_SUPPORTED)
+    if not 0 <= link < _S["nvlink_links"]:
+        _raise(NVML_ERROR_INVALID_ARGUMENT)
+    return NVML_FEATURE_DISABLED if _links_down(handle.index) else NVML_FEATURE_ENABLED
+
+
+def _burn_cpu(seconds: float) -> None:
+    """Spend this much CPU time of the calling thread, like the real counter read does."""
+    until = time.thread_time() + seconds
+    while time.thread_time() < until:
+        pass
+
+
 def nvmlDeviceGetFieldValues(handle: _Handle, field_ids: list[Any]) -> list[_Struct]:
     _check("nvmlDeviceGetFieldValues", handle)
+    _burn_cpu(_S["counter_cpu_ms"] / 1000.0)
     now = time.time()
+    nvlink_tx = 0.0 if _links_down(handle.index) else NVLINK_TX_KIB_PER_S  # down: zeros
+    nvlink_rx = 0.0 if _links_down(handle.index) else NVLINK_RX_KIB_PER_S
     rates = {
         197: PCIE_TX_BYTES_PER_S if _S["pcie_counters"] else None,
         198: PCIE_RX_BYTES_PER_S if _S["pcie_counters"] else None,
-        138: NVLINK_TX_KIB_PER_S if _S["nvlink"] else None,
-        139: NVLINK_RX_KIB_PER_S if _S["nvlink"] else None,
+        138: nvlink_tx if _S["nvlink"] else None,
+        139: nvlink_rx if _S["nvlink"] else None,
     }
     out = []
     for requested in field_ids:
         field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
+        _count(f"field:{field_id}", handle.index)
         rate = rates.get(field_id)
         code = NVML_ERROR_NOT_SUPPORTED if rate is None else NVML_SUCCESS
         value = _Struct(ullVal=0 if rate is None else int(now * rate))
@@ -353,5 +448,7 @@ if not _S["event_reasons_api"]:
     _missing.append("nvmlDeviceGetCurrentClocksEventReasons")
 if not _S["cuda_v2_api"]:
     _missing.append("nvmlSystemGetCudaDriverVersion_v2")
+if _S["nvlink_state"] == "missing":
+    _missing.append("nvmlDeviceGetNvLinkState")
 for _function in _missing:
     globals().pop(_function, None)

@@ -716,6 +716,8 @@ _ROLE_VALUE_PATTERNS = {
 }
 _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
 # The rank is the digits of the last `TPn` tag (as _rank_of reads the tags), "" without one.
+# The group is atomic and the rest of the tags possessive: once the last `TPn` is found, a line
+# that fails later is not searched again for an earlier one (quadratic on a line of tags).
 _TEMPLATE_HEAD = (
     rf"\[({_TS})(?:(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*\] Decode batch"
 )

@@ -55,6 +55,7 @@ SETTING_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("concurrency", "concurrency", 1),
     ("warmup", "warm-up", 2),
 )
+SAFE_CANCEL_WAIT_S = 600.0  # quitting waits this long for a launch or stop to finish
 NO_BASELINE = (
     "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
     "shown (tick “baseline first”)"
@@ -111,6 +112,8 @@ class ExperimentsScreen(Screen[None]):
         self.finished: SweepFinished | None = None
         self.x_name: str | None = None
         self.sweep_worker: Worker[None] | None = None
+        self._cancel_safe = False  # the sweep waits for ready or benchmarks right now
+        self._cancel_pending = False
         self._ledger: Ledger | None = None
 
     # --- layout ------------------------------------------------------------------------------
@@ -339,6 +342,7 @@ class ExperimentsScreen(Screen[None]):
         from specmon.sweep import SweepRunner
 
         self.running = True
+        self._cancel_safe = self._cancel_pending = False
         self.results = {}
         self.finished = None
         self.baseline = None
@@ -346,6 +350,10 @@ class ExperimentsScreen(Screen[None]):
         self.x_name = choose_x_axis(plan.axes)
         self._update_controls()
         runner = SweepRunner(self.controller, ledger, plan, points, on_event=self.on_sweep_event)
+        # The demo's simulated clients would share the server with the benchmark: pause them.
+        traffic = getattr(self.controller, "traffic", None)
+        if traffic is not None:
+            await traffic.stop()
         try:
             await runner.run()
         except asyncio.CancelledError:
@@ -357,14 +365,25 @@ class ExperimentsScreen(Screen[None]):
         except (SpecmonError, OSError) as exc:
             self._say(f"Sweep stopped: {exc}")
             self.notify(str(exc), title="Sweep stopped", severity="error", timeout=30)
+        except Exception as exc:  # a bug must not pass silently: the sweep stays resumable
+            self.log.error(f"sweep s{runner.sweep_id} crashed: {exc!r}")
+            self._say(f"Sweep stopped by an internal error: {type(exc).__name__}: {exc}")
+            self.notify(f"{type(exc).__name__}: {exc}", title="Sweep stopped", severity="error")
         finally:
+            if traffic is not None:
+                traffic.start()
             self.running = False
+            self._cancel_safe = self._cancel_pending = False
             self.current_index = None
             if self.is_mounted:
                 self._update_controls()
 
     def on_sweep_event(self, event: Any) -> None:
         """SweepRunner's progress, on the event loop's thread: update the table and plot."""
+        # Waiting for ready and benchmarking may be cancelled; launching and stopping may not.
+        self._cancel_safe = isinstance(event, PointLoading | PointBenchmarking)
+        if self._cancel_safe and self._cancel_pending and self.sweep_worker is not None:
+            self.sweep_worker.cancel()
         if not self.is_mounted:
             return
         table = self.query_one(SweepTable)
@@ -456,17 +475,36 @@ class ExperimentsScreen(Screen[None]):
         self.app.push_screen(ConfirmScreen(question, "Cancel sweep"), self._cancel_if)
 
     def _cancel_if(self, answer: bool | None) -> None:
-        if answer and self.sweep_worker is not None:
-            self.sweep_worker.cancel()
+        if answer:
+            self.request_cancel()
+
+    def request_cancel(self) -> None:
+        """Cancel now while the point waits for ready or benchmarks; a launch or stop in
+        progress is let finish first (cancelled midway, the host session could keep the host
+        lock), and the sweep is cancelled at the next safe moment."""
+        worker = self.sweep_worker
+        if worker is None or worker.is_finished:
+            return
+        if self._cancel_safe:
+            worker.cancel()
+            return
+        self._cancel_pending = True
+        self._say("Cancelling once the launch or stop in progress is done…")
 
     async def stop_sweep(self) -> None:
         """Cancel a running sweep and wait until it has marked itself interrupted (for quit)."""
         worker = self.sweep_worker
         if worker is None or worker.is_finished:
             return
-        worker.cancel()
+        self.request_cancel()
+        if not self._cancel_safe:
+            self.notify("Waiting for the launch or stop in progress, then quitting…")
         with contextlib.suppress(WorkerCancelled, WorkerFailed, asyncio.CancelledError):
-            await worker.wait()
+            try:
+                await asyncio.wait_for(worker.wait(), SAFE_CANCEL_WAIT_S)
+            except asyncio.TimeoutError:
+                worker.cancel()  # the launch hangs: give up on it rather than on quitting
+                await worker.wait()
 
     def describe_running(self) -> str:
         """e.g. "sweep s3, point 2 of 5" for the quit question."""
