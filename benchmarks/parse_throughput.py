@@ -25,6 +25,7 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specmon.backends.sglang.parser import SGLangLogParser
+from specmon.events import Decode
 
 START = datetime(2026, 2, 10, 9, 14, 2)
 CHUNK_BYTES = 1 << 20
@@ -191,14 +192,19 @@ class Timing(NamedTuple):
     cpu_s: float  # this process's (or the child's) CPU time: what one core spent, load or not
 
 
-def time_parser(path: Path) -> tuple[Timing, int, Counter[str]]:
+def time_parser(path: Path, read_values: bool = False) -> tuple[Timing, int, Counter[str]]:
+    """Parse the file; with ``read_values``, also read each decode's throughput and accept
+    length, as `specmon parse --summary` does (a bulk-read Decode converts its numbers then)."""
     parser = SGLangLogParser()
     kinds: Counter[str] = Counter()
+    values_sum = 0.0
     started, cpu_started = time.perf_counter(), time.process_time()
     with path.open("rb") as log:
         while chunk := log.read(CHUNK_BYTES):
             for event in parser.feed(chunk):
                 kinds[event.kind] += 1
+                if read_values and isinstance(event, Decode):
+                    values_sum += event.gen_throughput + (event.accept_len or 0.0)
         for event in parser.flush():
             kinds[event.kind] += 1
     timing = Timing(time.perf_counter() - started, time.process_time() - cpu_started)
@@ -227,6 +233,11 @@ def main() -> int:
     options.add_argument("--lines", type=int, default=1_000_000, help="log length in lines")
     options.add_argument("--keep", metavar="PATH", help="write the log here and keep it")
     options.add_argument("--repeat", type=int, default=3, help="parser runs; the best is shown")
+    options.add_argument(
+        "--read-values",
+        action="store_true",
+        help="also read every decode's gen throughput and accept len, as --summary does",
+    )
     args = options.parse_args()
     if args.lines < 1000:
         print("--lines must be at least 1000", file=sys.stderr)
@@ -237,7 +248,7 @@ def main() -> int:
         size_mb = path.stat().st_size / 1e6
         load = os.getloadavg()
         greps = [time_grep(path) for _ in range(max(1, args.repeat))]
-        runs = [time_parser(path) for _ in range(max(1, args.repeat))]
+        runs = [time_parser(path, args.read_values) for _ in range(max(1, args.repeat))]
     grep_count = greps[0][1]
     grep_wall = min(timing.wall_s for timing, _ in greps)
     grep_cpu = min(timing.cpu_s for timing, _ in greps)
@@ -254,7 +265,7 @@ def main() -> int:
         f"cpu {grep_cpu * 1000:.1f} ms = {written / grep_wall:,.0f} lines/s (wall)"
     )
     print(
-        f"parser: best wall {parse_wall:.3f} s = {written / parse_wall:,.0f} lines/s; "
+        f"parser{' (decode values read)' if args.read_values else ''}: best wall {parse_wall:.3f} s = {written / parse_wall:,.0f} lines/s; "
         f"best cpu {parse_cpu:.3f} s = {written / parse_cpu:,.0f} lines/s "
         f"(runs, wall/cpu s: {', '.join(f'{t.wall_s:.2f}/{t.cpu_s:.2f}' for t, _, _ in runs)})"
     )

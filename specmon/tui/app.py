@@ -235,7 +235,7 @@ class SpecmonApp(App[int]):
         return False
 
     def action_experiments(self) -> None:
-        if isinstance(self.screen, ExperimentsScreen):
+        if self.screen is not self.main:
             return
         if self.experiments is None:
             self.experiments = ExperimentsScreen(self.controller, self.config)

@@ -2,10 +2,13 @@
 
 The formats are SGLang's own, 0.4.6 to 0.5.23 (docs/parser.md lists them). Decode lines are
 almost all of a serving log, so the parser learns the exact shape of the log's decode lines
-(one anchored regex per shape), splits whole chunks with it in C and builds those events column
-by column; every other line goes through ``parse_line``'s dispatch, one at a time. Input never
-makes it raise: bytes are decoded with replacement, ``\\r`` (tqdm redraws) counts as a line
-break and lines are cut at MAX_LINE_CHARS.
+(one anchored regex per shape) and cuts whole chunks with it in C: one ``findall`` gives a
+tuple of field texts per line, and each decode line's tuple becomes a Decode that converts its
+numbers when first read (``Decode.from_texts``), so a decode line runs no Python bytecode
+here. The regex admits only numbers that convert, so that later read cannot fail. Every other
+line goes through ``parse_line``'s dispatch, one at a time. Input never makes it raise: bytes
+are decoded with replacement, ``\\r`` (tqdm redraws) counts as a line break and lines are cut
+at MAX_LINE_CHARS.
 """
 
 from __future__ import annotations
@@ -719,7 +722,7 @@ _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
 # The group is atomic and the rest of the tags possessive: once the last `TPn` is found, a line
 # that fails later is not searched again for an earlier one (quadratic on a line of tags).
 _TEMPLATE_HEAD = (
-    rf"\[({_TS})(?:(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*\] Decode batch"
+    rf"\[({_TS})(?>(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*+\] Decode batch"
 )
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8

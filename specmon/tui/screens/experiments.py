@@ -56,6 +56,7 @@ SETTING_FIELDS: tuple[tuple[str, str, int], ...] = (
     ("warmup", "warm-up", 2),
 )
 SAFE_CANCEL_WAIT_S = 600.0  # quitting waits this long for a launch or stop to finish
+UNMOUNT_WAIT_S = 5.0  # an app ending otherwise gives the sweep this long to mark itself
 NO_BASELINE = (
     "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
     "shown (tick “baseline first”)"
@@ -164,7 +165,14 @@ class ExperimentsScreen(Screen[None]):
         self.revalidate()
         self.query_one("#grid", TextArea).focus()
 
-    def on_unmount(self) -> None:
+    async def on_unmount(self) -> None:
+        worker = self.sweep_worker  # still running only if the app ended without `q`
+        if worker is not None and not worker.is_finished:
+            worker.cancel()
+            with contextlib.suppress(
+                WorkerCancelled, WorkerFailed, asyncio.CancelledError, asyncio.TimeoutError
+            ):
+                await asyncio.wait_for(worker.wait(), UNMOUNT_WAIT_S)
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
@@ -335,6 +343,8 @@ class ExperimentsScreen(Screen[None]):
         except SpecmonError as exc:
             self.notify(str(exc), title="Ledger", severity="error", timeout=20)
             return
+        self.running = True  # from now: a second Start or a quit sees the sweep at once
+        self._update_controls()
         self.sweep_worker = self.run_sweep(self.plan, list(self.points), ledger)
 
     @work(exclusive=True, group="sweep", exit_on_error=False)
