@@ -334,3 +334,24 @@ def test_demo_killed_outright_still_takes_its_server_down(tmp_path: Path) -> Non
     while processes_mentioning(str(tmp_path)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert processes_mentioning(str(tmp_path)) == []
+
+
+async def test_a_launch_cancelled_while_taking_the_lock_leaves_the_host_unlocked(
+    state_dir: Path,
+) -> None:
+    profiles = sim_profiles()
+    session = local_session(state_dir, profiles, gpu_agent="none")
+    await session.start(streams=False)
+    try:
+        for delay in (0.0, 0.01, 0.03, 0.06, 0.1):
+            launch = asyncio.get_running_loop().create_task(session.launch("fast"))
+            await asyncio.sleep(delay)
+            launch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await launch
+        # Whatever point each cancel hit, the host lock is free: a launch goes through.
+        await session.stop_all_runs()
+        assert await session.launch("fast")
+    finally:
+        await session.stop_all_runs()
+        await session.close()

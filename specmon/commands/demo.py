@@ -90,14 +90,20 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession:
+    import dataclasses
     import socket
 
     from specmon.session import SessionOptions
     from specmon.session.demo import DemoSession
     from specmon.session.local import LocalTransport
 
-    profiles = config.profiles
-    profile = profiles[profile_name]
+    # A free port, so a second demo or a busy 30000 is no problem: set on the profile itself,
+    # so relaunches and sweeps from the console use it too.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        free_port = s.getsockname()[1]
+    profile = dataclasses.replace(config.profiles[profile_name], port=free_port)
+    profiles = {**config.profiles, profile_name: profile}
     options = SessionOptions(
         state_dir=state_dir,
         gpu_agent=profile.gpu_agent,
@@ -112,9 +118,6 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
         stop_server_on_close=True,
         autolaunch=profile_name,
     )
-    with socket.socket() as s:  # a free port, so a second demo or a busy 30000 is no problem
-        s.bind(("127.0.0.1", 0))
-        session.autolaunch_flags = {"port": str(s.getsockname()[1])}
     return session
 
 

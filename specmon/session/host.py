@@ -532,6 +532,11 @@ class HostSession(HostController):
         except asyncio.TimeoutError:
             await proc.kill()
             raise RemoteCallError(f"{self.host_label}: the lock helper did not answer") from None
+        except BaseException:
+            # A launch cancelled while waiting for the lock must not leave its holder alive,
+            # or every later launch from any console is refused as "busy".
+            await asyncio.shield(proc.kill())
+            raise
         try:
             reply = json.loads(line) if line else {}
         except ValueError:
