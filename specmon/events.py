@@ -163,7 +163,7 @@ class Decode(Event):
         deque(map(_set_texts, decodes, rows), maxlen=0)
         return decodes
 
-    def _fields(self) -> tuple[Any, ...]:
+    def _field_values(self) -> tuple[Any, ...]:
         """The values in field order, converted from the texts on first use."""
         texts = self._texts  # type: ignore[attr-defined]
         if texts is None:
@@ -189,21 +189,24 @@ class Decode(Event):
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
             return NotImplemented
-        return self._fields() == other._fields()  # type: ignore[attr-defined, no-any-return]
+        return self._field_values() == other._field_values()  # type: ignore[attr-defined, no-any-return]
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return hash(self._field_values())
 
     def __repr__(self) -> str:
-        pairs = zip(_DECODE_FIELD_NAMES, self._fields(), strict=True)
+        pairs = zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True)
         return f"Decode({', '.join(f'{name}={value!r}' for name, value in pairs)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (partial(Decode, **dict(zip(_DECODE_FIELD_NAMES, self._fields(), strict=True))), ())
+        return (
+            partial(Decode, **dict(zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True))),
+            (),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        out.update(zip(_DECODE_FIELD_NAMES, self._fields(), strict=True))
+        out.update(zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True))
         return out
 
 
@@ -234,13 +237,14 @@ def _decode_field(position: int) -> property:
     def read(self: Decode) -> Any:
         if self._texts is None:  # type: ignore[attr-defined]
             return self._values[position]  # type: ignore[attr-defined]
-        return self._fields()[position]
+        return self._field_values()[position]
 
     return property(read)
 
 
 for _position, _name in enumerate(_DECODE_FIELD_NAMES):
     setattr(Decode, _name, _decode_field(_position))
+del _position, _name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
