@@ -205,12 +205,14 @@ class RelaunchScreen(ModalScreen[None]):
 
     def revalidate(self) -> None:
         values = self.values()
-        problems = validate_form(values)
+        profile = self.config.profiles[self.profile_name] if self.profile_name else None
+        base = profile.to_launch_spec() if profile is not None else None
+        # The profile's own speculative algorithm applies (a NEXTN or STANDALONE profile is
+        # not judged by EAGLE3's rules).
+        problems = validate_form(values, base=base)
         self.spec = None
         spec_problems: list[str] = []
-        if not problems and self.profile_name:
-            profile = self.config.profiles[self.profile_name]
-            base = profile.to_launch_spec()
+        if not problems and profile is not None and base is not None:
             try:
                 flags, env = form_overrides(values, base, profile.extra_args)
                 self.spec = base.with_flags(flags).with_env(env)
