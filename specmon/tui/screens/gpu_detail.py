@@ -67,6 +67,8 @@ class GpuDetailScreen(Screen[None]):
 
     def refresh_from(self, store: StateStore) -> None:
         table = self.query_one(DataTable)
+        if len(table.columns) != len(COLUMNS):
+            return  # the app's timer can fire between compose and on_mount: no columns yet
         for index in sorted(store.gpus):
             reading = store.gpus[index]
             row_key = str(index)
