@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     import tempfile
 
     from specmon.errors import UsageError
-    from specmon.session.cli import load_config_from, run_async, stream_events
+    from specmon.session.cli import load_config_from, watch_headless
 
     if args.time_scale is not None:
         if not 0 < args.time_scale <= 100:
@@ -63,23 +63,7 @@ def run(args: argparse.Namespace) -> int:
     session = _demo_session(config, args.profile, state_dir)
     try:
         if headless:
-
-            async def main() -> int:
-                queue = session.bus.subscribe()
-                try:
-                    await session.start()
-                    return await stream_events(
-                        session,
-                        as_json=args.json,
-                        with_log=args.log,
-                        until=args.until,
-                        duration=args.duration,
-                        queue=queue,
-                    )
-                finally:
-                    await session.close()
-
-            return run_async(main)
+            return watch_headless(session, args)
         assert run_console is not None
         return run_console(session, config)
     finally:

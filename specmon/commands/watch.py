@@ -16,23 +16,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.session.cli import load_config_from, run_async, session_from_args, stream_events
+    from specmon.session.cli import load_config_from, session_from_args, watch_headless
 
     session = session_from_args(args, load_config_from(args))
 
-    async def main() -> int:
-        queue = session.bus.subscribe()
-        await session.start()
-        try:
-            return await stream_events(
-                session,
-                as_json=args.json,
-                with_log=args.log,
-                until=args.until,
-                duration=args.duration,
-                queue=queue,
-            )
-        finally:
-            await session.close()
-
-    return run_async(main)
+    return watch_headless(session, args)

@@ -221,3 +221,26 @@ async def stream_events(
                 return 0 if reached else 1
     finally:
         session.bus.unsubscribe(queue)
+
+
+def watch_headless(session: Any, args: argparse.Namespace) -> int:
+    """Start ``session``, print its events as `watch` does (text or JSON lines, ``--until``,
+    ``--duration``), and close it however the watch ends: the one headless loop shared by
+    `specmon watch`, `specmon connect --headless` and `specmon demo --headless`."""
+
+    async def main() -> int:
+        queue = session.bus.subscribe()  # before start: not one early event is missed
+        try:
+            await session.start()
+            return await stream_events(
+                session,
+                as_json=args.json,
+                with_log=args.log,
+                until=args.until,
+                duration=args.duration,
+                queue=queue,
+            )
+        finally:
+            await session.close()
+
+    return run_async(main)
