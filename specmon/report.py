@@ -21,6 +21,19 @@ NO_BASELINE = (
 )
 
 
+# The result columns of a sweep table, after the rank and the swept parameters; the console's
+# sweep table shows the same ones.
+SWEEP_RESULT_COLUMNS: tuple[str, ...] = (
+    "status",
+    "tok/s",
+    "speed-up",
+    "accept len",
+    "verify ms",
+    "load s",
+    "note",
+)
+
+
 def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
 
@@ -53,17 +66,7 @@ def sweep_table(
     now: float | None = None,
 ) -> str:
     """The final sweep table: fastest first, speed-up vs the measured baseline, failures last."""
-    header = [
-        "#",
-        *param_names,
-        "status",
-        "tok/s",
-        "speed-up",
-        "accept len",
-        "verify ms",
-        "load s",
-        "note",
-    ]
+    header = ["#", *param_names, *SWEEP_RESULT_COLUMNS]
     first_number = 1 + len(param_names) + 1
     right = set(range(first_number, first_number + 5)) | {0}
     rows: list[list[str]] = []

@@ -13,17 +13,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from specmon.report import SWEEP_RESULT_COLUMNS
 from specmon.sweep import SweepPoint, SweepPointResult, rank_results
 
-RESULT_COLUMNS: tuple[str, ...] = (
-    "status",
-    "tok/s",
-    "speed-up",
-    "accept len",
-    "verify ms",
-    "load s",
-    "note",
-)
 STATUS_STYLES: dict[str, str] = {
     "ok": "bold green",
     "failed": "bold red",
@@ -77,7 +69,7 @@ class SweepTable(DataTable[Text | str]):
         self.add_column("#", key="rank")
         for name in self.param_names:
             self.add_column(name, key="param:" + name)
-        for column in RESULT_COLUMNS:
+        for column in SWEEP_RESULT_COLUMNS:
             self.add_column(column, key=column)
         for index, point in enumerate(points):
             self.add_row(
@@ -103,7 +95,7 @@ class SweepTable(DataTable[Text | str]):
         self.statuses[index] = word
         cells = self._result_cells(result, has_baseline)
         cells[0] = self._status_text(word, detail)
-        for column, cell in zip(RESULT_COLUMNS, cells, strict=True):
+        for column, cell in zip(SWEEP_RESULT_COLUMNS, cells, strict=True):
             self.update_cell(str(index), column, cell, update_width=True)
 
     def show_final(self, results: Sequence[SweepPointResult], has_baseline: bool) -> None:
