@@ -128,6 +128,8 @@ def open_session(
 def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple[str, ...] | None:
     """ssh config files: the host's ``ssh_options`` from specmon.toml first (ssh takes the
     first value it reads), then the given files or ~/.ssh/config."""
+    import atexit
+    import shutil
     import tempfile
     from pathlib import Path
 
@@ -137,6 +139,8 @@ def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple
     if bad:
         raise UsageError(f"ssh_options: bad option name or value for {', '.join(bad)}")
     directory = Path(tempfile.mkdtemp(prefix="specmon-ssh-"))
+    # Reconnects read it again, so it lives as long as this process, and no longer.
+    atexit.register(shutil.rmtree, directory, True)
     path = directory / "config"
     path.write_text("".join(f"{k} {v}\n" for k, v in extra.items()))
     default = Path("~/.ssh/config").expanduser()
