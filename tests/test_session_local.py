@@ -355,3 +355,14 @@ async def test_a_launch_cancelled_while_taking_the_lock_leaves_the_host_unlocked
     finally:
         await session.stop_all_runs()
         await session.close()
+
+
+def test_a_state_dir_the_caller_chose_wins_over_the_hosts_configured_one(tmp_path: Path) -> None:
+    from specmon.config import load_config
+    from specmon.session import SessionOptions, open_session
+
+    config = load_config(REPO_ROOT / "specmon.toml")
+    chosen = open_session("local", config, options=SessionOptions(state_dir=str(tmp_path)))
+    assert chosen.options.state_dir == str(tmp_path)  # tests and --state-dir stay private
+    default = open_session("local", config)
+    assert default.options.state_dir == str(config.hosts["local"].state_dir)

@@ -94,7 +94,7 @@ def open_session(
 
         transport = LocalTransport(label=host)
         if host_config is not None:
-            options = replace(options, state_dir=host_config.state_dir)
+            options = replace(options, state_dir=_state_dir(options, host_config))
     else:
         from specmon.session.ssh import SshTarget, SshTransport
 
@@ -107,7 +107,11 @@ def open_session(
                 known_hosts=host_config.known_hosts,
                 options=dict(host_config.ssh_options),
             )
-            options = replace(options, python=host_config.python, state_dir=host_config.state_dir)
+            options = replace(
+                options,
+                python=host_config.python,
+                state_dir=_state_dir(options, host_config),
+            )
         else:
             user, address, port = parse_host(host)
             target = SshTarget(host=address, port=port, username=user)
@@ -123,6 +127,16 @@ def open_session(
         options=options,
         stop_server_on_close=stop_server_on_close,
     )
+
+
+def _state_dir(options: SessionOptions, host_config: Any) -> str:
+    """A state dir the caller chose (`--state-dir`, a test's private dir) wins over the host's
+    configured one, which wins over the built-in default."""
+    from specmon.session.host import SessionOptions
+
+    if options.state_dir != SessionOptions().state_dir:
+        return options.state_dir
+    return str(host_config.state_dir)
 
 
 def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple[str, ...] | None:
