@@ -355,3 +355,18 @@ async def test_log_follows_the_tail_unless_the_operator_scrolled_back():
         await pilot.pause(0.4)
         assert view.scroll_y == view.max_scroll_y
         assert view.lines[-1].text == "one more line"
+
+
+@pytest.mark.parametrize(("size", "compact"), [((80, 24), True), ((160, 48), False)])
+async def test_every_gpu_row_shows_while_loading_even_at_80x24(size, compact):
+    from specmon.tui.widgets.loading import LoadingPanel
+
+    app = make_app(ready=False)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.5)
+        loading = app.screen.query_one(LoadingPanel)
+        gpus = app.screen.query_one(GpuPanel)
+        assert loading.display and loading.has_class("-compact") is compact
+        assert len(app.controller.bus.store.gpus) == 8
+        assert gpus.outer_size.height == 8 + 2  # a row per GPU, and the border
+        assert app.screen.query_one(LogPane).outer_size.height >= 4  # the log stays visible

@@ -20,6 +20,7 @@ from specmon.tui.widgets.timing import TimingPanel
 LIVE_STATES = ("ready",)
 LIVE_ROW_ROWS = 7
 LOADING_ROWS = 9
+COMPACT_LOADING_ROWS = 6  # the phase list in two columns, when the GPUs would not fit
 LOG_MIN_ROWS = 4
 
 
@@ -71,9 +72,13 @@ class MainScreen(Screen[None]):
         """Give the GPU panel a row per GPU, but leave the log pane at least LOG_MIN_ROWS."""
         banner = self.query_one(Banner)
         used = 2 + (banner.outer_size.height if banner.display else 0)
-        used += LIVE_ROW_ROWS if live else LOADING_ROWS
-        room = self.size.height - used - LOG_MIN_ROWS
         wanted = max(1, len(store.gpus)) + 2
+        loading_rows = LOADING_ROWS
+        if not live and self.size.height - used - LOADING_ROWS - LOG_MIN_ROWS < wanted:
+            loading_rows = COMPACT_LOADING_ROWS  # 8 GPUs while loading on an 80x24 terminal
+        self.query_one(LoadingPanel).set_class(loading_rows == COMPACT_LOADING_ROWS, "-compact")
+        used += LIVE_ROW_ROWS if live else loading_rows
+        room = self.size.height - used - LOG_MIN_ROWS
         height = max(3, min(wanted, room))
         panel = self.query_one(GpuPanel)
         if panel.styles.height is None or panel.styles.height.value != height:

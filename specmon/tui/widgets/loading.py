@@ -29,6 +29,8 @@ class LoadingPanel(Vertical):
     LoadingPanel #progress-side { width: 1fr; height: 1fr; }
     LoadingPanel ProgressBar { height: 1; }
     LoadingPanel #load-stats { height: 1fr; }
+    LoadingPanel.-compact { height: 6; }
+    LoadingPanel.-compact #phases { width: 42; }
     """
 
     can_focus = True
@@ -60,6 +62,7 @@ class LoadingPanel(Vertical):
         elapsed = loading.elapsed(now)
         eta = loading.eta_seconds(now)
         key = (
+            self.has_class("-compact"),
             store.run_state,
             loading.phase,
             len(loading.done_phases),
@@ -74,7 +77,8 @@ class LoadingPanel(Vertical):
             return
         self._last = key
         self.border_title = _title(store)
-        self.query_one("#phases", Static).update(_phase_list(store), layout=False)
+        columns = 2 if self.has_class("-compact") else 1
+        self.query_one("#phases", Static).update(_phase_list(store, columns), layout=False)
         progress = self.query_one("#shards", ProgressBar)
         if loading.shards_total:
             progress.update(total=loading.shards_total, progress=loading.shards_done)
@@ -119,20 +123,37 @@ def _title(store: StateStore) -> str:
     return f"Loading: {store.loading.phase or 'starting'}"
 
 
-def _phase_list(store: StateStore) -> Text:
+PHASE_COLUMN_WIDTH = 21  # "▶ target CUDA graphs" and a space
+
+
+def _phase_list(store: StateStore, columns: int = 1) -> Text:
+    """The phases with ticks, top to bottom; in ``columns`` columns on a short terminal."""
     loading = store.loading
-    text = Text(no_wrap=True, overflow="ellipsis")
     failed = store.run_state in ("failed", "hung")
-    for index, phase in enumerate(PHASES):
+    cells: list[Text] = []
+    for phase in PHASES:
+        cell = Text()
         if phase in loading.done_phases:
-            text.append("✓ ", style="green")
-            text.append(phase)
+            cell.append("✓ ", style="green")
+            cell.append(phase)
         elif phase == loading.phase:
-            text.append("✗ " if failed else "▶ ", style="red" if failed else "bold yellow")
-            text.append(phase, style="bold")
+            cell.append("✗ " if failed else "▶ ", style="red" if failed else "bold yellow")
+            cell.append(phase, style="bold")
         else:
-            text.append("· ", style="dim")
-            text.append(phase, style="dim")
-        if index < len(PHASES) - 1:
+            cell.append("· ", style="dim")
+            cell.append(phase, style="dim")
+        cells.append(cell)
+    rows = -(-len(cells) // columns)
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for row in range(rows):
+        if row:
             text.append("\n")
+        for column in range(columns):
+            index = column * rows + row
+            if index >= len(cells):
+                break
+            cell = cells[index]
+            if column < columns - 1:
+                cell.pad_right(PHASE_COLUMN_WIDTH - cell.cell_len)
+            text.append_text(cell)
     return text
