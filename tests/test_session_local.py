@@ -366,3 +366,54 @@ def test_a_state_dir_the_caller_chose_wins_over_the_hosts_configured_one(tmp_pat
     assert chosen.options.state_dir == str(tmp_path)  # tests and --state-dir stay private
     default = open_session("local", config)
     assert default.options.state_dir == str(config.hosts["local"].state_dir)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM])
+def test_the_demo_console_cleans_up_when_its_terminal_closes_or_it_is_killed(
+    tmp_path: Path, signum: int
+) -> None:
+    import pty
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "TMPDIR": str(tmp_path),
+        "SPECMON_SIM_TIME_SCALE": "0.003",
+        "TERM": "xterm-256color",
+        "COLUMNS": "120",
+        "LINES": "40",
+    }
+    controller, terminal = pty.openpty()
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specmon", "demo"],
+            stdin=terminal,
+            stdout=terminal,
+            stderr=terminal,
+            env=env,
+            cwd=tmp_path,
+            start_new_session=True,
+        )
+        os.close(terminal)
+        terminal = -1
+        deadline = time.monotonic() + 60
+        while not processes_mentioning(str(tmp_path / "specmon-demo-")):  # the sim is up
+            assert time.monotonic() < deadline, "the demo never started its simulator"
+            with contextlib.suppress(OSError):
+                os.read(controller, 65536)  # keep the terminal drained
+            time.sleep(0.1)
+        proc.send_signal(signum)
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the demo did not exit"
+            with contextlib.suppress(OSError):
+                os.read(controller, 65536)
+            time.sleep(0.05)
+    finally:
+        if terminal >= 0:
+            os.close(terminal)
+        os.close(controller)
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert processes_mentioning(str(tmp_path)) == []
+    assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())

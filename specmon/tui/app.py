@@ -8,7 +8,9 @@ bounded event queue, so a flood of events costs a batch per tick, never a redraw
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import signal
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar
@@ -81,6 +83,7 @@ class SpecmonApp(App[int]):
         self.config = config
         self.clock = clock
         self.start_controller = start_controller
+        self.exit_on_signals = False  # run_console turns it on; tests keep their loop's handlers
         self.paused = False
         self.relaunch_in_progress = False
         self.session_history = SessionHistory()
@@ -102,6 +105,13 @@ class SpecmonApp(App[int]):
     # --- life cycle ----------------------------------------------------------------------------
 
     async def on_mount(self) -> None:
+        if self.exit_on_signals:
+            # A closed terminal (SIGHUP) or a kill (SIGTERM) quits like `q`: the session
+            # closes and the caller's clean-up runs (the demo stops its simulator).
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGHUP):
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.add_signal_handler(signum, self.exit)
         await self.push_screen(self.main)
         # Subscribe and show the kept log in one synchronous step: no line is lost or doubled.
         self._queue = self.controller.bus.subscribe()
@@ -357,5 +367,6 @@ def run_console(controller: HostController, config: Any = None) -> int:
     """Run the console until the operator quits; returns the process exit code."""
     tune_gc_for_console()
     app = SpecmonApp(controller, config)
+    app.exit_on_signals = True
     result = app.run()
     return int(app.return_code if app.return_code is not None else (result or 0))
