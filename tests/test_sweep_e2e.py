@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.profiles import SIMBENCH_PROFILE_TOML
 from support.sim import free_port
 from support.sshd import start_sshd, stop_sshd
 
@@ -40,7 +41,8 @@ from specmon.sweep import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-CONFIG = """
+CONFIG = (
+    """
 [hosts.testbox]
 address = "127.0.0.1"
 port = {ssh_port}
@@ -49,30 +51,9 @@ identity_file = "{key}"
 known_hosts = "{known_hosts}"
 python = "{python}"
 state_dir = "{state_dir}"
-
-[profiles.simbench]
-command = ["{{python}}", "-m", "specmon.sim"]
-model_path = "sim/Kimi-K2.5"
-draft_model_path = "/models/kimi-k2.5-eagle3"
-tp = 8
-port = {server_port}
-mem_fraction_static = 0.88
-extra_args = ["--disable-custom-all-reduce", "--enable-metrics", "--decode-log-interval", "8"]
-probe = true
-gpu_agent = "none"
-stop_grace_s = 5.0
-
-[profiles.simbench.speculative]
-algorithm = "EAGLE3"
-num_steps = 3
-eagle_topk = 1
-num_draft_tokens = 4
-
-[profiles.simbench.env]
-SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = "1"
-SPECMON_SIM_TIME_SCALE = "0.002"
-SPECMON_SIM_SHARDS = "8"
 """
+    + SIMBENCH_PROFILE_TOML
+)
 
 
 @pytest.fixture
@@ -90,6 +71,7 @@ def testbox(tmp_path: Path):
             python=sys.executable,
             state_dir=state_dir,
             server_port=free_port(),
+            time_scale="0.002",
         )
     )
     try:
