@@ -8,22 +8,16 @@ inline. A profile saved from the relaunch form can be launched at once.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.console import local_console, wait_until
 from support.profiles import SIMBENCH_PROFILE_TOML
 from support.sim import free_port
 from textual.widgets import Button, Checkbox, Input, Select, Static, TextArea
 
 from specmon.config import load_config
 from specmon.ledger import Ledger
-from specmon.session import SessionOptions, open_session
 from specmon.sweep import parse_grid
 from specmon.tui.app import SpecmonApp
 from specmon.tui.screens.confirm import ConfirmScreen
@@ -45,26 +39,8 @@ def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     config_path = tmp_path / "specmon.toml"
     config_path.write_text(CONFIG.format(server_port=free_port(), time_scale=TIME_SCALE))
     config = load_config(config_path)
-    state_dir = tmp_path / "state"
-    options = SessionOptions(
-        state_dir=str(state_dir), gpu_agent="none", stop_grace_s=5.0, gpu_release_timeout_s=20.0
-    )
-    session = open_session("local", config, options=options, stop_server_on_close=True)
-    app = SpecmonApp(session, config)
-    yield app
-    for run_json in state_dir.glob("runs/*/run.json"):
-        pgid = json.loads(run_json.read_text()).get("pgid")
-        if pgid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pgid), signal.SIGKILL)
-
-
-async def wait_until(pilot, check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.05)
+    with local_console(config, tmp_path / "state", gpu_agent="none") as app:
+        yield app
 
 
 async def wait_connected(pilot, app: SpecmonApp) -> None:

@@ -7,20 +7,16 @@ agent, HTTP. The tests drive the app with keys and the relaunch form like an ope
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
+from support.console import local_console, wait_until
 from support.sim import free_port
 from textual.widgets import Button, Input, Select
 
 from specmon.config import load_config
-from specmon.session import SessionOptions, open_session
 from specmon.store import StateStore
 from specmon.tui.app import SpecmonApp
 from specmon.tui.screens.relaunch import RelaunchScreen, field_id
@@ -38,28 +34,8 @@ def console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     started is killed by process group at teardown, whatever the test did."""
     monkeypatch.setenv("SPECMON_SIM_TIME_SCALE", TIME_SCALE)
     config = load_config(REPO / "specmon.toml")
-    state_dir = tmp_path / "state"
-    options = SessionOptions(
-        state_dir=str(state_dir), gpu_agent="sim", stop_grace_s=5.0, gpu_release_timeout_s=20.0
-    )
-    session = open_session("local", config, options=options, stop_server_on_close=True)
-    app = SpecmonApp(session, config)
-    yield app
-    for run_json in state_dir.glob("runs/*/run.json"):
-        import json
-
-        pgid = json.loads(run_json.read_text()).get("pgid")
-        if pgid:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(pgid), signal.SIGKILL)
-
-
-async def wait_until(pilot, check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await pilot.pause(0.1)
+    with local_console(config, tmp_path / "state", gpu_agent="sim") as app:
+        yield app
 
 
 async def relaunch_from_form(pilot, app: SpecmonApp, changes: dict[str, str]) -> None:
