@@ -297,8 +297,9 @@ class LaunchSpec:
 
     # --- checking ----------------------------------------------------------------------
 
-    def problems(self) -> list[str]:
-        """Everything wrong with this launch; empty when it may run."""
+    def _text_problems(self) -> list[str]:
+        """What no command line can carry: an empty command, NUL or unpaired surrogates in any
+        word, env names outside the whitelist. Both checking and rendering refuse these."""
         problems: list[str] = []
         if not self.command:
             problems.append("command: is empty; name the server program to run")
@@ -310,11 +311,17 @@ class LaunchSpec:
             problem = text_problem(f"argument {token[:40]!r}", token)
             if problem:
                 problems.append(problem)
-        seen: set[str] = set()
         for name, value in self.env:
             problem = env_name_problem(name) or text_problem(name, value)
             if problem:
                 problems.append(problem)
+        return problems
+
+    def problems(self) -> list[str]:
+        """Everything wrong with this launch; empty when it may run."""
+        problems = self._text_problems()
+        seen: set[str] = set()
+        for name, _ in self.env:
             if name in seen:
                 problems.append(f"{name}: set twice")
             seen.add(name)
@@ -348,17 +355,7 @@ class LaunchSpec:
         (NUL) raise LaunchSpecError instead of being rendered. Run it with a POSIX shell
         (e.g. pass it to ``sh -c``) when the login shell might be csh or fish.
         """
-        problems: list[str] = []
-        if not self.command:
-            problems.append("command: is empty; name the server program to run")
-        for name, value in self.env:
-            problem = env_name_problem(name) or text_problem(name, value)
-            if problem:
-                problems.append(problem)
-        for token in self.argv:
-            problem = text_problem(f"argument {token[:40]!r}", token)
-            if problem:
-                problems.append(problem)
+        problems = self._text_problems()
         if problems:
             raise LaunchSpecError(problems)
         words = [f"{name}={shlex.quote(value)}" for name, value in self.env]
