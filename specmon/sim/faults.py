@@ -224,13 +224,7 @@ def context_length_traceback(target_len: int, draft_len: int) -> str:
         "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
     )
     frames = (
-        (
-            "sglang/srt/managers/scheduler.py",
-            2960,
-            "run_scheduler_process",
-            "scheduler = Scheduler(",
-        ),
-        ("sglang/srt/managers/scheduler.py", 345, "__init__", "self.init_model_worker()"),
+        *_SCHEDULER_INIT[:2],  # the scheduler starting up, as for the target's faults
         (
             "sglang/srt/managers/scheduler.py",
             530,
