@@ -171,7 +171,7 @@ class Decode(Event):
         ts, rank, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = texts[:10]
         ints, floats = _decode_ints, _decode_floats  # few distinct texts: a lookup, mostly
         values = (
-            ts,
+            ts or None,
             ints[rank],
             ints[running],
             int(tokens),
@@ -265,6 +265,17 @@ class ServerError(Event):
     kind: ClassVar[str] = "error"
     category: ErrorCategory
     message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecParams(Event):
+    """Adaptive speculation (SGLang 0.5.11+ `--speculative-adaptive`) changed the number of
+    draft steps per verify; ``steps`` is the count now in force."""
+
+    kind: ClassVar[str] = "spec_params"
+    steps_before: int
+    steps: int
+    ema_accept_len: float | None = None
 
 
 # --- events made by the host session ---------------------------------------------------------

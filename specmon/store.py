@@ -32,6 +32,7 @@ from specmon.events import (
     ServerError,
     ServerFailed,
     ShardProgress,
+    SpecParams,
 )
 
 # The loading phases an operator sees ticking, in order.
@@ -100,6 +101,8 @@ class StateStore:
         self.loading = LoadingState()
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
+        self.spec_steps: int | None = None
+        """Draft steps in force after adaptive speculation changed them; None: as launched."""
         self.throughput: deque[Point] = deque(maxlen=history)
         self.accept_len: deque[Point] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
@@ -155,6 +158,7 @@ class StateStore:
             self.loading = LoadingState(previous_load_seconds=previous)
             self.failure = None
             self.last_decode = None
+            self.spec_steps = None
             self.throughput.clear()
             self.accept_len.clear()
             self.probe.clear()
@@ -226,6 +230,9 @@ class StateStore:
         if e.accept_len is not None:
             self.accept_len.append(Point(now, e.accept_len))
 
+    def _on_spec_params(self, e: SpecParams, now: float) -> None:
+        self.spec_steps = e.steps
+
     def _on_error(self, e: ServerError, now: float) -> None:
         self.errors.append(e)
 
@@ -265,6 +272,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     HttpUp: StateStore._on_http,
     Ready: StateStore._on_ready,
     Decode: StateStore._on_decode,
+    SpecParams: StateStore._on_spec_params,
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,

@@ -21,8 +21,8 @@ from specmon.backends.sglang.parser import (
     decode_template,
     error_category,
     parse_line,
-    summarize,
 )
+from specmon.backends.sglang.summary import summarize
 from specmon.events import (
     Decode,
     Event,
@@ -718,6 +718,9 @@ def test_summary_of_nothing_and_of_a_failed_start() -> None:
         "errors": 0,
         "prefill_lines": 0,
         "first_error": None,
+        "unparsed_decode_like": 0,
+        "spec_steps": None,
+        "spec_steps_changes": 0,
     }
     failed = summarize(parse_file("sglang-oom-traceback.log"))
     assert failed["ready"] is False and failed["load_seconds"] is None
