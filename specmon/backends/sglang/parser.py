@@ -84,7 +84,7 @@ _PREFIX_TOKEN = (
     r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
     r"|(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,19}"
     r"|(?:pid|PID)[=: ]?\d+"
-    r"|(?:rank|Rank|RANK)[ _=:#-]?\d+"
+    r"|(?:rank|RANK)[ _=:#-]?\d+"  # not `Rank N`: SGLang's `Rank 3 scheduler is dead`
     r"|\(\w*(?:pid|PID)?[=: ]?\d+\)"
     r"|[\w.-]+\.py:\d+"
     r"|(?![\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
@@ -94,7 +94,7 @@ _PREFIX_SEPARATOR = r"(?:[\])>]?:?[ \t]+(?:[-|:][ \t]+)?|[\])]?:(?=\[)|(?<=\])(?
 _GENERIC_PREFIX = re.compile(rf"(?:{_PREFIX_TOKEN}{_PREFIX_SEPARATOR}){{1,16}}", re.ASCII)
 _STRONG_PREFIX = re.compile(
     r"\d\d:\d\d:\d\d|DEBUG|INFO|WARN|ERROR|CRITICAL|FATAL"
-    r"|(?<![A-Za-z0-9_])(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d|(?i:rank)[ _=:#-]?\d",
+    r"|(?<![A-Za-z0-9_])(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d|(?:rank|RANK)[ _=:#-]?\d",
     re.ASCII,
 )
 
@@ -206,11 +206,14 @@ _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
     r"|Not enough memory\. Please try to increase --mem-fraction-static"
     r"|Prefill out of memory|Decode out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|Cuda failure 'out of memory'"
 )
 _NCCL = re.compile(
     r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"
     r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
-    r"|RemoteError)\b|NCCL communicator was aborted"
+    r"|RemoteError)\b|NCCL communicator was aborted|NCCL Error \d|NCCL WARN"
+    r"|Some NCCL operations have failed or timed out"
+    r"|Process group watchdog thread terminated with exception"
 )
 _OTHER_FATAL = re.compile(
     r"Scheduler hit an exception|DetokenizerManager hit an exception"
@@ -218,7 +221,8 @@ _OTHER_FATAL = re.compile(
     r"|Received sigquit from a child process|SIGQUIT received"
     r"|Initialization failed\. warmup error|The memory capacity is unbalanced"
     r"|set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN|Health check failed"
-    r"|Capture cuda graph failed|CUDA error: "
+    r"|Capture cuda graph failed|CUDA error: |AcceleratorError|CUDA driver error"
+    r"|device-side assert triggered|Triton Error \[CUDA\]|CUBLAS_STATUS_|CUDNN_STATUS_"
 )
 # A bare exception line whose traceback head was not seen (log cut, or parse_line alone).
 _BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
