@@ -253,3 +253,47 @@ def test_reader_that_goes_away_is_not_an_error(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stderr == DETECTED.encode()
     assert json.loads(done.stdout)["kind"] == "decode"
+
+
+def test_backend_named_is_not_detected_and_a_bad_name_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    log = str(LOGS / "sglang-0.5.2-eagle3.log")
+    code, out, err = run_main(capsys, log, "--json", "--backend", "sglang")
+    assert code == 0 and err == "" and out
+    code, out, err = run_main(capsys, log, "--backend", "nope")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "unknown backend 'nope'" in err and "sglang" in err
+
+
+def test_detection_reads_past_a_first_chunk_of_noise(tmp_path: Path) -> None:
+    """A log that begins with other output is still detected from what follows."""
+    noise = "".join(f"warming up {i}\n" for i in range(500)).encode()
+    data = noise + (LOGS / "sglang-0.5.23-startup.log").read_bytes()
+    done = run_cli("-", "--json", stdin=data)
+    assert done.returncode == 0 and done.stderr == DETECTED.encode()
+    assert b'"kind": "ready"' in done.stdout
+
+
+def test_summary_reports_decode_lines_that_did_not_parse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "drift.log"
+    log.write_text(
+        "[2026-02-10 09:19:12 TP0] Decode batch, #running-req: 6, #token: 12188, token usage: "
+        "0.02, cuda graph: True, gen throughput (token/s): 412.55, #queue-req: 0\n"
+        "[2026-02-10 09:19:13 TP0] Decode batch, #running-req: 6, #tokens-in-flight: 3\n"
+    )
+    code, out, _ = run_main(capsys, str(log), "--json", "--summary")
+    summary = json.loads(out.splitlines()[-1])
+    assert code == 0 and summary["decode_lines"] == 1 and summary["unparsed_decode_like"] == 1
+
+
+def test_undetected_log_with_events_says_how_it_was_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "crash.log"
+    log.write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    code, out, err = run_main(capsys, str(log), "--json")
+    assert code == 0 and json.loads(out)["kind"] == "error"
+    assert err.count("\n") == 1 and "no backend detected" in err and "--backend" in err
