@@ -97,6 +97,7 @@ _RATE = re.compile(r"Draft acceptance rate: (\d+(?:\.\d+)?)(%?)")
 
 _LOAD_BEGIN = ("Starting to load model", "Loading model from scratch")
 _WEIGHTS = re.compile(r"Loading weights took (\d+(?:\.\d+)?) s")
+_V0_WEIGHTS = re.compile(r"Loading model weights took (\d+(?:\.\d+)?) GB")
 _MODEL_LOADED = re.compile(
     r"Model loading took (\d+(?:\.\d+)?) GiB(?: memory)? and (\d+(?:\.\d+)?) s"
 )
@@ -109,7 +110,7 @@ _SHARDS = re.compile(
     r"(?: \[([\d:?]*)<([\d:?]*), *([^\]\n]*)\])?"
 )
 _TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
-_GRAPH_BAR = re.compile(r"Capturing CUDA graph")
+_GRAPH_BAR = re.compile(r"Capturing (?:CUDA graph|cudagraphs)")
 _GRAPH_END = re.compile(
     r"Graph capturing finished in (\d+(?:\.\d+)?) secs?(?:, took (-?\d+(?:\.\d+)?) GiB)?"
 )
@@ -138,7 +139,8 @@ _NCCL = re.compile(
 )
 # Lines that point at a cause reported above them: never the root cause when one was seen.
 _POINTER = re.compile(
-    r"See root cause above|See stack trace \(above\)|check the stack trace above"
+    r"See root cause above|See stack trace \(above\)|[Ss]ee stack trace for root cause"
+    r"|check the stack trace above"
     r"|died unexpectedly|EngineCore failed to start|WorkerProc failed to start"
 )
 _BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
@@ -148,6 +150,7 @@ _CHAIN_LINES = (
     "The above exception was the direct cause",
 )
 _REPORTED_LEVELS = (None, "ERROR", "CRITICAL")
+_ANY_SOURCE = "\0any"  # the last stats line's engine, whichever process wrote it
 
 
 def error_category(text: str) -> ErrorCategory:
@@ -231,8 +234,12 @@ def split_line(line: str) -> tuple[_Prefix, str]:
     if header is not None:
         head = line[: header.start()]
         return _prefix_of(head, header.group(1), header.group(2)), line[header.end() :]
-    bare = _BARE_PREFIX.match(line)
-    end = bare.end() if bare is not None else 0
+    start = 0
+    if "pid=" in line:  # the message starts after the last process tag, whatever is before it
+        for tag in _PROCESS_TAG.finditer(line, 0, _HEADER_SEARCH_CHARS):
+            start = tag.start()
+    bare = _BARE_PREFIX.match(line, start)
+    end = bare.end() if bare is not None else start
     return _prefix_of(line[:end], None, None), line[end:]
 
 
@@ -332,6 +339,7 @@ class VLLMLogParser(LogParser):
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
+        self._discarding_overlong = False
         self._prefixes = _PrefixTable()
         self.unparsed_decode_like = 0
         self._last_ts: str | None = None
@@ -358,21 +366,28 @@ class VLLMLogParser(LogParser):
         text = self._decoder.decode(chunk) if isinstance(chunk, bytes) else chunk
         if not text:
             return []
-        text = self._pending + text
         if "\r" in text:
             text = text.replace("\r", "\n")
+        if self._discarding_overlong:  # the rest of a line already cut at MAX_LINE_CHARS
+            end = text.find("\n")
+            if end < 0:
+                return []
+            text = text[end:]
+            self._discarding_overlong = False
+        text = self._pending + text
         cut = text.rfind("\n")
-        if cut < 0:
-            self._pending = text[-MAX_LINE_CHARS:] if len(text) > MAX_LINE_CHARS else text
-            return []
         self._pending = text[cut + 1 :]
         if len(self._pending) > MAX_LINE_CHARS:
             self._pending = self._pending[:MAX_LINE_CHARS]
-        return self._lines(text[: cut + 1])
+            self._discarding_overlong = True
+        return self._lines(text[: cut + 1]) if cut >= 0 else []
 
     def flush(self) -> list[Event]:
-        tail = self._pending + self._decoder.decode(b"", final=True)
+        tail = self._pending
+        if not self._discarding_overlong:
+            tail += self._decoder.decode(b"", final=True)
         self._pending = ""
+        self._discarding_overlong = False
         if not tail:
             return []
         return self._lines(tail.replace("\r", "\n") + "\n")
@@ -388,7 +403,9 @@ class VLLMLogParser(LogParser):
                 prefix = prefixes[head]
                 if prefix.ts is not None:
                     self._last_ts = prefix.ts
-                self._last_engine[prefix.source] = int(engine) if engine else None
+                self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = (
+                    int(engine) if engine else None
+                )
                 events.append(_decode(prefix, engine, gen, running, waiting, usage))
             elif other and (self._tracebacks or hint(other) is not None):
                 event = self._line(other)
@@ -433,9 +450,9 @@ class VLLMLogParser(LogParser):
         if "metrics: " in message:
             head = _SPEC_HEAD.search(message)
             if head is not None:
-                spec = spec_decode_from_message(
-                    message[head.end() :], ts, rank, self._last_engine.get(prefix.source)
-                )
+                engines = self._last_engine
+                engine = engines.get(prefix.source, engines.get(_ANY_SOURCE))
+                spec = spec_decode_from_message(message[head.end() :], ts, rank, engine)
                 if spec is None:
                     self.unparsed_decode_like += 1
                 return spec
@@ -443,7 +460,9 @@ class VLLMLogParser(LogParser):
             stats = _STATS_LINE.search(message)
             if stats is not None:
                 engine, _prompt, gen, running, waiting, usage = stats.groups()
-                self._last_engine[prefix.source] = int(engine) if engine else None
+                self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = (
+                    int(engine) if engine else None
+                )
                 return _decode(prefix, engine or "", gen, running, waiting, usage)
             if _DECODE_LIKE.search(message):
                 self.unparsed_decode_like += 1
@@ -477,6 +496,10 @@ class VLLMLogParser(LogParser):
                 self._weights_loaded[rank] = count
                 role = "target" if count == 1 else "draft"
                 return WeightsLoaded(ts=ts, rank=rank, role=role, seconds=float(weights.group(1)))
+            v0_weights = _V0_WEIGHTS.search(message)
+            if v0_weights is not None:
+                self._run_done = True
+                return LoadEnd(ts=ts, rank=rank, mem_usage_gb=float(v0_weights.group(1)))
             loaded = _MODEL_LOADED.search(message)
             if loaded is not None:
                 self._run_done = True
