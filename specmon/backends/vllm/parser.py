@@ -73,13 +73,11 @@ _STATS_BODY = (
     r"[^\n]*? KV cache usage: (\d+\.?\d*)%"
 )
 _ENGINE_HEAD = r"(?:Engine (\d{1,9}): |\d{1,9} Engines Aggregated: |)"
-# Each line: (prefix, engine, prompt, gen, running, waiting, usage, "") for a stats line, or
-# ("", "", "", "", "", "", "", line) for any other line. ASCII: every captured number converts.
-_CHUNK_LINES = re.compile(
-    rf"(?:([^\n]*?){_ENGINE_HEAD}{_STATS_BODY}[^\n]*|([^\n]*))\n",
-    re.ASCII,
-)
 _STATS_LINE = re.compile(rf"{_ENGINE_HEAD}{_STATS_BODY}", re.ASCII)
+# The fast path: the body matched where `str.find` put it, the engine read from just before.
+_STATS_AT = re.compile(_STATS_BODY, re.ASCII)
+_STATS_MARK = "Avg prompt throughput: "
+_ENGINE_BEFORE = re.compile(r"(?:Engine (\d{1,9})|\d{1,9} Engines Aggregated): $", re.ASCII)
 _DECODE_LIKE = re.compile(r"Engine \d+:|Engines Aggregated:|Avg prompt throughput")
 
 # --- the speculative-decoding line, in its three shapes (and V0's) -------------------------
@@ -92,6 +90,15 @@ _ACCEPTED_TPUT = re.compile(r"Accepted throughput: (\d+(?:\.\d+)?) tokens/s")
 _DRAFTED_TPUT = re.compile(r"Drafted throughput: (\d+(?:\.\d+)?) tokens/s")
 _PER_POSITION = re.compile(r"Per-position acceptance rate: (\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)*)")
 _RATE = re.compile(r"Draft acceptance rate: (\d+(?:\.\d+)?)(%?)")
+# The shape since ~Sep 2025 (0.33's), read in one match on the fast path.
+_SPEC_MARK = "SpecDecoding metrics: "
+_SPEC_CURRENT = re.compile(
+    r"Mean acceptance length: (\d+\.\d+), Accepted throughput: (\d+\.\d+) tokens/s, "
+    r"Drafted throughput: (\d+\.\d+) tokens/s, Accepted: (\d{1,19}) tokens, "
+    r"Drafted: (\d{1,19}) tokens, Per-position acceptance rate: (\d+\.\d+(?:, \d+\.\d+)*), "
+    r"Avg Draft acceptance rate: (\d+\.\d+)%",
+    re.ASCII,
+)
 
 # --- start-up phases -----------------------------------------------------------------------
 
@@ -277,6 +284,20 @@ def spec_decode_from_message(
     )
 
 
+class _Percentages(dict[str, float]):
+    """A `12.3` percentage text -> 0.123, computed once per text (a log prints few)."""
+
+    def __missing__(self, text: str) -> float:
+        value = round(float(text) / 100, 6)
+        if len(self) >= 4096:
+            self.clear()
+        self[text] = value
+        return value
+
+
+_FRACTIONS = _Percentages()
+
+
 def _decode(
     prefix: _Prefix, engine: str, gen: str, running: str, waiting: str, usage: str
 ) -> Decode:
@@ -285,7 +306,7 @@ def _decode(
         rank=prefix.rank,
         running_req=int(running),
         tokens=None,
-        token_usage=round(float(usage) / 100, 6),
+        token_usage=_FRACTIONS[usage],
         gen_throughput=float(gen),
         queue_req=int(waiting),
         engine=int(engine) if engine else None,
@@ -393,25 +414,70 @@ class VLLMLogParser(LogParser):
         return self._lines(tail.replace("\r", "\n") + "\n")
 
     def _lines(self, text: str) -> list[Event]:
+        """Stats and current-shape SpecDecoding lines are read here, on the spot; any other
+        line is dispatched only when a keyword says it may be an event (or a traceback is
+        being read)."""
         events: list[Event] = []
+        append = events.append
         prefixes = self._prefixes
         hint = _HINT.search
-        for head, engine, _prompt, gen, running, waiting, usage, other in _CHUNK_LINES.findall(
-            text
-        ):
-            if gen:
-                prefix = prefixes[head]
-                if prefix.ts is not None:
-                    self._last_ts = prefix.ts
-                self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = (
-                    int(engine) if engine else None
-                )
-                events.append(_decode(prefix, engine, gen, running, waiting, usage))
-            elif other and (self._tracebacks or hint(other) is not None):
-                event = self._line(other)
+        stats_at, spec_at = _STATS_AT.match, _SPEC_CURRENT.match
+        for line in text.split("\n"):
+            if not line:
+                continue
+            if len(line) <= MAX_LINE_CHARS:
+                mark = line.find(_STATS_MARK)
+                if mark >= 0:
+                    stats = stats_at(line, mark)
+                    if stats is not None:
+                        append(self._fast_decode(line, mark, stats))
+                        continue
+                else:
+                    mark = line.find(_SPEC_MARK)
+                    if mark >= 0:
+                        spec = spec_at(line, mark + len(_SPEC_MARK))
+                        if spec is not None:
+                            append(self._fast_spec(prefixes[line[:mark]], spec))
+                            continue
+            if self._tracebacks or hint(line) is not None:
+                event = self._line(line)
                 if event is not None:
-                    events.append(event)
+                    append(event)
         return events
+
+    def _fast_decode(self, line: str, mark: int, stats: re.Match[str]) -> Decode:
+        head = line[:mark]
+        engine_text = ""
+        if head.endswith(": "):
+            before = _ENGINE_BEFORE.search(head, max(0, mark - 40))
+            if before is not None:
+                engine_text = before.group(1) or ""
+                head = head[: before.start()]
+        prefix = self._prefixes[head]
+        if prefix.ts is not None:
+            self._last_ts = prefix.ts
+        engine = int(engine_text) if engine_text else None
+        self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = engine
+        _prompt, gen, running, waiting, usage = stats.groups()
+        return _decode(prefix, engine_text, gen, running, waiting, usage)
+
+    def _fast_spec(self, prefix: _Prefix, spec: re.Match[str]) -> SpecDecode:
+        if prefix.ts is not None:
+            self._last_ts = prefix.ts
+        engines = self._last_engine
+        mean, accepted_tput, drafted_tput, accepted, drafted, positions, rate = spec.groups()
+        return SpecDecode(
+            ts=prefix.ts,
+            rank=prefix.rank,
+            engine=engines.get(prefix.source, engines.get(_ANY_SOURCE)),
+            mean_accept_len=float(mean),
+            accepted=int(accepted),
+            drafted=int(drafted),
+            per_position=tuple(map(float, positions.split(", "))),
+            draft_acceptance_rate=_FRACTIONS[rate],
+            accepted_throughput=float(accepted_tput),
+            drafted_throughput=float(drafted_tput),
+        )
 
     # --- one line ---------------------------------------------------------------------
 
