@@ -5,10 +5,11 @@ message text, never on a fixed prefix: the prefix changed with nearly every rele
 `(VllmWorker rank=0 pid=1)`, `(EngineCore_DP0 pid=1)`, nested `(A pid=1) (B pid=2)`), and
 wrappers add more in front (`docker logs -t` timestamps, Ray Serve's replica tag, ANSI colour).
 
-The periodic stats line (`Engine 000: Avg prompt throughput: ...`) is what a serving log
-repeats, so each chunk is cut by one ``findall`` that reads those lines' numbers in C and hands
-every other line over whole; a cheap keyword search then skips the lines that cannot be events
-(HTTP access lines, routes, warnings) before any per-line dispatch. Input never makes it raise:
+The periodic stats line (`Engine 000: Avg prompt throughput: ...`) and its `SpecDecoding
+metrics:` line are what a serving log repeats, so each is found with ``str.find`` on its fixed
+text and read with one anchored match there (a regex that scans each line for where a stats
+line starts cost three times as much); one keyword search then skips the lines that cannot be
+events (HTTP access lines, routes, warnings) before any per-line dispatch. Input never makes it raise:
 bytes are decoded with replacement, ``\\r`` (tqdm redraws, vLLM's ``\\r\\n``-joined records)
 counts as a line break and lines are cut at MAX_LINE_CHARS.
 """
