@@ -467,3 +467,44 @@ def test_detection_tells_the_servers_apart() -> None:
     for path in [SGLANG, *sorted(LOGS.glob("sglang-*.log"))]:
         assert vllm_log_score(path.read_text(errors="replace")) < 0.2, path.name
     assert vllm_log_score("") == 0.5  # no evidence either way
+
+
+def test_interleaved_tracebacks_of_two_workers() -> None:
+    """Each worker's traceback is followed apart; `\r\n`-joined records are lines."""
+
+    def head(rank: int) -> str:
+        return (
+            f"(Worker_TP{rank} pid={100 + rank}) ERROR 11-30 06:00:44 [multiproc_executor.py:702] "
+        )
+
+    frames = [
+        "WorkerProc failed to start.",
+        "Traceback (most recent call last):",
+        '  File "/vllm/v1/worker/gpu_worker.py", line 301, in init_device',
+        "    torch.cuda.set_device(self.device)",
+    ]
+    lines = []
+    for frame in frames:
+        lines += [head(0) + frame, head(1) + frame]
+    lines += [
+        head(1) + "RuntimeError: CUDA error: invalid device ordinal",
+        "(APIServer pid=1) INFO 11-30 06:00:44 [loggers.py:335] " + STATS,
+        head(0) + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    events = parse_bytes("\r\n".join(lines).encode())
+    assert [(type(e).__name__, e.rank) for e in events] == [
+        ("ServerError", 1),
+        ("Decode", None),
+        ("ServerError", 0),
+    ]
+    assert [e.category for e in events if isinstance(e, ServerError)] == ["other", "oom"]
+
+
+def test_a_vllm_decode_shows_its_engine_and_an_sglang_one_does_not() -> None:
+    decode = Decode(running_req=1, tokens=None, token_usage=0.5, gen_throughput=9.0, queue_req=0)
+    assert "engine" not in decode.to_dict() and "engine" not in repr(decode)
+    with_engine = Decode(
+        running_req=1, tokens=None, token_usage=0.5, gen_throughput=9.0, queue_req=0, engine=2
+    )
+    assert with_engine.to_dict()["engine"] == 2 and "engine=2" in repr(with_engine)
+    assert with_engine != decode

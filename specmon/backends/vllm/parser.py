@@ -458,6 +458,8 @@ class VLLMLogParser(LogParser):
         if prefix.ts is not None:
             self._last_ts = prefix.ts
         engine = int(engine_text) if engine_text else None
+        if len(self._last_engine) >= 1024:  # process tags of restarted servers pile up
+            self._last_engine.clear()
         self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = engine
         _prompt, gen, running, waiting, usage = stats.groups()
         return _decode(prefix, engine_text, gen, running, waiting, usage)
