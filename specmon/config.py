@@ -12,6 +12,7 @@ must stay fast.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -545,6 +546,10 @@ class _Reader:
             problem = text_problem("value", value)
             if problem:
                 raise self.error([*path, key], problem.partition(": ")[2])
+        if isinstance(value, float) and not math.isfinite(value):
+            # TOML allows nan and inf; no setting means either (nan compares false with
+            # every bound, so a range check alone lets it through).
+            raise self.error([*path, key], f"{value!r} is not a finite number")
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         return value
@@ -611,6 +616,8 @@ class _Reader:
             elif scalars and isinstance(value, bool):
                 out[name] = "yes" if value else "no"
             elif scalars and isinstance(value, int | float):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise self.error([*path, key, name], f"{value!r} is not a finite number")
                 out[name] = str(value)
             else:
                 expected = "a string, number or boolean" if scalars else "a string"

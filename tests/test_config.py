@@ -208,6 +208,10 @@ BAD_CONFIGS = [
     ("nul in value", "[profiles.p]\nmodel_path = \"m\\u0000\"\n", "profiles.p.model_path", None, "NUL"),
     ("multi-line string", '[profiles.p]\ndescription = """\ntp = "x"\n"""\nmodel_path = "m"\ntp = "8"\n', "profiles.p.tp", 6, "expected an integer"),
     ("default profile", 'default_profile = "kimi"\n', "default_profile", 1, "no profile named 'kimi'"),
+    ("nan redraw", "[ui]\nredraw_hz = nan\n", "ui.redraw_hz", 2, "not a finite number"),
+    ("inf http poll", "[ui]\nhttp_poll_s = inf\n", "ui.http_poll_s", 2, "not a finite number"),
+    ("nan stop grace", GOOD_PROFILE.replace("tp = 8", "stop_grace_s = nan"), "profiles.p.stop_grace_s", 4, "not a finite number"),
+    ("-inf mem fraction", GOOD_PROFILE.replace("tp = 8", "mem_fraction_static = -inf"), "profiles.p.mem_fraction_static", 4, "not a finite number"),
 ]  # fmt: skip
 
 
