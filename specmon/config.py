@@ -332,14 +332,20 @@ def parse_config_text(
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (some editors write one)
     try:
         data = tomllib.loads(text)
+        reader = _Reader(label, _TomlPositions(text))
+        return reader.read_config(data, source, environ if environ is not None else os.environ)
     except tomllib.TOMLDecodeError as exc:
         line_match = re.search(r"line (\d+)", str(exc))
         line = int(line_match.group(1)) if line_match else None
         raise ConfigError(f"TOML syntax error: {exc}", path=label, line=line) from None
-    reader = _Reader(label, _TomlPositions(text))
-    return reader.read_config(data, source, environ if environ is not None else os.environ)
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        raise ConfigError(
+            "TOML syntax error: arrays or inline tables nested too deeply", path=label
+        ) from None
 
 
 # --- where keys are (tomllib has no positions) -------------------------------------------
