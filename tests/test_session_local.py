@@ -191,6 +191,12 @@ def _helper(state_dir: Path, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_supervisor_never_signals_a_process_group_it_did_not_start(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)
@@ -209,7 +215,8 @@ def test_supervisor_never_signals_a_process_group_it_did_not_start(tmp_path: Pat
         assert replies[-1]["ok"] is False and "no record" in replies[-1]["error"]
         replies = _helper(state_dir, "stop", "--run-id", "../../etc")
         assert replies[-1]["ok"] is False and "bad run id" in replies[-1]["error"]
-        assert oct(state_dir.stat().st_mode & 0o777) == oct(0o700)
+        # The test made the state dir: its mode is the test's, not the helper's to change.
+        assert oct(state_dir.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
     finally:
         os.killpg(bystander.pid, signal.SIGKILL)
         bystander.wait()
@@ -417,3 +424,66 @@ def test_the_demo_console_cleans_up_when_its_terminal_closes_or_it_is_killed(
             os.killpg(proc.pid, signal.SIGKILL)
     assert processes_mentioning(str(tmp_path)) == []
     assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())
+
+
+ROOT_GUARD = REPO_ROOT / "tests" / "support" / "root_guard"
+
+
+def _specmon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{ROOT_GUARD}"},
+    )
+
+
+def test_a_state_dir_specmon_did_not_create_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # a shared /tmp-like directory: mode and sticky bit must stay
+    result = _specmon("status", "local", "--state-dir", str(shared))
+    assert result.returncode == 0, result.stderr
+    assert oct(shared.stat().st_mode & 0o7777) == oct(0o1777)
+    for own in ("runs", "bin"):  # specmon's own entries are created private
+        assert oct((shared / own).stat().st_mode & 0o777) == oct(0o700)
+    fresh = tmp_path / "fresh" / "state"  # one specmon creates is private
+    assert _specmon("status", "local", "--state-dir", str(fresh)).returncode == 0
+    assert oct(fresh.stat().st_mode & 0o777) == oct(0o700)
+
+
+@pytest.mark.parametrize("path", ["/", "//", "/./", " "])
+def test_the_root_or_an_empty_state_dir_is_refused_before_anything_is_written(
+    path: str, tmp_path: Path
+) -> None:
+    # Every process runs under ROOT_GUARD, so a regression fails here instead of chmod-ing /.
+    before = os.stat("/").st_mode
+    result = _specmon("status", "local", "--state-dir", path, cwd=tmp_path)
+    assert result.returncode == 2 and "refused" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    helper = subprocess.run(  # the helper on a host refuses on its own too
+        [sys.executable, str(HELPER_SOURCE), "hello", "--state-dir", path],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT_GUARD)},
+    )
+    reply = json.loads(helper.stdout.splitlines()[-1])
+    assert reply["ok"] is False and "refused" in reply["error"]
+    assert os.stat("/").st_mode == before and list(tmp_path.iterdir()) == []
+
+
+def test_the_helper_refuses_a_runs_dir_of_another_user(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "runs").mkdir(parents=True)
+    os.chmod(state / "runs", 0o755)
+    if os.geteuid() == 0:
+        os.chown(state / "runs", 65534, 65534)
+    else:
+        (state / "runs").rmdir()
+        (state / "runs").write_text("not a directory")
+    replies = _helper(state, "hello")
+    assert replies[-1]["ok"] is False and "not a directory of this user" in replies[-1]["error"]

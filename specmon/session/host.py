@@ -40,6 +40,7 @@ from specmon.events import (
 )
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.http import HttpPoller
+from specmon.session.state_dir import checked_state_dir
 from specmon.session.transport import ConnectionLost, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
@@ -460,7 +461,7 @@ class HostSession(HostController):
         return the runs, all in one round trip when the helper is already there."""
         source = HELPER_SOURCE.read_bytes()
         digest = hashlib.sha256(source).hexdigest()
-        base = self.options.state_dir.rstrip("/")
+        base = checked_state_dir(self.options.state_dir)
         remote = f"{base}/bin/{HELPER_NAME}"
         python = self.transport.python_argv(self.options.python)
         self._helper = [*python, remote]

@@ -2,7 +2,7 @@
 the host's python3 (3.8+). Every subcommand prints JSON; nothing here imports specmon.
 
 Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
-  hello       make the state dir (0700); print this file's sha256, python, host, user
+  hello       make the state dir (0700 if it creates it); print this file's sha256, python, host, user
   launch      start a server detached (own session and process group) under a monitor that
               records its exit; spec JSON on stdin: {"argv", "env", "profile", "port", "meta"}
   status      list runs with liveness (pid + process start time, so a reused pid is not alive)
@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from stat import S_ISDIR
 
 RUN_ID_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyz-_")
 
@@ -43,10 +44,30 @@ def emit(obj):
 
 
 def state_dir(path):
-    path = os.path.abspath(os.path.expanduser(path))
-    os.makedirs(os.path.join(path, "runs"), mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    """The state dir, made private when this creates it. A directory that exists already
+    (a shared /tmp-like one, a home) keeps its mode: only specmon's own entries in it are
+    created private, and one of them owned by someone else is refused."""
+    raw = os.path.expanduser(path or "").strip()
+    if not raw or os.path.normpath(os.path.abspath(raw)) in ("/", "//"):
+        raise SystemExit(fail(f"state dir {path!r} refused: never the root or an empty path"))
+    path = os.path.abspath(raw)
+    os.makedirs(path, mode=0o700, exist_ok=True)  # the mode applies only if it is created
+    own_dir(os.path.join(path, "runs"))
     return path
+
+
+def own_dir(path):
+    """A private directory of this user at path, created if missing, never re-moded."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise SystemExit(
+            fail(f"{path} exists but is not a directory of this user; choose another state dir")
+        )
 
 
 def run_dir(state, run_id):
