@@ -202,6 +202,7 @@ class Config:
     state_dir: Path = field(default_factory=lambda: default_state_dir())
     default_host: str | None = None
     default_profile: str | None = None
+    secret_env: tuple[str, ...] = ()  # [security] secret_env: more secret env name patterns
 
     def host(self, name: str) -> HostConfig:
         """The named host, or a ConfigError with a "did you mean" hint."""
@@ -298,6 +299,9 @@ def load_config(
         hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
         profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
         config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
+    from specmon.secrets import set_configured_patterns
+
+    set_configured_patterns(config.secret_env)
     return _apply_environment(config, environ)
 
 
@@ -483,7 +487,16 @@ PROFILE_KEYS = (
 )
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
-TOP_KEYS = ("state_dir", "default_host", "default_profile", "ui", "hosts", "profiles")
+TOP_KEYS = (
+    "state_dir",
+    "default_host",
+    "default_profile",
+    "ui",
+    "hosts",
+    "profiles",
+    "security",
+)
+SECURITY_KEYS = ("secret_env",)
 
 # Which profile key a launch problem's subject (flag or variable) comes from.
 _SUBJECT_KEYS = {
@@ -687,6 +700,12 @@ class _Reader:
                 ["default_profile"],
                 f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",
             )
+        security = self.value(data, [], "security", dict, {})
+        self.check_keys(security, ["security"], SECURITY_KEYS)
+        secret_env = self.string_list(security, ["security"], "secret_env")
+        for pattern in secret_env:
+            if not pattern.strip():
+                raise self.error(["security", "secret_env"], "an empty pattern matches nothing")
         return Config(
             source=source,
             hosts=hosts,
@@ -695,6 +714,7 @@ class _Reader:
             state_dir=state_dir,
             default_host=default_host,
             default_profile=default_profile,
+            secret_env=secret_env,
         )
 
     def read_host(self, name: str, table: Mapping[str, Any]) -> HostConfig:

@@ -38,6 +38,7 @@ from specmon.events import (
     ServerFailed,
     StopProgress,
 )
+from specmon.secrets import redact_env, shown_spec
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.http import HttpPoller
 from specmon.session.state_dir import checked_state_dir
@@ -157,7 +158,7 @@ class RunStatus:
             run_id=str(data["run_id"]),
             profile=data.get("profile"),
             argv=tuple(data.get("argv") or ()),
-            env=dict(data.get("env") or {}),
+            env=redact_env(data.get("env") or {}),
             pid=data.get("pid"),
             pgid=data.get("pgid"),
             started_at=data.get("started_at"),
@@ -682,9 +683,14 @@ class HostSession(HostController):
         payload: dict[str, Any] = {
             "argv": argv,
             "env": spec.env_dict(),
+            "record_env": redact_env(spec.env),  # what run.json keeps: secrets as ***
             "profile": profile,
             "port": port,
-            "meta": {"owner": self.options.owner, "backend": spec.backend, "spec": spec.to_json()},
+            "meta": {
+                "owner": self.options.owner,
+                "backend": spec.backend,
+                "spec": shown_spec(spec).to_json(),
+            },
             "run_env": {"SPECMON_PROBE_FILE": "{run_dir}/probe.jsonl"},
             "extra_env": {},
             "prepend_path": {},
