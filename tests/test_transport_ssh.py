@@ -263,7 +263,7 @@ def _alias_transport(sshd: SshdServer, tmp_path: Path, known: Path) -> Transport
     config = tmp_path / "ssh_config"
     config.write_text(
         f"Host keytest-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
-        f"  IdentityFile {sshd.client_key}\n  UserKnownHostsFile \"{known}\"\n"
+        f'  IdentityFile {sshd.client_key}\n  UserKnownHostsFile "{known}"\n'
     )
     from specmon.session.ssh import SshTarget, SshTransport
 
