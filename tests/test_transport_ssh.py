@@ -305,3 +305,47 @@ async def test_host_key_hints_for_an_alias_are_commands_that_work(
     transport = _alias_transport(sshd, tmp_path, known)
     await transport.connect()
     await transport.close()
+
+
+async def test_a_host_key_that_changes_on_reconnect_stops_the_session_at_once(
+    sshd: SshdServer, tmp_path: Path
+) -> None:
+    import asyncio
+    import io
+
+    from support.hosts import Recorder, test_options
+
+    from specmon.session import HostSession
+    from specmon.session.cli import stream_events
+
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts.read_text())
+    session = HostSession(
+        ssh_transport(sshd, known_hosts=str(known)),
+        profiles={},
+        options=test_options(tmp_path / "state", gpu_agent="none"),
+    )
+    await session.start()
+    recorder = Recorder(session)
+    out = io.StringIO()
+    try:
+        watch = asyncio.create_task(
+            stream_events(session, as_json=False, with_log=False, until=None, duration=60, out=out)
+        )
+        await asyncio.sleep(0.2)
+        other = tmp_path / "other"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True
+        )
+        key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+        known.write_text(f"[127.0.0.1]:{sshd.port} {key_type} {key}\n")
+        sshd.drop_connections()
+        assert await asyncio.wait_for(watch, 20) != 0  # watch ends, non-zero, long before 60 s
+        await recorder.settle()
+        states = [e for e in recorder.kinds("connection")]
+        assert [e.state for e in states].count("reconnecting") <= 1  # one try, no retries
+        final = states[-1]
+        assert final.state == "disconnected" and "CHANGED" in (final.detail or "")
+        assert "attack" in out.getvalue()
+    finally:
+        await session.close()

@@ -203,7 +203,8 @@ async def stream_events(
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
-    (0 reached or ran for the duration, 1 the run failed or ended first)."""
+    (0 reached or ran for the duration, 1 the run failed or ended first, or the session gave
+    up on the host: a refused host key, or reconnecting ran out of attempts)."""
     queue = queue if queue is not None else session.bus.subscribe()
     deadline = time.monotonic() + duration if duration is not None else None
     try:
@@ -216,6 +217,8 @@ async def stream_events(
             except asyncio.TimeoutError:
                 continue
             print_event(at, event, as_json=as_json, with_log=with_log, out=out)
+            if isinstance(event, ConnectionState) and event.state == "disconnected":
+                return 1  # the session gave up on the host (a host key refused, or no reconnect)
             reached = until_reached(until, event, session.bus.store)
             if reached is not None:
                 return 0 if reached else 1

@@ -42,7 +42,7 @@ from specmon.secrets import redact_env, shown_spec
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.http import HttpPoller
 from specmon.session.state_dir import checked_state_dir
-from specmon.session.transport import ConnectionLost, Transport, TransportError
+from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
 HELPER_NAME = "specmon_helper.py"
@@ -421,6 +421,16 @@ class HostSession(HostController):
                     await self._on_connected(first=False)
                 except (TransportError, RemoteCallError, OSError) as exc:
                     await self._cancel_tasks()
+                    if isinstance(exc, HostKeyError):  # retrying cannot help; it may be an attack
+                        self._publish(
+                            ConnectionState(
+                                host=self.host_label,
+                                state="disconnected",
+                                attempt=attempt,
+                                detail=str(exc),
+                            )
+                        )
+                        return
                     self._publish(
                         ConnectionState(
                             host=self.host_label,
