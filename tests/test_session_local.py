@@ -487,3 +487,45 @@ def test_the_helper_refuses_a_runs_dir_of_another_user(tmp_path: Path) -> None:
         (state / "runs").write_text("not a directory")
     replies = _helper(state, "hello")
     assert replies[-1]["ok"] is False and "not a directory of this user" in replies[-1]["error"]
+
+
+def _helper_launch(state: Path, argv: list[str]) -> dict:
+    spec = {"argv": argv, "env": {}, "profile": None, "port": None, "meta": {}}
+    result = subprocess.run(
+        [sys.executable, str(HELPER_SOURCE), "launch", "--state-dir", str(state)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_a_run_whose_leader_crashed_lives_while_its_group_does_and_stop_ends_it(
+    state_dir: Path,
+) -> None:
+    # SGLang's usual crash: the launcher dies, scheduler/worker processes keep the GPUs.
+    run = _helper_launch(state_dir, ["sh", "-c", "sleep 300 & sleep 300 & sleep 0.3; exit 1"])
+    assert run["ok"], run
+    pgid = run["pgid"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        (status,) = _helper(state_dir, "status")[-1]["runs"]
+        if status["exit"] is not None and status.get("group_left") == 2:
+            break
+        time.sleep(0.1)
+    assert status["alive"] and status["exit"]["code"] == 1 and status["group_left"] == 2
+    common = ["local", "--state-dir", str(state_dir), "--gpu-agent", "none"]
+    shown = _specmon("status", *common)
+    assert "leader exited 1, 2 processes of its group still alive" in shown.stdout, shown
+    stopped = _specmon("stop", *common, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    steps = {s["step"]: s for s in json.loads(stopped.stdout)["steps"]}
+    assert steps["group_gone"]["detail"] == "no process left" and "gpu_released" in steps
+    assert not group_alive(pgid)
+    deadline = time.monotonic() + 5  # the monitor leaves once the group is empty
+    while processes_mentioning(str(state_dir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(state_dir)) == []
+    (status,) = _helper(state_dir, "status")[-1]["runs"]
+    assert not status["alive"] and status["group_left"] == 0

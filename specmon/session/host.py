@@ -112,6 +112,7 @@ class RunStatus:
     log_size: int = 0
     owner: str | None = None
     run_dir: str | None = None
+    group_left: int = 0  # live processes of the group once the leader has exited
 
     @property
     def load_seconds(self) -> float | None:
@@ -121,6 +122,12 @@ class RunStatus:
 
     @property
     def state(self) -> str:
+        if self.alive and self.group_left:
+            if self.exit_signal is not None:
+                ended = f"killed by signal {self.exit_signal}"
+            else:
+                ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
+            return f"leader {ended}, {self.group_left} processes of its group still alive"
         if self.alive:
             return "ready" if self.ready_at is not None else "running"
         if self.exit_signal is not None:
@@ -148,6 +155,7 @@ class RunStatus:
             "exit_signal": self.exit_signal,
             "owner": self.owner,
             "run_dir": self.run_dir,
+            "group_left": self.group_left,
         }
 
     @classmethod
@@ -171,6 +179,7 @@ class RunStatus:
             log_size=int(data.get("log_size") or 0),
             owner=(data.get("meta") or {}).get("owner"),
             run_dir=data.get("run_dir"),
+            group_left=int(data.get("group_left") or 0),
         )
 
 

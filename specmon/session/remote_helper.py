@@ -144,17 +144,19 @@ def leader_alive(run):
     return proc_state(pid) not in (None, "Z")
 
 
-def run_alive(run, exit_info):
+def group_left(run):
+    """The live processes of the run's group once its leader is gone (a crashed launcher's
+    scheduler and workers still holding GPUs). Trusted only while the run's monitor lives:
+    it stays until the group is empty, so a pgid reused after a reboot is never counted."""
+    monitor = run.get("monitor_pid")
+    if not run.get("pgid") or not monitor or proc_start_ticks(monitor) != run.get("monitor_ticks"):
+        return []
+    return group_members(run["pgid"])
+
+
+def run_alive(run, exit_info=None):
     """A run lives while its leader lives, or while any process of its group is left."""
-    if leader_alive(run):
-        return True
-    if exit_info is None and run.get("pgid") and run.get("start_ticks") is not None:
-        # The leader is gone but the monitor has not recorded an exit yet: look at the group
-        # only while the monitor itself is alive (after a reboot pgids are meaningless).
-        monitor = run.get("monitor_pid")
-        if monitor and proc_start_ticks(monitor) == run.get("monitor_ticks"):
-            return bool(group_members(run["pgid"]))
-    return False
+    return leader_alive(run) or bool(group_left(run))
 
 
 # --- launch ---------------------------------------------------------------------------------
@@ -265,6 +267,10 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
     else:
         ended.update(code=code, signal=None)
     write_json(os.path.join(rdir, "exit.json"), ended)
+    # Stay while processes of the group live on (the run is alive until they are gone, and
+    # this monitor's life is what makes their pgid trustworthy).
+    while group_members(child.pid):
+        time.sleep(0.5)
 
 
 def wait_tethered(child, tether):
@@ -301,8 +307,17 @@ def describe(state, run_id):
         log_size = os.path.getsize(os.path.join(rdir, "server.log"))
     except OSError:
         log_size = 0
-    alive = run_alive(run, exit_info)
-    return dict(run, alive=alive, exit=exit_info, annotations=meta, log_size=log_size, run_dir=rdir)
+    leader = leader_alive(run)
+    left = [] if leader else group_left(run)
+    return dict(
+        run,
+        alive=leader or bool(left),
+        group_left=len(left),
+        exit=exit_info,
+        annotations=meta,
+        log_size=log_size,
+        run_dir=rdir,
+    )
 
 
 def cmd_status(args):
