@@ -529,3 +529,54 @@ def test_a_run_whose_leader_crashed_lives_while_its_group_does_and_stop_ends_it(
     assert processes_mentioning(str(state_dir)) == []
     (status,) = _helper(state_dir, "status")[-1]["runs"]
     assert not status["alive"] and status["group_left"] == 0
+
+
+def test_two_live_runs_in_one_state_dir_can_be_stopped_as_the_refusal_says(
+    state_dir: Path,
+) -> None:
+    import shlex
+
+    # e.g. a late launch that finished after its console died: two live runs, one state dir.
+    first = _helper_launch(state_dir, ["sleep", "300"])
+    second = _helper_launch(state_dir, ["sleep", "300"])
+    assert first["ok"] and second["ok"]
+    common = ["local", "--state-dir", str(state_dir), "--gpu-agent", "none"]
+    refused = _specmon("stop", *common)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    message = refused.stderr.strip()
+    assert first["run_id"] in message and "\n" not in message
+    advice = message.split("Stop it with: ", 1)[1].split("  (", 1)[0]
+    assert advice.startswith("specmon stop local ") and f"--run-id {first['run_id']}" in advice
+    words = shlex.split(advice)[1:]  # run exactly what it said, as `specmon ...`
+    done = _specmon(*words, "--gpu-agent", "none")
+    assert done.returncode == 0 and f"stopped {first['run_id']}" in done.stdout, done.stderr
+    assert not group_alive(first["pgid"]) and group_alive(second["pgid"])
+    gone = _specmon("stop", *common, "--run-id", first["run_id"])
+    assert gone.returncode == 0 and "is not running" in gone.stdout
+    third = _helper_launch(state_dir, ["sleep", "300"])
+    everything = _specmon("stop", *common, "--all", "--json")
+    assert everything.returncode == 0, everything.stderr
+    stopped = {json.loads(line)["stopped"] for line in everything.stdout.splitlines()}
+    assert stopped == {second["run_id"], third["run_id"]}
+    assert not group_alive(second["pgid"]) and not group_alive(third["pgid"])
+    unknown = _specmon("stop", *common, "--run-id", "no-such-run")
+    assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
+
+
+async def test_a_launch_over_another_consoles_run_is_refused_with_advice_that_works(
+    state_dir: Path,
+) -> None:
+    first = _helper_launch(state_dir, ["sleep", "300"])
+    second = _helper_launch(state_dir, ["sleep", "300"])
+    session = local_session(state_dir, sim_profiles(), gpu_agent="none")
+    await session.start()
+    try:
+        with pytest.raises(Exception, match="Stop it with: specmon stop local") as caught:
+            await session.launch("fast")
+        assert f"--run-id {first['run_id']}" in str(caught.value)
+        assert "Reconnect" not in str(caught.value)
+        report = await session.stop_run(first["run_id"])
+        assert report is not None and not group_alive(first["pgid"])
+        assert group_alive(second["pgid"])
+    finally:
+        await session.close()

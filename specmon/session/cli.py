@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import signal
 import sys
 import time
@@ -62,7 +63,25 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     if args.state_dir:
         session.options = replace(session.options, state_dir=args.state_dir)
         session._state_dir = args.state_dir
+    session.stop_command = stop_command(args)
     return session
+
+
+def stop_command(args: argparse.Namespace) -> str:
+    """The `specmon stop` command line that reaches the same host and state dir as ``args``
+    (for advice in refusals)."""
+    words = ["specmon", "stop", args.host]
+    if getattr(args, "config", None):
+        words += ["--config", str(args.config)]
+    for option, values in (
+        ("--known-hosts", [args.known_hosts] if args.known_hosts else []),
+        ("--ssh-config", args.ssh_config or []),
+        ("--identity", args.identity or []),
+        ("--state-dir", [args.state_dir] if args.state_dir else []),
+    ):
+        for value in values:
+            words += [option, value]
+    return shlex.join(words)
 
 
 def parse_assignments(items: list[str] | None, what: str) -> dict[str, str]:

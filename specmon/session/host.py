@@ -15,6 +15,7 @@ import getpass
 import hashlib
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -249,6 +250,9 @@ class HostSession(HostController):
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
         self.http = HttpPoller(self)
+        # How the operator runs `specmon stop` for this host (set by the CLI from its own
+        # arguments), so refusals print advice that works; "" builds one from the label.
+        self.stop_command = ""
 
     # --- HostController ------------------------------------------------------------------
 
@@ -343,9 +347,18 @@ class HostSession(HostController):
                 report = await self._stop_run(run)
             return report
 
+    async def stop_run(self, run_id: str) -> StopReport | None:
+        """Stop one run of this state dir by id, whoever launched it (``stop --run-id``);
+        None when it is not running, UsageError when there is no such run."""
+        async with self._op_lock, self._host_lock("stop"):
+            for run in await self.status():
+                if run.run_id == run_id:
+                    return await self._stop_run(run) if run.alive else None
+        raise UsageError(f"no run {run_id!r} on {self.host_label} (see specmon status)")
+
     async def stop_all_runs(self) -> list[StopReport]:
-        """Stop every live run in this state dir, whoever launched it: for a private state
-        dir only (the demo's clean-up), never for a shared host."""
+        """Stop every live run in this state dir, whoever launched it: the demo's clean-up of
+        its private state dir, and ``stop --all`` when the operator asks for it."""
         async with self._op_lock, self._host_lock("stop"):
             return [await self._stop_run(r) for r in await self.status() if r.alive]
 
@@ -594,11 +607,15 @@ class HostSession(HostController):
                     if run.started_at
                     else "?"
                 )
+                stop = self.stop_command or (
+                    f"specmon stop {shlex.quote(self.host_label)} "
+                    f"--state-dir {shlex.quote(self._state_dir)}"
+                )
                 raise RunConflictError(
                     f"run {run.run_id} on {self.host_label} (started {started}"
-                    f"{' by ' + run.owner if run.owner else ''}) is not the run this console "
-                    "is attached to; it was launched by another console. Reconnect to "
-                    "reattach it before relaunching or stopping"
+                    f"{' by ' + run.owner if run.owner else ''}) is live but is not the run "
+                    "this console is attached to (another console launched it). Stop it "
+                    f"with: {stop} --run-id {run.run_id}  (or every live run: {stop} --all)"
                 )
 
     async def _stop_live_runs(self, runs: list[RunStatus]) -> None:
