@@ -580,3 +580,61 @@ async def test_a_launch_over_another_consoles_run_is_refused_with_advice_that_wo
         assert group_alive(second["pgid"])
     finally:
         await session.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB filesystem (tmpfs) to fill: root only, as the tests run in CI."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount not permitted here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        kill_everything_under(mount_point)
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(directory: Path) -> None:
+    with (directory / "filler").open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x" * 65536)
+            f.flush()
+
+
+def test_the_exit_status_survives_a_log_that_fills_the_disk(small_disk: Path) -> None:
+    state = small_disk / "state"
+    run = _helper_launch(state, ["sh", "-c", "cat /dev/zero; exit 7"])
+    assert run["ok"], run
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        runs = _helper(state, "status")[-1]["runs"]
+        if runs and runs[0]["exit"] is not None and not runs[0]["alive"]:
+            break
+        time.sleep(0.1)
+    assert runs[0]["exit"]["code"] == 7, runs
+    assert (state / "runs" / run["run_id"] / "server.log").stat().st_size > 1 << 20
+    assert not list((state / "runs" / run["run_id"]).glob("*.tmp.*"))
+
+
+async def test_a_full_disk_on_the_host_is_reported_with_the_helpers_error(
+    small_disk: Path,
+) -> None:
+    state = small_disk / "state"
+    session = local_session(state, sim_profiles(), gpu_agent="none")
+    await session.start(streams=False)
+    try:
+        _fill(small_disk)
+        with pytest.raises(Exception, match="No space left on device") as caught:
+            await session.stop()
+        assert "could not take the host lock" in str(caught.value)
+    finally:
+        await session.close()

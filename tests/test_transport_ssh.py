@@ -349,3 +349,21 @@ async def test_a_host_key_that_changes_on_reconnect_stops_the_session_at_once(
         assert "attack" in out.getvalue()
     finally:
         await session.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "role"),
+    [
+        ("identity_files", "identity file"),
+        ("known_hosts", "known_hosts file"),
+        ("config_files", "ssh config file"),
+    ],
+)
+async def test_a_missing_ssh_file_is_named_in_the_error(
+    sshd: SshdServer, tmp_path: Path, field: str, role: str
+) -> None:
+    missing = tmp_path / "no-such-file"
+    value = str(missing) if field == "known_hosts" else (str(missing),)
+    with pytest.raises(TransportError) as caught:
+        await ssh_transport(sshd, **{field: value}).connect()
+    assert f"{role} {missing}: No such file or directory" in str(caught.value)

@@ -588,7 +588,8 @@ class HostSession(HostController):
                     f"{self.host_label} is busy: {reply.get('owner') or 'another console'} "
                     f"holds its launch/stop lock since {when}; try again when it is done"
                 )
-            raise RemoteCallError(f"{self.host_label}: could not take the host lock")
+            why = reply.get("error") or "the lock helper gave no answer"
+            raise RemoteCallError(f"{self.host_label}: could not take the host lock: {why}")
         try:
             yield
         finally:

@@ -92,9 +92,56 @@ def read_json(path):
 
 def write_json(path, data):
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+RESERVE_BYTES = (
+    64 * 1024
+)  # room for run.json / exit.json, taken before the server can fill the disk
+
+
+def reserve_record(path):
+    """Take the disk space of a record (``path``.reserve, blanks) while there is some, so the
+    run's record is written even after its server's log has filled the disk."""
+    with open(f"{path}.reserve", "wb") as f:
+        f.write(b" " * RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_record(path, data):
+    """Write ``data`` into its reserved space (in place, so no new block is needed; JSON
+    ignores the trailing blanks), then give it its name; without a reservation, or if the
+    record does not fit, as write_json does."""
+    reserved = f"{path}.reserve"
+    text = json.dumps(data).encode()
+    if len(text) <= RESERVE_BYTES and os.path.exists(reserved):
+        with open(reserved, "r+b") as f:
+            f.write(text + b" " * (RESERVE_BYTES - len(text)))
+            f.flush()
+            os.fsync(f.fileno())
+        for attempt in range(20):  # a full directory block can free up (bounded retry)
+            try:
+                os.replace(reserved, path)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC or attempt == 19:
+                    raise
+                time.sleep(0.5)
+    write_json(path, data)
+
+
+def read_record(path):
+    """A run's record (run.json, exit.json); one written in place whose rename failed counts
+    too (a blank reservation reads as None)."""
+    return read_json(path) or read_json(f"{path}.reserve")
 
 
 def proc_start_ticks(pid):
@@ -184,6 +231,8 @@ def cmd_launch(args):
             f.write(base64.b64decode(content_b64))
     log_path = os.path.join(rdir, "server.log")
     open(log_path, "ab").close()
+    for record in ("run.json", "exit.json"):
+        reserve_record(os.path.join(rdir, record))
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # intermediate: new session, fork the monitor, exit so it is reparented
@@ -234,7 +283,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
             json.dumps({"ok": False, "error": f"cannot start {argv[0]}: {exc}"}).encode(),
         )
         os.close(report_fd)
-        write_json(
+        write_record(
             os.path.join(rdir, "exit.json"),
             {"code": 127, "signal": None, "ended_at": time.time(), "error": str(exc)},
         )
@@ -256,7 +305,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         "user": env.get("USER") or env.get("LOGNAME"),
         "host": socket.gethostname(),
     }
-    write_json(os.path.join(rdir, "run.json"), run)
+    write_record(os.path.join(rdir, "run.json"), run)
     report = dict(run, ok=True)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
@@ -266,7 +315,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         ended.update(code=None, signal=-code)
     else:
         ended.update(code=code, signal=None)
-    write_json(os.path.join(rdir, "exit.json"), ended)
+    write_record(os.path.join(rdir, "exit.json"), ended)
     # Stay while processes of the group live on (the run is alive until they are gone, and
     # this monitor's life is what makes their pgid trustworthy).
     while group_members(child.pid):
@@ -298,10 +347,10 @@ def wait_tethered(child, tether):
 
 def describe(state, run_id):
     rdir = os.path.join(state, "runs", run_id)
-    run = read_json(os.path.join(rdir, "run.json"))
+    run = read_record(os.path.join(rdir, "run.json"))
     if run is None:
         return None
-    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    exit_info = read_record(os.path.join(rdir, "exit.json"))
     meta = read_json(os.path.join(rdir, "meta.json")) or {}
     try:
         log_size = os.path.getsize(os.path.join(rdir, "server.log"))
@@ -340,11 +389,11 @@ def wait_group_gone(pgid, deadline):
 def cmd_stop(args):
     state = state_dir(args.state_dir)
     rdir = run_dir(state, args.run_id)
-    run = read_json(os.path.join(rdir, "run.json"))
+    run = read_record(os.path.join(rdir, "run.json"))
     if run is None or not run.get("pgid"):
         return fail(f"run {args.run_id} has no record of a process group this helper started")
     pgid = run["pgid"]
-    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    exit_info = read_record(os.path.join(rdir, "exit.json"))
     if not run_alive(run, exit_info):
         emit({"step": "group_gone", "seconds": 0.0, "detail": "already stopped"})
         emit({"ok": True, "already": True})
@@ -441,7 +490,7 @@ def stdin_closed(timeout):
 def cmd_follow(args):
     state = state_dir(args.state_dir)
     rdir = run_dir(state, args.run_id)
-    run = read_json(os.path.join(rdir, "run.json")) or {}
+    run = read_record(os.path.join(rdir, "run.json")) or {}
     log_path = os.path.join(rdir, "server.log")
     probe_path = os.path.join(rdir, "probe.jsonl")
     offsets = {"log": args.log_offset, "probe": args.probe_offset}
@@ -459,7 +508,7 @@ def cmd_follow(args):
         if sent:
             last_beat = time.time()
             continue
-        exit_info = read_json(os.path.join(rdir, "exit.json"))
+        exit_info = read_record(os.path.join(rdir, "exit.json"))
         if exit_info is None and not run_alive(run, None):
             # The monitor writes exit.json right after the leader ends; give it a moment, and
             # report an unknown exit if it never comes (monitor killed, host rebooted).

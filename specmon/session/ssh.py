@@ -111,8 +111,26 @@ class SshTransport(Transport):
             kwargs["config"] = [str(Path(p).expanduser()) for p in t.config_files]
         return kwargs
 
+    def _check_files(self) -> None:
+        """A named identity, known_hosts or ssh config file that cannot be read is reported by
+        its role and path (asyncssh's own error names neither)."""
+        t = self.target
+        named = [("identity file", p) for p in t.identity_files]
+        named += [("known_hosts file", t.known_hosts)] if t.known_hosts is not None else []
+        named += [("ssh config file", p) for p in t.config_files or ()]
+        for role, path in named:
+            full = Path(path).expanduser()
+            try:
+                with full.open("rb"):
+                    pass
+            except OSError as exc:
+                raise TransportError(
+                    f"ssh to {self.label}: {role} {full}: {exc.strerror or exc}"
+                ) from None
+
     async def connect(self) -> None:
         t = self.target
+        self._check_files()
         try:
             self._conn = await asyncssh.connect(t.host, **self._connect_options())
         except asyncssh.HostKeyNotVerifiable as exc:
@@ -129,6 +147,10 @@ class SshTransport(Transport):
                 f"ssh to {self.label}: timed out after {t.connect_timeout:.0f}s"
             ) from None
         except OSError as exc:
+            if exc.filename:  # a file ssh reads (one named in an ssh config, say)
+                raise TransportError(
+                    f"ssh to {self.label}: {exc.filename}: {exc.strerror or exc}"
+                ) from None
             raise TransportError(f"cannot reach {self.label}: {exc.strerror or exc}") from None
 
     def _resolved(self) -> tuple[str, int, str]:
