@@ -638,3 +638,27 @@ async def test_a_full_disk_on_the_host_is_reported_with_the_helpers_error(
         assert "could not take the host lock" in str(caught.value)
     finally:
         await session.close()
+
+
+async def test_a_relaunch_over_a_crashed_leaders_group_kills_the_whole_group(
+    state_dir: Path,
+) -> None:
+    crashed = _helper_launch(state_dir, ["sh", "-c", "sleep 300 & sleep 300 & sleep 0.3; exit 1"])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        (status,) = _helper(state_dir, "status")[-1]["runs"]
+        if status["exit"] is not None:
+            break
+        time.sleep(0.1)
+    assert status["alive"] and status["group_left"] == 2
+    session = local_session(state_dir, sim_profiles(), gpu_agent="none")
+    await session.start()  # reattaches the crashed run: it is alive
+    try:
+        assert session.current_run is not None
+        assert session.current_run.run_id == crashed["run_id"]
+        new_run = await session.launch("fast")
+        assert not group_alive(crashed["pgid"])
+        assert [r.run_id for r in await session.status() if r.alive] == [new_run]
+        await session.stop()
+    finally:
+        await session.close()
