@@ -162,6 +162,7 @@ port = {sshd.port}
 user = "{sshd.user}"
 identity_file = "{sshd.client_key}"
 known_hosts = "{sshd.known_hosts}"
+python = "{sys.executable}"
 state_dir = "{state_dir}"
 
 [profiles.fast]
