@@ -1,0 +1,111 @@
+"""`specmon export` end to end: the simulator (a demo session with client traffic) watched by
+the exporter as a real process; its scrape passes `promtool check metrics`, and a real
+Prometheus server scraping it answers for up, all 8 GPUs, verify time and tok/s."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from support import hosts
+from support.hosts import free_port, kill_everything_under, sim_profiles
+from support.prom import require_binary, run_prometheus
+
+from specmon.session.demo import DemoSession
+from specmon.session.local import LocalTransport
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "export", "local", "--state-dir", str(state_dir)]
+    argv += ["--gpu-agent", "sim", "--listen", f"127.0.0.1:{port}"]
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def scrape_when(
+    url: str, needles: tuple[str, ...], timeout: float, exporter: subprocess.Popen[bytes], log: Path
+) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline and exporter.poll() is None:
+            try:
+                text = (await client.get(url)).text
+            except httpx.HTTPError:
+                text = ""
+            if all(n in text for n in needles):
+                return text
+            await asyncio.sleep(0.3)
+    missing = [n for n in needles if n not in text]
+    raise AssertionError(f"no {missing} in the scrape after {timeout}s\n{log.read_text()[-2000:]}")
+
+
+async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
+    promtool = require_binary("promtool", "prometheus")
+    require_binary("prometheus", "prometheus")
+    state_dir = tmp_path / "state"
+    session = DemoSession(
+        LocalTransport(),
+        profiles=sim_profiles(),
+        options=hosts.test_options(state_dir),
+        stop_server_on_close=True,
+        autolaunch="fast",
+    )
+    port = free_port()
+    exporter_log = tmp_path / "export.log"
+    exporter = None
+    try:
+        await session.start()  # launches the simulator; its clients keep it decoding
+        exporter = start_exporter(state_dir, port, exporter_log)
+        url = f"http://127.0.0.1:{port}/metrics"
+        needles = (
+            'specmon_host_up{host="local"} 1.0',
+            'specmon_gpu_utilization_ratio{gpu="7",host="local"}',
+            'specmon_spec_phase_seconds_bucket{host="local",le="+Inf",phase="verify"}',
+            'specmon_generation_tokens_per_second{host="local"}',
+            'specmon_ready{host="local"} 1.0',
+        )
+        text = await scrape_when(url, needles, 60.0, exporter, exporter_log)
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+        assert 'spec_algorithm="EAGLE3"' in text and 'model="moonshotai/Kimi-K2.5"' in text
+
+        with run_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"]) as prom:
+            up = await asyncio.to_thread(prom.wait_query, 'up{job="specmon"} == 1')
+            assert up[0]["metric"]["instance"] == f"127.0.0.1:{port}"
+            gpus = await asyncio.to_thread(
+                prom.wait_query, 'specmon_gpu_utilization_ratio{host="local"}', count=8
+            )
+            assert sorted(int(s["metric"]["gpu"]) for s in gpus) == list(range(8))
+            assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in gpus)
+            verify = await asyncio.to_thread(
+                prom.wait_query,
+                'histogram_quantile(0.5, rate(specmon_spec_phase_seconds_bucket{phase="verify"}[5s])) > 0',
+            )
+            assert 0.0 < float(verify[0]["value"][1]) < 10.0
+            tok_s = await asyncio.to_thread(
+                prom.wait_query, 'specmon_generation_tokens_per_second{host="local"} > 0'
+            )
+            assert float(tok_s[0]["value"][1]) > 0
+    finally:
+        if exporter is not None:
+            exporter.send_signal(signal.SIGTERM)
+            try:
+                exporter.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+        await session.close()
+        kill_everything_under(state_dir)
+    assert exporter.returncode in (0, 130), exporter_log.read_text()[-2000:]
