@@ -5,6 +5,7 @@ Prometheus server scraping it answers for up, all 8 GPUs, verify time and tok/s.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,20 @@ from specmon.session.demo import DemoSession
 from specmon.session.local import LocalTransport
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+GRAFANA_VARIABLES = {"$__rate_interval": "5s", "$host": ".*", "$gpu": ".*"}
+
+
+def dashboard_expressions() -> list[str]:
+    """The PromQL of docs/grafana/specmon.json with Grafana's variables filled in."""
+    dashboard = json.loads((REPO_ROOT / "docs" / "grafana" / "specmon.json").read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            expr = target["expr"]
+            for name, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(name, value)
+            out.append(expr)
+    return out
 
 
 def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -99,6 +114,8 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
                 prom.wait_query, 'specmon_generation_tokens_per_second{host="local"} > 0'
             )
             assert float(tok_s[0]["value"][1]) > 0
+            for expr in dashboard_expressions():  # the dashboard's PromQL parses and answers
+                assert await asyncio.to_thread(prom.query, expr) is not None, expr
     finally:
         if exporter is not None:
             exporter.send_signal(signal.SIGTERM)
