@@ -23,6 +23,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", choices=UNTIL_CHOICES, help="headless: stop at this point")
     parser.add_argument("--duration", type=float, metavar="S", help="headless: stop after S s")
     parser.add_argument(
+        "--console",
+        action="store_true",
+        help="open the console even without a terminal (what `specmon serve` runs)",
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="console: hide and refuse relaunch, stop, sweeps"
+    )
+    parser.add_argument(
         "--export",
         metavar="ADDR",
         help="also serve this host's metrics to Prometheus at HOST:PORT (see `specmon export`)",
@@ -37,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config_from(args)
     session = session_from_args(args, config)
     beside = [metrics_server(args.export, args.host, session, config)] if args.export else []
-    headless = args.headless or not (sys.stdin.isatty() and sys.stdout.isatty())
+    headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
         try:
             from specmon.tui.app import run_console
@@ -47,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            return run_console(session, config, beside=beside)
+            return run_console(session, config, read_only=args.read_only, beside=beside)
 
     if beside:
         return watch_headless_beside(session, args, beside[0])
