@@ -126,3 +126,74 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
         await session.close()
         kill_everything_under(state_dir)
     assert exporter.returncode in (0, 130), exporter_log.read_text()[-2000:]
+
+
+async def test_connect_export_serves_beside_the_event_stream(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "connect", "local", "--headless"]
+    argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
+    argv += ["--export", f"127.0.0.1:{port}", "--duration", "20"]
+    log = tmp_path / "connect.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        text = await scrape_when(
+            f"http://127.0.0.1:{port}/metrics",
+            ('specmon_host_up{host="local"} 1.0', "specmon_connection_state"),
+            20.0,
+            proc,
+            log,
+        )
+        assert 'specmon_connection_state{host="local",state="connected"} 1.0' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        kill_everything_under(tmp_path / "state")
+    assert "connection  local connected" in log.read_text()
+
+
+def test_export_rejects_bad_arguments_in_one_line() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for extra in (["local", "--listen", "nowhere"], ["local", "local"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "specmon", "export", *extra],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+async def test_an_unreachable_host_is_exported_as_down_and_retried(tmp_path: Path) -> None:
+    port, closed = free_port(), free_port()
+    unreachable = f"nobody@127.0.0.1:{closed}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "export", "local", unreachable]
+    argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
+    argv += ["--known-hosts", str(tmp_path / "known_hosts"), "--listen", f"127.0.0.1:{port}"]
+    log = tmp_path / "export.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        text = await scrape_when(
+            f"http://127.0.0.1:{port}/metrics",
+            ('specmon_host_up{host="local"} 1.0', f'specmon_host_up{{host="{unreachable}"}} 0.0'),
+            20.0,
+            proc,
+            log,
+        )
+        assert f'host="{unreachable}",state="disconnected"}} 1.0' in text
+        deadline = time.monotonic() + 10
+        while log.read_text().count("; retrying in") < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert log.read_text().count("; retrying in") >= 2  # tried again, still exporting
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        kill_everything_under(tmp_path / "state")
