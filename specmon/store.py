@@ -128,6 +128,30 @@ class CycleHistogram:
 
 
 @dataclass(slots=True)
+class PositionAcceptance:
+    """How often each draft position was accepted, over the current run's single-request
+    cycles: there the probe's accepted count is one sequence's, so positions 1..k of a cycle
+    that accepted k tokens were accepted and the rest were not (a chain draft). Cycles of
+    larger batches sum their sequences' counts, which says nothing per position."""
+
+    cycles: list[int] = field(default_factory=list)  # cycles that drafted position i + 1
+    accepted: list[int] = field(default_factory=list)  # ... and accepted it
+
+    def observe(self, accepted_tokens: int, positions: int) -> None:
+        while len(self.cycles) < positions:
+            self.cycles.append(0)
+            self.accepted.append(0)
+        for i in range(positions):
+            self.cycles[i] += 1
+            if accepted_tokens > i:
+                self.accepted[i] += 1
+
+    def ratios(self) -> list[float]:
+        """Accepted share per position (1-based position = index + 1)."""
+        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True)]
+
+
+@dataclass(slots=True)
 class Point:
     at: float
     value: float
@@ -159,6 +183,7 @@ class StateStore:
         self.cycle_histograms: dict[str, CycleHistogram] = {
             phase: CycleHistogram() for phase in ("draft", "verify", "extend", "cycle")
         }
+        self.accept_by_position = PositionAcceptance()  # of the current run
         self.last_event_at: float | None = None  # arrival time of the latest event
         # Arrival minus the source's own wall clock for the latest GPU sample or probe cycle:
         # how far behind the host the store runs (transport, parsing, queueing).
@@ -212,6 +237,7 @@ class StateStore:
             self.throughput.clear()
             self.accept_len.clear()
             self.probe.clear()
+            self.accept_by_position = PositionAcceptance()
             self.launch_marks.append(Point(now, 0.0))
             if not e.reattached:
                 self.run_state = "loading"
@@ -299,6 +325,9 @@ class StateStore:
         histograms["extend"].observe(e.extend_ms)
         histograms["cycle"].observe(e.cycle_ms)
         self.event_lag_s = now - e.wall
+        if e.batch_size == 1 and e.accepted_tokens is not None and e.draft_tokens:
+            # draft_tokens counts the verified root too: positions 1..draft_tokens - 1
+            self.accept_by_position.observe(e.accepted_tokens, e.draft_tokens - 1)
 
     def _on_gpu(self, e: GpuSample, now: float) -> None:
         self.event_lag_s = now - e.wall

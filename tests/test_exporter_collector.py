@@ -123,6 +123,34 @@ def test_collector_exports_what_the_events_said() -> None:
     assert ("model", "m/K") in info and ("tp", "8") in info and ("backend", "sglang") in info
 
 
+def test_acceptance_by_position_from_single_request_cycles() -> None:
+    bus = EventBus()
+    bus.publish(RunInfo(run_id="r1", profile="p"), at=1.0)
+    # draft_tokens 4 = the root + 3 draft positions; accepted 0, 1, 3 and 2 tokens
+    for accepted in (0, 1, 3, 2):
+        bus.publish(
+            ProbeTiming(
+                wall=2.0, draft_ms=1, verify_ms=9, extend_ms=1, cycle_ms=11,
+                batch_size=1, draft_tokens=4, accepted_tokens=accepted,
+            ),
+            at=2.0,
+        )  # fmt: skip
+    bus.publish(  # a batch of 3 sums its sequences' counts: not counted per position
+        ProbeTiming(
+            wall=2.0, draft_ms=1, verify_ms=9, extend_ms=1, cycle_ms=11,
+            batch_size=3, draft_tokens=12, accepted_tokens=9,
+        ),
+        at=2.0,
+    )  # fmt: skip
+    assert bus.store.accept_by_position.ratios() == [0.75, 0.5, 0.25]
+    got = samples(bus)
+    for position, ratio in (("1", 0.75), ("2", 0.5), ("3", 0.25)):
+        labels = (("host", "gpu-a"), ("position", position))
+        assert got[("specmon_spec_position_acceptance_ratio", labels)] == ratio
+    bus.publish(RunInfo(run_id="r2", profile="p"), at=3.0)  # a new run starts afresh
+    assert bus.store.accept_by_position.ratios() == []
+
+
 def test_loading_progress_before_any_run_phase() -> None:
     assert loading_progress(EventBus().store) == 0.0
 

@@ -95,6 +95,7 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
             [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
         )
         assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+        assert 'specmon_spec_position_acceptance_ratio{host="local",position="3"}' in text
         assert 'spec_algorithm="EAGLE3"' in text and 'model="moonshotai/Kimi-K2.5"' in text
 
         with run_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"]) as prom:

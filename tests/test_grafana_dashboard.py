@@ -57,8 +57,8 @@ def test_dashboard_is_import_ready() -> None:
     for needed in (
         "Loading progress per host",
         "Generation tok/s",
-        "Accept length",
-        "Acceptance",
+        "Accept length and rate",
+        "Acceptance by position",
         "Per-cycle time, p50 and p99",
         "Share of the cycle",
         "GPU utilisation",

@@ -162,6 +162,11 @@ class SpecmonCollector(Collector):
                 "Accepted share of drafted tokens (latest decode line)",
                 labels=host,
             ),
+            position_acceptance=g(
+                "specmon_spec_position_acceptance_ratio",
+                "Share of single-request cycles that accepted each draft position (current run)",
+                labels=[*host, "position"],
+            ),
             running=g("specmon_running_requests", "Requests being decoded", labels=host),
             queued=g("specmon_queued_requests", "Requests waiting in the queue", labels=host),
             kv_usage=g("specmon_kv_cache_usage_ratio", "Share of the KV cache in use", labels=host),
@@ -225,6 +230,8 @@ class SpecmonCollector(Collector):
             _maybe(f.loading_eta, [name], loading.eta_seconds(now))
         _maybe(f.loading_elapsed, [name], loading.elapsed(now))
         _maybe(f.last_load, [name], loading.previous_load_seconds)
+        for position, ratio in enumerate(store.accept_by_position.ratios(), start=1):
+            f.position_acceptance.add_metric([name, str(position)], ratio)
         decode = store.last_decode
         if decode is not None:
             f.throughput.add_metric([name], decode.gen_throughput)
@@ -319,6 +326,7 @@ class _Families:
     throughput: GaugeMetricFamily
     accept_length: GaugeMetricFamily
     accept_rate: GaugeMetricFamily
+    position_acceptance: GaugeMetricFamily
     running: GaugeMetricFamily
     queued: GaugeMetricFamily
     kv_usage: GaugeMetricFamily
