@@ -64,7 +64,9 @@ async def test_browser_shows_the_demo_console(tmp_path: Path) -> None:
     chromium = require_binary("chromium", "chromium")
     with serve(tmp_path) as (url, _):
         async with open_page(chromium, url, tmp_path) as page:
-            text = await page.wait_text(("─ GPUs ─", "tok/s ", "verify"), timeout=60)
+            text = await page.wait_text(
+                (r"─ GPUs ─", r"│ +7 .+%", r"tok/s \d+\.\d", r"verify \d+\.\d+ ms"), timeout=60
+            )
             await page.screenshot(tmp_path / "console.png")
     assert "r Relaunch" in text  # the footer offers it when not read-only
 

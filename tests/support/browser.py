@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import re
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -67,11 +68,12 @@ class Page:
         return str(result["result"].get("value") or "")
 
     async def wait_text(self, needles: tuple[str, ...], timeout: float) -> str:
+        """Poll the screen until every needle (a regular expression) is found on it."""
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
             text = await self.screen_text()
-            if all(n in text for n in needles):
+            if all(re.search(n, text) for n in needles):
                 return text
             await asyncio.sleep(0.5)
         raise AssertionError(f"{needles} not all on the page after {timeout}s:\n{text}")
