@@ -103,3 +103,7 @@ def test_public_address_needs_public_and_a_token(tmp_path: Path) -> None:
         response = httpx.get(url + "?token=" + token, timeout=5)
         assert response.status_code == 200 and "specmon_token" in response.headers["set-cookie"]
         assert printed.count(token) == 1
+        # the page's websocket URL follows the host the browser asked for (not 0.0.0.0)
+        host = {"Host": "gpu-wall.example:8765"}
+        page = httpx.get(url, headers=host, cookies={"specmon_token": token}, timeout=5)
+        assert "ws://gpu-wall.example:8765/ws" in page.text

@@ -1,5 +1,6 @@
 """textual-serve's Server with an optional access token: with one set, every request must
-carry it (``?token=`` once, then an HttpOnly same-site cookie), compared in constant time."""
+carry it (``?token=`` once, then an HttpOnly same-site cookie), compared in constant time.
+The page's URLs follow the host the browser asked for."""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ class TokenServer(Server):
         if self._token is not None:
             app.middlewares.append(self._require_token)
         return app
+
+    async def handle_index(self, request: web.Request) -> web.StreamResponse:  # type: ignore[override]
+        """The page, with its websocket and static URLs on the host the browser used (a
+        wildcard bind address such as 0.0.0.0 is no address a browser can connect to)."""
+        self.public_url = f"{request.scheme}://{request.host}"
+        return await super().handle_index(request)  # type: ignore[no-any-return]
 
     def _accepted(self, given: str | None) -> bool:
         assert self._token is not None
