@@ -164,3 +164,11 @@ def test_listen_addresses() -> None:
     for bad in ("9464", "host:port", "1.2.3.4:70000", "a b:1"):
         with pytest.raises(UsageError, match="--listen"):
             parse_listen(bad)
+
+
+def test_host_error_text_reaches_the_terminal_as_one_clean_line() -> None:
+    from specmon.exporter.hosts import _one_line
+
+    text = _one_line("refused\x1b[2J\x07 by\nhost" + "x" * 500)
+    assert text.startswith("refused [2J  by | host") and text.isprintable()
+    assert len(text) == 300
