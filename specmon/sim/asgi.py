@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 KEEPALIVE_TIMEOUT_S = 5  # SGLang and vLLM both pass timeout_keep_alive=5 to uvicorn
 GRACEFUL_SHUTDOWN_S = 3.0  # bounded, so a hung handler cannot hold the exit
@@ -155,6 +156,8 @@ class UvicornServing:
             host=host,
             port=port,
             loop="asyncio",
+            http=H11Protocol,  # imported with this module, not when the port opens
+            ws="none",
             lifespan="off",
             access_log=False,
             log_config=None,

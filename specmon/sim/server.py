@@ -30,8 +30,19 @@ if TYPE_CHECKING:
     from specmon.sim.asgi import UvicornServing
 
 # The HTTP stack (starlette and uvicorn, then httpx for the warm-up: ~100 ms of imports)
-# loads on a thread while the simulated start-up runs; serve() and _warm_up() import it.
-HTTP_MODULES = ("specmon.sim.sglang_http", "specmon.sim.sglang_warmup")
+# loads on a thread while the simulated start-up runs; serve() waits for it without blocking
+# the event loop (an import on the loop's thread would stall /health during warm-up).
+HTTP_SERVER_MODULE = "specmon.sim.sglang_http"
+WARM_UP_MODULE = "specmon.sim.sglang_warmup"
+
+
+def _load_http_stack(server_loaded: threading.Event) -> None:
+    try:
+        importlib.import_module(HTTP_SERVER_MODULE)
+    finally:
+        server_loaded.set()
+    importlib.import_module(WARM_UP_MODULE)
+
 
 SGLANG_VERSION = "0.5.9"
 TARGET_CONTEXT_LEN = 262144
@@ -154,6 +165,11 @@ class SimServer:
         self._ready_iterations = 0
         self._stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
+        self._http_server_loaded = threading.Event()
+        self._http_stack = threading.Thread(
+            target=_load_http_stack, args=(self._http_server_loaded,), daemon=True
+        )
+        self._http_stack.start()  # after the rank forks (main_entry), before the event loop
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -454,6 +470,7 @@ class SimServer:
 
     async def serve(self) -> None:
         """SGLang's HTTP server: uvicorn starts listening only now, after loading."""
+        await asyncio.to_thread(self._http_server_loaded.wait)
         from specmon.sim.asgi import UvicornServing
         from specmon.sim.sglang_http import SGLangApi
 
@@ -483,6 +500,7 @@ class SimServer:
 
     async def _warm_up(self) -> None:
         """Real HTTP requests to ourselves (httpx), as SGLang's warm-up thread makes them."""
+        await asyncio.to_thread(self._http_stack.join)
         from specmon.sim.sglang_warmup import warm_up
 
         args = self.launch.args
@@ -651,15 +669,9 @@ class SimServer:
         return 0
 
 
-def _load_http_stack() -> None:
-    for name in HTTP_MODULES:
-        importlib.import_module(name)
-
-
 def main_entry(launch: SimLaunch, gpu_state_path: Path | None) -> int:
     """Fork the rank processes, then run the server's event loop to the end."""
     rank_pids = procs.spawn_rank_processes(launch.args.tp_size)
-    threading.Thread(target=_load_http_stack, name="load-http", daemon=True).start()
     server = SimServer(launch, rank_pids=rank_pids, gpu_state_path=gpu_state_path)
     code = asyncio.run(server.run())
     server.gpus.set_util(0.0)
