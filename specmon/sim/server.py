@@ -13,6 +13,7 @@ import importlib
 import os
 import random
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -41,6 +42,10 @@ def _load_http_stack(server_loaded: threading.Event) -> None:
         importlib.import_module(HTTP_SERVER_MODULE)
     finally:
         server_loaded.set()
+    # httpx's package imports its command-line client (rich, click, pygments: half of its
+    # import time) and falls back to a stub when that import fails; the simulator never
+    # runs it, so it takes the fallback.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
     importlib.import_module(WARM_UP_MODULE)
 
 
