@@ -152,6 +152,29 @@ def test_chat_streams_role_then_content_then_finish_and_usage(sim):
     assert all(json.loads(p)["choices"] for p in plain[:-1])  # no usage chunk unless asked
 
 
+def test_a_client_leaving_mid_stream_leaves_no_error_in_the_log(sim):
+    body = {"text": "Hi", "sampling_params": {"max_new_tokens": 200}, "stream": True}
+    with httpx.stream("POST", sim.url("/generate"), json=body, timeout=30) as response:
+        for n, _ in enumerate(response.iter_lines()):
+            if n == 4:
+                break  # closes the connection with the response half sent
+    assert httpx.get(sim.url("/health"), timeout=10).status_code == 200
+    text = sim.log_text()
+    assert "ERROR" not in text and "Traceback" not in text
+
+
+def test_a_malformed_request_gets_uvicorns_400_and_warning_line(sim):
+    with socket.create_connection(("127.0.0.1", sim.port), timeout=5) as sock:
+        sock.sendall(b"NOT HTTP AT ALL\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(4096):  # uvicorn closes the connection after its answer
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+    assert answer.endswith(b"\r\n\r\nInvalid HTTP request received.")
+    line = sim.wait_for_log("Invalid HTTP request received.").splitlines()[-1]
+    assert re.fullmatch(r"\[[0-9-]+ [0-9:]+\] WARNING:  Invalid HTTP request received\.", line)
+
+
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "status", "body"),
     [
