@@ -246,24 +246,33 @@ def test_invalid_bodies_get_the_validation_error_object(sim, path, kwargs, needl
     assert needle in error["message"]
 
 
-def test_sigint_stops_uvicorn_cleanly_and_frees_the_port(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_stops_the_server_and_frees_its_port(tmp_path, signum):
+    """SIGINT: uvicorn's shutdown lines, exit 0; SIGTERM: SGLang's drain and kill_process_tree
+    (exit -9). Either way, with a keep-alive client still connected, the port is free after."""
     with start_sim(tmp_path, args=["--tp", "2"], time_scale=0.002) as process:
         process.wait_ready()
         with httpx.Client(base_url=process.url("")) as client:  # an idle keep-alive client
             assert client.get("/health").status_code == 200
-            process.proc.send_signal(signal.SIGINT)
-            assert process.wait_exit(10) == 0
+            process.proc.send_signal(signum)
+            code = process.wait_exit(10)
         text = process.log_text()
-        tail = [line.split("] ", 1)[1] for line in text.splitlines()[-4:]]
-        assert tail == [
-            "INFO:     Shutting down",
-            "INFO:     Waiting for application shutdown.",
-            "INFO:     Application shutdown complete.",
-            f"INFO:     Finished server process [{process.pid}]",
-        ]
+        if signum == signal.SIGINT:
+            assert code == 0
+            tail = [line.split("] ", 1)[1] for line in text.splitlines()[-4:]]
+            assert tail == [
+                "INFO:     Shutting down",
+                "INFO:     Waiting for application shutdown.",
+                "INFO:     Application shutdown complete.",
+                f"INFO:     Finished server process [{process.pid}]",
+            ]
+        else:
+            assert code == -signal.SIGKILL
+            assert "Gracefully exiting... Remaining number of requests 0." in text
         with socket.socket() as sock:  # the port is free again
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", process.port))
+            sock.listen()
 
 
 def test_port_in_use_is_uvicorns_one_error_line(tmp_path):

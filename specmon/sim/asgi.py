@@ -137,7 +137,6 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError:
         sock.close()
         raise
-    sock.set_inheritable(False)
     return sock
 
 
