@@ -240,6 +240,61 @@ def test_a_stalled_agent_reads_once_then_keeps_the_gpus_staggered(open_sampler, 
 # --- 2. direct calls, the careful fallback ----------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "scenario", ["h200x2-r580", "a100x4-r470", "gtx1080-r418", "lost", "lost-at-start"]
+)
+def test_the_tick_line_is_the_json_of_the_readings_byte_for_byte(open_sampler, clock, scenario):
+    """sample_line formats each GPU's entry from a template instead of a reading, a dict and
+    json.dumps: for the same state it writes exactly tick_line(wall, sample())'s text, through
+    slow-field reads, link-rate passes, unsupported fields and a GPU that is lost."""
+    fake, sampler = open_sampler(scenario, pcie_interval_s=0.1)
+    fake.hold_readings()
+    for tick in range(24):
+        wall = 1_796_054_308.0 + tick * 0.2501
+        line = sampler.sample_line(wall)
+        assert line == agent.tick_line(wall, sampler.sample()), tick
+        json.loads(line)
+        if tick % 6 == 5:  # let the fast fields move and the links thread make a pass
+            fake.hold_readings(False)
+            sampler.sample()
+            fake.hold_readings()
+            time.sleep(0.15)
+        clock.advance(0.75)
+
+
+def test_every_tick_reads_utilisation_and_power_through_the_c_functions(
+    open_sampler, clock, monkeypatch: pytest.MonkeyPatch
+):
+    """Once a GPU's fields all answered, its tick calls the C functions of utilisation and
+    power straight through ctypes, not pynvml's wrappers; a pynvml without the function
+    lookup gets the wrappers, with the same readings."""
+    fake, sampler = open_sampler("h200x2-r580")
+    fake.hold_readings()
+    first = sampler.sample()
+    clock.advance(0.25)
+    readings, made = calls_during(fake, sampler.sample)
+    for index in (0, 1):
+        for function in FAST_FUNCTIONS:
+            assert made.get(("raw:" + function, index)) == 1, (index, function)
+    assert without_link_rates(readings) == without_link_rates(first)
+
+    old_pynvml = load_fake(monkeypatch, "h200x2-r580")
+    monkeypatch.delattr(old_pynvml, "_nvmlGetFunctionPointer")
+    old_pynvml.hold_readings()
+    wrapped = NvmlSampler(old_pynvml, NoticeLog(), 60.0)
+    wrapped.open("test-host")
+    try:
+        assert all(gpu.raw is None for gpu in wrapped.gpus)
+        wrapped.sample()
+        clock.advance(0.25)
+        readings, made = calls_during(old_pynvml, wrapped.sample)
+        assert not any(function.startswith("raw:") for function, _ in made)
+        assert made[("nvmlDeviceGetUtilizationRates", 0)] == 1
+        assert without_link_rates(readings) == without_link_rates(first)
+    finally:
+        wrapped.close()
+
+
 @pytest.mark.parametrize("scenario", ["h200x2-r580", "a100x4-r470"])
 def test_direct_and_careful_reads_give_the_same_readings(
     open_sampler, clock, careful_queries, scenario
