@@ -181,8 +181,13 @@ def measure_together(
     contenders: dict[str, tuple[list[str], bool]], warmup: float, window: float
 ) -> dict[str, Any]:
     """Run every contender at once; CPU and lines of each over one common window."""
-    running = [Contender(name, argv, ticks) for name, (argv, ticks) in contenders.items()]
+    running: list[Contender] = []
     results: dict[str, Any] = {}
+    for name, (argv, ticks) in contenders.items():
+        try:
+            running.append(Contender(name, argv, ticks))
+        except OSError as exc:  # a program this machine lacks: say so, measure the rest
+            results[name] = {"argv": argv, "error": repr(exc)}
     try:
         time.sleep(warmup)
         dead = [c.name for c in running if c.process.poll() is not None]

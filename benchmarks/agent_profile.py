@@ -34,7 +34,8 @@ from agent_cost import measure_together
 PROBE = r"""
 import ctypes, json, os, select, sys, threading, time
 mode, repeat = sys.argv[1], int(sys.argv[2])
-period = 0.25
+period = float(sys.argv[3]) if len(sys.argv) > 3 else 0.25
+last_seen = {}
 nvml = None
 if "nvml" in mode or "ctypes" in mode:
     import pynvml as nvml
@@ -43,7 +44,9 @@ if "nvml" in mode or "ctypes" in mode:
 if "ctypes" in mode:
     fn_util = nvml._nvmlGetFunctionPointer("nvmlDeviceGetUtilizationRates")
     fn_power = nvml._nvmlGetFunctionPointer("nvmlDeviceGetPowerUsage")
-    util = nvml.c_nvmlUtilization_t(); util_ref = ctypes.byref(util)
+    class Utilization(ctypes.Structure):
+        _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
+    util = Utilization(); util_ref = ctypes.byref(util)
     power = ctypes.c_uint(); power_ref = ctypes.byref(power)
 stop = threading.Event()
 r, w = os.pipe()
@@ -77,6 +80,11 @@ while True:
             fn_util(h, util_ref); fast = (float(util.gpu), float(util.memory), fast[2])
         if "ctypes_power" in mode:
             fn_power(h, power_ref); fast = (fast[0], fast[1], round(power.value / 1000.0, 1))
+        if "nvml_samples" in mode:  # every sample NVML kept since the last call
+            for kind in (nvml.NVML_GPU_UTILIZATION_SAMPLES, nvml.NVML_TOTAL_POWER_SAMPLES):
+                _, got = nvml.nvmlDeviceGetSamples(h, kind, last_seen.get(kind, 0))
+                if got:
+                    last_seen[kind] = max(x.timeStamp for x in got)
         if "nvml_slow" in mode:
             nvml.nvmlDeviceGetMemoryInfo(h, nvml.nvmlMemory_v2)
             nvml.nvmlDeviceGetEnforcedPowerLimit(h)
@@ -96,7 +104,7 @@ while True:
 """
 
 PROBES = {
-    # name: (mode, repeat)
+    # name: (mode, repeat[, period s])
     "wake_event": ("event", 1),
     "wake_sleep": ("sleep", 1),
     "wake_poll": ("poll", 1),
@@ -110,7 +118,21 @@ PROBES = {
     "write_template_1gpu": ("sleep+write_template", 1),
     "write_json_8gpu": ("sleep+write_json", 8),
     "write_template_8gpu": ("sleep+write_template", 8),
+    # Other designs: NVML's kept samples once a second (one wake for 5 utilisation and 50
+    # power samples); the slow fields alone every 2 s (the Python side if nvidia-smi's loop
+    # sampled the tick fields).
+    "nvml_samples_1hz": ("sleep+nvml_samples", 1, 1.0),
+    "wake_sleep_0.5hz": ("sleep", 1, 2.0),
+    "nvml_slow_fields_0.5hz": ("sleep+nvml_slow", 1, 2.0),
 }
+# nvidia-smi's loop for the compute-process list (the fallback spawns one process per list).
+SMI_APPS_LOOP = [
+    "nvidia-smi",
+    "--query-compute-apps=gpu_uuid,pid,used_memory",
+    "--format=csv,noheader,nounits",
+    "-lms",
+    "5000",
+]
 
 
 def nvml_sample_spacing() -> dict[str, Any]:
@@ -215,21 +237,24 @@ def main() -> int:
         result["nvml_samples"] = nvml_sample_spacing()
     except Exception as exc:  # a fake or old pynvml: the rest still runs
         result["nvml_samples"] = {"error": repr(exc)}
-    probes = {
-        name: ([sys.executable, "-c", PROBE, mode, str(repeat)], False)
-        for name, (mode, repeat) in PROBES.items()
+    probes: dict[str, tuple[list[str], bool]] = {
+        name: ([sys.executable, "-c", PROBE, *(str(a) for a in spec)], False)
+        for name, spec in PROBES.items()
     }
+    probes["smi_compute_apps_loop_5s"] = (SMI_APPS_LOOP, False)
     window = measure_together(probes, args.warmup, args.window)
     result["probes"] = window
     base = window.get("wake_sleep", {}).get("cpu_ms_per_s")
-    rows = [f"{'probe':<22} {'ms CPU/s':>9} {'us/tick':>8} {'us/tick over wake_sleep':>24}"]
+    rows = [f"{'probe':<24} {'ms CPU/s':>9} {'us/wake':>8} {'us/wake over wake_sleep':>24}"]
     for name, entry in window.items():
         if "cpu_ms_per_s" not in entry:
-            rows.append(f"{name:<22} {entry.get('error')}")
+            rows.append(f"{name:<24} {entry.get('error')}")
             continue
         per_s = entry["cpu_ms_per_s"]
-        over = "" if base is None else f"{250 * (per_s - base):>24.1f}"
-        rows.append(f"{name:<22} {per_s:>9.3f} {250 * per_s:>8.1f} {over}")
+        spec = PROBES.get(name, ("", 1, 5.0))
+        period = float(spec[2]) if len(spec) > 2 else 0.25
+        over = "" if base is None or period != 0.25 else f"{250 * (per_s - base):>24.1f}"
+        rows.append(f"{name:<24} {per_s:>9.3f} {1000 * period * per_s:>8.1f} {over}")
     for index, agent in enumerate(args.profile):
         name = f"{index}_{agent.stem}"
         result[f"cprofile_{name}"] = profile_agent(agent, args.profile_seconds, args.out, name)
