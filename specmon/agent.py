@@ -366,7 +366,7 @@ class NvmlSampler:
     def _raw_functions(self) -> tuple[Any, Any] | None:
         """The C functions behind the two every-tick reads, called straight through ctypes:
         pynvml's wrappers build a struct per call and read its fields through a Python
-        __getattribute__, 40 us more CPU per tick on an H200 (docs/gpu-agent.md). None
+        __getattribute__, 29-42 us more CPU per tick on an H200 (docs/gpu-agent.md). None
         where this pynvml has no function lookup: the wrappers are used."""
         lookup = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
         if lookup is None:
@@ -923,7 +923,7 @@ class NvmlTicker:
 
         In the main thread this is a plain time.sleep, which the stop signals cut short
         (run_agent's handler raises _Wake while `sleeping`): Event.wait's timed wait cost
-        ~35 us more CPU per tick (docs/gpu-agent.md). Elsewhere, no handler can wake a
+        15-25 us more CPU per tick (docs/gpu-agent.md). Elsewhere, no handler can wake a
         sleep, so the stop event is waited on."""
         if self._next is None:
             self._next = time.monotonic()
