@@ -114,8 +114,8 @@ DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
 DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
 # Where one pass over the link counters costs more CPU than this share of a core allows at
-# --pcie-interval, the passes space out further: one H200's PCIe counters cost ~0.7 ms a
-# read (every ~3.7 s), 8 H200s with NVLink ~28 ms a pass (every ~140 s).
+# --pcie-interval, the passes space out further: one H200's PCIe counters cost 0.7-1.0 ms a
+# read (every ~4-5 s), 8 H200s with NVLink ~28 ms a pass (every ~140 s).
 LINK_CPU_SHARE = 0.0002
 SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
@@ -1385,13 +1385,18 @@ def _parent_alive(pid: int) -> bool:
 
 
 def _watch_stdin(stop: threading.Event, wake_main: bool) -> None:
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:
+    """Set `stop` at end of input. Reads the raw descriptor: a thread blocked in
+    sys.stdin.buffer holds its lock, and the interpreter's shutdown then aborts on it
+    (SIGABRT, "could not acquire lock for <_io.BufferedReader name='<stdin>'>") whenever the
+    agent is stopped by a signal while stdin is still open."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):
         return
     try:
-        while stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+        while os.read(fd, 65536):
             pass
-    except (OSError, ValueError):
+    except OSError:
         pass
     stop.set()
     if wake_main:  # the main thread may be asleep until its next tick: SIGTERM wakes it
