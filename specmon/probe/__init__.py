@@ -17,7 +17,7 @@ from specmon.errors import UsageError
 
 PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
 PROBE_DIST_INFO = "specmon_probe-1.0.dist-info"
-_INJECTED_MODULES = ("sitecustomize.py", "specmon_probe_hook.py")
+_INJECTED_MODULES = ("sitecustomize.py", "specmon_probe_hook.py", "specmon_probe_vllm.py")
 
 _DIST_METADATA = "Metadata-Version: 2.1\nName: specmon-probe\nVersion: 1.0\n"
 _ENTRY_POINTS = "[sglang.srt.plugins]\nspecmon_probe = specmon_probe_hook:register_sglang_plugin\n"

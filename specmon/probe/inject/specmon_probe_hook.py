@@ -145,7 +145,16 @@ def sglang_version() -> str:
 class _Cycle:
     """One speculative cycle being timed; its stamps are CUDA events or perf_counter floats."""
 
-    __slots__ = ("accepted_tokens", "batch_size", "draft_tokens", "end", "spans", "start", "wall")
+    __slots__ = (
+        "accepted_tokens",
+        "batch_size",
+        "draft_tokens",
+        "end",
+        "extra",
+        "spans",
+        "start",
+        "wall",
+    )
 
     def __init__(self, wall: float, start: Any) -> None:
         self.wall = wall
@@ -155,6 +164,15 @@ class _Cycle:
         self.batch_size: int | None = None
         self.draft_tokens: int | None = None
         self.accepted_tokens: int | None = None
+        self.extra = ""  # further JSON members of the record, formatted, each led by a comma
+
+    def stamps(self) -> list[Any]:
+        """Every stamp of the cycle once (a phase may share the cycle's start stamp)."""
+        unique: dict[int, Any] = {}
+        for stamp in (self.start, self.end, *(s for _, a, b in self.spans for s in (a, b))):
+            if stamp is not None:
+                unique.setdefault(id(stamp), stamp)
+        return list(unique.values())
 
 
 class _CudaClock:
@@ -286,31 +304,47 @@ class Recorder:
         return self.enabled
 
     def run_cycle(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-        enabled = self.enabled if self.enabled is not None else self._decide()
-        if not enabled or self.current is not None:
+        cycle = self.begin_cycle()
+        if cycle is None:
             return original(*args, **kwargs)
-        clock = self.clock
-        if clock is None or clock.capturing():
-            return original(*args, **kwargs)
-        stream = clock.stream()
-        cycle = _Cycle(time.time(), clock.stamp(stream))
-        self.current = cycle
         try:
             result = original(*args, **kwargs)
         except BaseException:
-            self.current = None
-            clock.release([cycle.start] + [s for _, a, b in cycle.spans for s in (a, b)])
+            self.abandon_cycle(cycle)
             raise
+        self.end_cycle(cycle, lambda: _batch_shape(args, kwargs))
+        return result
+
+    def begin_cycle(self) -> _Cycle | None:
+        """Open a cycle at the current stream position. None (pass the call through) when this
+        process does not write, a cycle is already open, or the stream is capturing a graph."""
+        enabled = self.enabled if self.enabled is not None else self._decide()
+        if not enabled or self.current is not None:
+            return None
+        clock = self.clock
+        if clock is None or clock.capturing():
+            return None
+        cycle = _Cycle(time.time(), clock.stamp(clock.stream()))
+        self.current = cycle
+        return cycle
+
+    def abandon_cycle(self, cycle: _Cycle) -> None:
         self.current = None
-        cycle.end = clock.stamp(stream)
+        self.clock.release(cycle.stamps())  # type: ignore[union-attr]
+
+    def end_cycle(self, cycle: _Cycle, shape: Callable[[], tuple[int | None, int | None]]) -> None:
+        """Close the cycle; queue it for writing when it ran a verify, with (batch size, draft
+        tokens) from ``shape``. A cycle without verify (a prefill batch) is dropped."""
+        clock = self.clock
+        self.current = None
+        cycle.end = clock.stamp(clock.stream())  # type: ignore[union-attr]
         if any(phase == "verify" for phase, _, _ in cycle.spans):
-            cycle.batch_size, cycle.draft_tokens = _batch_shape(args, kwargs)
+            cycle.batch_size, cycle.draft_tokens = shape()
             self.pending.append(cycle)
             if len(self.pending) > MAX_PENDING_CYCLES:
                 self._drop_oldest()
-        else:  # a prefill batch: no speculative cycle to report
-            clock.release([cycle.start, cycle.end] + [s for _, a, b in cycle.spans for s in (a, b)])
-        return result
+        else:
+            clock.release(cycle.stamps())  # type: ignore[union-attr]
 
     def run_phase(self, phase: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         cycle = self.current
@@ -367,7 +401,7 @@ class Recorder:
             lines: list[str] = []
             while self.pending:
                 cycle = self.pending[0]
-                stamps = [cycle.start, cycle.end] + [s for _, a, b in cycle.spans for s in (a, b)]
+                stamps = cycle.stamps()
                 if wait:
                     for stamp in stamps:
                         clock.wait(stamp)
@@ -424,7 +458,8 @@ def _record_line(cycle: _Cycle, clock: _CudaClock | _PerfCounterClock) -> str:
         f'{{"wall":{cycle.wall:.6f},"draft_ms":{draft_ms:.4f},"verify_ms":{verify_ms:.4f},'
         f'"extend_ms":{extend_ms:.4f},"cycle_ms":{clock.span_ms(cycle.start, cycle.end):.4f},'
         f'"batch_size":{_json_int(cycle.batch_size)},"draft_tokens":{_json_int(cycle.draft_tokens)},'
-        f'"accepted_tokens":{_json_int(cycle.accepted_tokens)},"clock":"{clock.name}"}}'
+        f'"accepted_tokens":{_json_int(cycle.accepted_tokens)}{cycle.extra},'
+        f'"clock":"{clock.name}"}}'
     )
 
 
@@ -557,12 +592,34 @@ def instrument_module(module: Any, family: TargetFamily) -> None:
         )
 
 
+# Other servers' target tables: injected modules beside this one, each with a
+# ``watched_modules(hook) -> {module name: callback(module)}`` function (see specmon_probe_vllm).
+SERVER_TABLES = ("specmon_probe_vllm",)
+_WATCHED: dict[str, Callable[[Any], None]] = {}
+
+
+def _load_server_tables() -> None:
+    for name in SERVER_TABLES:
+        try:
+            table = importlib.import_module(name)
+            _WATCHED.update(table.watched_modules(sys.modules[__name__]))
+        except Exception as exc:  # one server's table must not stop another's
+            print(f"{LOG_PREFIX} {name} not loaded: {exc}", file=sys.stderr)
+
+
+def _after_exec(fullname: str) -> Callable[[Any], None] | None:
+    family = FAMILY_BY_MODULE.get(fullname)
+    if family is not None:
+        return lambda module: instrument_module(module, family)
+    return _WATCHED.get(fullname)
+
+
 class _InstrumentingLoader(importlib.abc.Loader):
     """Runs the real loader, then instruments the freshly executed worker module."""
 
-    def __init__(self, inner: Any, family: TargetFamily) -> None:
+    def __init__(self, inner: Any, after_exec: Callable[[Any], None]) -> None:
         self._inner = inner
-        self._family = family
+        self._after_exec = after_exec
 
     def create_module(self, spec: Any) -> Any:
         return self._inner.create_module(spec)
@@ -570,7 +627,7 @@ class _InstrumentingLoader(importlib.abc.Loader):
     def exec_module(self, module: Any) -> None:
         self._inner.exec_module(module)
         try:
-            instrument_module(module, self._family)
+            self._after_exec(module)
         except Exception as exc:  # never break the server's import
             print(f"{LOG_PREFIX} could not instrument {module.__name__}: {exc}", file=sys.stderr)
 
@@ -579,12 +636,12 @@ class _InstrumentingLoader(importlib.abc.Loader):
 
 
 class WorkerModuleFinder(importlib.abc.MetaPathFinder):
-    """A meta-path finder that answers only for the EAGLE worker modules and hands the real
+    """A meta-path finder that answers only for the watched server modules and hands the real
     spec back with an instrumenting loader."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        family = FAMILY_BY_MODULE.get(fullname)
-        if family is None:
+        after_exec = _after_exec(fullname)
+        if after_exec is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -592,7 +649,7 @@ class WorkerModuleFinder(importlib.abc.MetaPathFinder):
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _InstrumentingLoader(spec.loader, family)
+                    spec.loader = _InstrumentingLoader(spec.loader, after_exec)
                 return spec
         return None
 
@@ -606,12 +663,14 @@ def install() -> bool:
         return False
     if _RECORDER is None:
         _RECORDER = Recorder(probe_file)
+        _load_server_tables()
     if not any(isinstance(f, WorkerModuleFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, WorkerModuleFinder())
-    for name, family in FAMILY_BY_MODULE.items():
+    for name in (*FAMILY_BY_MODULE, *_WATCHED):
         module = sys.modules.get(name)
-        if module is not None:
-            instrument_module(module, family)
+        after_exec = _after_exec(name)
+        if module is not None and after_exec is not None:
+            after_exec(module)
     return True
 
 
