@@ -1,4 +1,4 @@
-"""``python -m specmon.probe --check-source DIR``: would the probe work on this SGLang?
+"""``python -m specmon.probe --check-source DIR``: would the probe work on this SGLang or vLLM?
 
 Exit status: 0 when it would fully work, 1 when not, 2 for bad input.
 """
@@ -21,19 +21,29 @@ class _OneLineParser(argparse.ArgumentParser):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _OneLineParser(
         prog="python -m specmon.probe",
-        description="Check an SGLang source tree for the probe's targets (no GPU needed).",
+        description="Check an SGLang or vLLM source tree for the probe's targets (no GPU needed).",
     )
     parser.add_argument(
         "--check-source",
         metavar="DIR",
         required=True,
         type=Path,
-        help="an unpacked sglang package: the folder holding srt/ (or its parent)",
+        help="an unpacked sglang package (the folder holding srt/) or vllm package (the folder "
+        "holding v1/), or its parent",
     )
     try:
         args = parser.parse_args(argv)
         from specmon.probe.check_source import check_source, format_report
+        from specmon.probe.check_source_vllm import (
+            check_vllm_source,
+            format_vllm_report,
+            is_vllm_tree,
+        )
 
+        if is_vllm_tree(args.check_source):
+            vllm_report = check_vllm_source(args.check_source)
+            print(format_vllm_report(vllm_report))
+            return 0 if vllm_report.fully_works else 1
         report = check_source(args.check_source)
     except SpecmonError as exc:
         print(f"specmon probe: {exc}", file=sys.stderr)

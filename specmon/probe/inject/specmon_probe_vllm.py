@@ -200,6 +200,8 @@ class _FamilyTiming:
     def _execute_model(self, rec: Any, original: Callable[..., Any], args: tuple, kwargs: dict):
         if self.open_cycle is not None and rec.current is self.open_cycle:
             self._close(rec, None)  # sample_tokens never came: close what is open
+        if kwargs.get("dummy_run"):  # V2's warm-up and graph capture: not a serving step
+            return original(*args, **kwargs)
         cycle = rec.begin_cycle()
         if cycle is None:
             return original(*args, **kwargs)

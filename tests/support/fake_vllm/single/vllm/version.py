@@ -1,0 +1,1 @@
+from vllm._version import __version__ as __version__

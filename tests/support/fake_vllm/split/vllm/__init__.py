@@ -1,0 +1,1 @@
+from vllm.version import __version__ as __version__
