@@ -13,7 +13,10 @@ did not run in a cycle is 0.0. ``cycle_ms`` spans the whole ``forward_batch_gene
 ``speculative_num_draft_tokens`` (the tokens verify checks); ``accepted_tokens`` is the accepted
 draft tokens summed over the batch, bonus token excluded (so SGLang's "accept len" is
 (accepted_tokens + batch_size) / batch_size), or null where SGLang keeps it on the GPU (v2).
-Extra keys such as ``clock`` are ignored by ``parse_probe_line``.
+Extra keys such as ``clock`` are ignored by ``parse_probe_line``. In vLLM (see
+``inject/specmon_probe_vllm.py``) ``extend_ms`` is 0.0, ``verify_ms`` runs from the step's start
+to the rejection sampler's end, and a record may add ``accepted_per_position`` and
+``drafted_per_position`` (lists of request counts per draft position).
 """
 
 from __future__ import annotations
