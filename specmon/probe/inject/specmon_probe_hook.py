@@ -663,6 +663,7 @@ def install() -> bool:
         return False
     if _RECORDER is None:
         _RECORDER = Recorder(probe_file)
+    if not _WATCHED:
         _load_server_tables()
     if not any(isinstance(f, WorkerModuleFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, WorkerModuleFinder())
