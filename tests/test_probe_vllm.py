@@ -74,9 +74,9 @@ def read_lines(probe_file: Path) -> list[dict]:
 
 
 def truth_steps(truth: list[list], prefill: bool) -> list[dict[str, tuple[float, float]]]:
-    """Group drive.py's in-body truth (phase, start ms, end ms) by step; bookkeeping is the
-    last phase of a step in both runners' call orders only after the draft in 0.10's, so group
-    on the forward, which opens every step."""
+    """Group drive.py's in-body truth (phase, start ms, end ms) by step. The phases after the
+    forward come in a different order per runner, so a step is cut at each forward, which opens
+    every step."""
     steps: list[dict[str, tuple[float, float]]] = []
     for phase, start, end in truth:
         if phase == "forward":
