@@ -289,6 +289,7 @@ class RunInfo(Event):
     kind: ClassVar[str] = "run"
     run_id: str
     profile: str | None = None
+    backend: str | None = None  # the server kind (a registered backend's name)
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     pid: int | None = None

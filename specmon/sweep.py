@@ -558,6 +558,7 @@ class SweepRunner:
                     self.plan.bench,
                     on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
                     phase_timing=probes.phase_times,
+                    backend=point.spec.backend,
                 )
             _check_served_flags(point, result.server_info)
             if point.is_baseline and result.speculative is not False:

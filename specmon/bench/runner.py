@@ -1,4 +1,4 @@
-"""Run the fixed prompt set against a ready SGLang server's ``/generate`` and measure it.
+"""Run the fixed prompt set against a ready server's ``/generate`` and measure it.
 
 The runner only needs a base URL (plain localhost or the host session's SSH port forward), so
 `specmon bench`, `specmon sweep` and tests share it. Per request it records output tok/s
@@ -15,11 +15,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specmon.bench.prompts import DEFAULT_PROMPT_SET, Prompt, load_prompt_set
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import ProbeTiming
+
+if TYPE_CHECKING:
+    from specmon.backends import Backend
 
 MAX_REQUESTS = 100_000
 MAX_CONCURRENCY = 1024
@@ -230,8 +233,15 @@ def speculative_from_server_info(info: dict[str, Any] | None) -> bool | None:
     return value not in (None, "", "None", "NONE")
 
 
-def metrics_accept_length(metrics_text: str) -> float | None:
-    """``sglang:spec_accept_length`` from a Prometheus page (TP rank 0's sample if labelled)."""
+def metrics_accept_length(metrics_text: str, metric: str | None = None) -> float | None:
+    """The backend's acceptance-length gauge (``metric``, the default backend's when None)
+    from a Prometheus page (TP rank 0's sample if labelled)."""
+    if metric is None:
+        from specmon.backends import DEFAULT_BACKEND, get_backend
+
+        metric = get_backend(DEFAULT_BACKEND).accept_length_metric
+        if metric is None:
+            return None
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -241,7 +251,7 @@ def metrics_accept_length(metrics_text: str) -> float | None:
     candidates: list[tuple[bool, float]] = []
     for family in families:
         for sample in family.samples:
-            if sample.name == "sglang:spec_accept_length":
+            if sample.name == metric:
                 rank0 = sample.labels.get("tp_rank") in (None, "0")
                 candidates.append((rank0, float(sample.value)))
     if not candidates:
@@ -410,11 +420,11 @@ async def _run_batch(
     return [r for r in results if r is not None]
 
 
-async def fetch_server_info(client: Any) -> dict[str, Any] | None:
-    """``/get_server_info`` (or the newer ``/server_info``); None if the server offers neither."""
+async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | None:
+    """The backend's server-info endpoints, tried in order; None if the server has none."""
     import httpx
 
-    for path in ("/get_server_info", "/server_info"):
+    for path in backend.info_paths:
         try:
             response = await client.get(path)
         except httpx.HTTPError:
@@ -428,16 +438,18 @@ async def fetch_server_info(client: Any) -> dict[str, Any] | None:
     return None
 
 
-async def fetch_metrics_accept_length(client: Any) -> float | None:
+async def fetch_metrics_accept_length(client: Any, backend: Backend) -> float | None:
     import httpx
 
+    if backend.accept_length_metric is None:
+        return None
     try:
-        response = await client.get("/metrics")
+        response = await client.get(backend.metrics_path)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
         return None
-    return metrics_accept_length(response.text)
+    return metrics_accept_length(response.text, backend.accept_length_metric)
 
 
 async def run_benchmark(
@@ -446,6 +458,7 @@ async def run_benchmark(
     *,
     on_progress: Callable[[BenchProgress], None] | None = None,
     phase_timing: Callable[[float, float], PhaseTimes | None] | None = None,
+    backend: str | None = None,
 ) -> BenchResult:
     """Warm up, then measure ``settings.requests`` requests against ``base_url``.
 
@@ -455,6 +468,9 @@ async def run_benchmark(
     """
     import httpx
 
+    from specmon.backends import DEFAULT_BACKEND, get_backend
+
+    server = get_backend(backend or DEFAULT_BACKEND)
     settings.validate()
     prompt_set = load_prompt_set(settings.prompt_set)
     schedule = prompt_set.schedule(settings.warmup + settings.requests, settings.seed)
@@ -465,7 +481,7 @@ async def run_benchmark(
     async with httpx.AsyncClient(
         base_url=base_url, timeout=timeout, limits=limits, trust_env=False
     ) as client:
-        server_info = await fetch_server_info(client)
+        server_info = await fetch_server_info(client, server)
         if warmup_prompts:
             warm = await _run_batch(client, warmup_prompts, settings, "warmup", on_progress)
             failed = [r for r in warm if not r.ok]
@@ -483,7 +499,7 @@ async def run_benchmark(
             raise BenchError(
                 f"{len(failed)} of {len(measured)} requests failed; first: {failed[0].error}"
             )
-        metrics_accept = await fetch_metrics_accept_length(client)
+        metrics_accept = await fetch_metrics_accept_length(client, server)
     return summarize(
         settings=settings,
         base_url=base_url,

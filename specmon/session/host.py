@@ -15,15 +15,17 @@ import getpass
 import hashlib
 import json
 import os
+import re
 import socket
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from specmon.backends import DEFAULT_BACKEND, get_backend
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import (
@@ -110,10 +112,12 @@ class RunStatus:
     log_size: int = 0
     owner: str | None = None
     run_dir: str | None = None
+    backend: str = DEFAULT_BACKEND  # recorded at launch; runs from before the record: default
+    ready_late: bool = False  # readiness seen after the fact (replayed log, first /health)
 
     @property
     def load_seconds(self) -> float | None:
-        if self.ready_at is None or self.started_at is None:
+        if self.ready_at is None or self.started_at is None or self.ready_late:
             return None
         return self.ready_at - self.started_at
 
@@ -146,12 +150,14 @@ class RunStatus:
             "exit_signal": self.exit_signal,
             "owner": self.owner,
             "run_dir": self.run_dir,
+            "backend": self.backend,
         }
 
     @classmethod
     def from_helper(cls, data: Mapping[str, Any]) -> RunStatus:
         exit_info = data.get("exit") or {}
         notes = data.get("annotations") or {}
+        meta = data.get("meta") or {}
         return cls(
             run_id=str(data["run_id"]),
             profile=data.get("profile"),
@@ -167,8 +173,10 @@ class RunStatus:
             ended_at=exit_info.get("ended_at"),
             ready_at=notes.get("ready_at"),
             log_size=int(data.get("log_size") or 0),
-            owner=(data.get("meta") or {}).get("owner"),
+            owner=meta.get("owner"),
             run_dir=data.get("run_dir"),
+            backend=str(meta.get("backend") or DEFAULT_BACKEND),
+            ready_late=bool(notes.get("ready_late")),
         )
 
 
@@ -190,6 +198,7 @@ class _Follow:
     probe_partial: bytearray = field(default_factory=bytearray)
     parser: Any = None
     errors: deque[ServerError] = field(default_factory=lambda: deque(maxlen=20))
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=40))  # last log lines
     ended: bool = False
     failed_reported: bool = False
     last_output: float = field(default_factory=time.monotonic)
@@ -698,8 +707,11 @@ class HostSession(HostController):
             }
         if self._agent_kind_for(chosen) == "sim":
             payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = self.sim_gpu_state_path
-        if getattr(chosen, "probe", False):
-            files = _probe_files()
+        targets = (
+            get_backend(spec.backend).probe_targets() if getattr(chosen, "probe", False) else None
+        )
+        if targets is not None:
+            files = dict(targets.files)
             if files:
                 payload["files"] = {
                     f"probe/{name}": base64.b64encode(data).decode() for name, data in files.items()
@@ -725,10 +737,8 @@ class HostSession(HostController):
     # --- following a run ---------------------------------------------------------------------
 
     def _attach(self, run: RunStatus, *, reattached: bool) -> None:
-        from specmon.backends import get_backend
-
         self._cancel_task("follow")
-        follow = _Follow(run=run, parser=get_backend("sglang").new_log_parser())
+        follow = _Follow(run=run, parser=get_backend(run.backend).new_log_parser())
         follow.ready_known = run.ready_at is not None
         if reattached:
             follow.replay_end = run.log_size
@@ -742,6 +752,7 @@ class HostSession(HostController):
             RunInfo(
                 run_id=run.run_id,
                 profile=run.profile,
+                backend=run.backend,
                 argv=run.argv,
                 env=tuple(sorted(run.env.items())),
                 pid=run.pid,
@@ -824,6 +835,7 @@ class HostSession(HostController):
             if end < 0:
                 break
             text = bytes(buf[start:end]).decode(errors="replace")
+            follow.recent.append(text)
             self._publish(LogLine(text=text, offset=follow.line_start), now)
             follow.line_start += end + 1 - start
             start = end + 1
@@ -854,17 +866,34 @@ class HostSession(HostController):
             follow.errors.append(event)
         self._publish(event, now)
         if isinstance(event, Ready) and not follow.ready_known:
-            follow.ready_known = True
-            if follow.replay_end:
-                return  # replayed on reattach: when it became ready is not known here
-            started = follow.run.started_at
-            notes = {"ready_at": now, "load_seconds": now - started if started else None}
+            # A ready line replayed on reattach: the run is ready, but when it became ready
+            # is not known here, so no load time is recorded.
+            self._record_ready(follow, now, late=bool(follow.replay_end))
+
+    def on_healthy(self, run_id: str) -> None:
+        """The health endpoint said ready: a run whose ready line nobody saw (it became
+        ready while no console watched, or its log was cut) is recorded as ready."""
+        follow = self._follow
+        if follow is None or follow.run.run_id != run_id or follow.ready_known:
+            return
+        if follow.replay_end:
+            return  # the replayed log may still hold the ready line with its real time
+        self._record_ready(follow, time.time(), late=True)
+        self._publish(RunState(run_id=run_id, state="ready"))
+
+    def _record_ready(self, follow: _Follow, now: float, *, late: bool) -> None:
+        """Note on the host that the run is ready (and, seen live, its load time)."""
+        follow.ready_known = True
+        started = follow.run.started_at
+        notes: dict[str, Any] = {"ready_at": now, "ready_late": late}
+        if not late:
+            notes["load_seconds"] = now - started if started else None
             if started and follow.run.profile:
                 self._load_times[follow.run.profile] = now - started
-            follow.run = replace(follow.run, ready_at=now)
-            task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        follow.run = replace(follow.run, ready_at=now, ready_late=late)
+        task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
         with contextlib.suppress(SpecmonError):
@@ -924,6 +953,9 @@ class HostSession(HostController):
         errors = list(follow.errors)
         category = errors[0].category if errors else "other"
         root = tuple(e.message for e in errors)
+        usage = usage_error_line(follow.recent) if exit_code == USAGE_EXIT_CODE else None
+        if not root and usage is not None:
+            root = (usage,)
         if not root:
             root = (reason or f"the server {_exit_text(exit_code, signal)} with no error line",)
         elif reason:
@@ -1045,12 +1077,17 @@ def _start_ticks(pid: int) -> int | None:
     return int(stat[stat.rfind(")") + 2 :].split()[19])
 
 
-def _probe_files() -> dict[str, bytes]:
-    try:
-        from specmon.probe import injection_files  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    return dict(injection_files())
+USAGE_EXIT_CODE = 2  # argparse's exit status for a command-line mistake
+_USAGE_ERROR = re.compile(r"^\S*: error: |^error: ")
+
+
+def usage_error_line(lines: Iterable[str]) -> str | None:
+    """The argparse ``prog: error: ...`` line among a dead server's last lines, if any."""
+    found = None
+    for line in lines:
+        if _USAGE_ERROR.search(line.strip()):
+            found = line.strip()
+    return found
 
 
 def _exit_text(code: int | None, sig: int | None) -> str:

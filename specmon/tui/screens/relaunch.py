@@ -19,17 +19,14 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from specmon.backends import DEFAULT_BACKEND, get_backend
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.launch import (
     FORM_EXTRA_ARGS,
     FORM_EXTRA_ENV,
-    FORM_FIELDS,
-    FORM_FLAG_FIELDS,
-    NCCL_ALGO_VALUES,
-    NCCL_P2P_LEVEL_VALUES,
-    NCCL_PROTO_VALUES,
     LaunchSpec,
+    form_fields,
     form_overrides,
     form_values,
     parse_extra_args,
@@ -38,10 +35,14 @@ from specmon.launch import (
 from specmon.tui.messages import RelaunchRequested
 from specmon.tui.screens.confirm import ConfirmScreen
 
+# The form's fields and select values are the backend's (docs/backends.md).
+_FORM_BACKEND = get_backend(DEFAULT_BACKEND)
+FORM_FIELDS: tuple[str, ...] = form_fields(_FORM_BACKEND)
+FORM_FLAG_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in _FORM_BACKEND.form_fields() if not f.is_env
+)
 SELECT_CHOICES: dict[str, tuple[str, ...]] = {
-    "NCCL_PROTO": NCCL_PROTO_VALUES,
-    "NCCL_ALGO": NCCL_ALGO_VALUES,
-    "NCCL_P2P_LEVEL": NCCL_P2P_LEVEL_VALUES,
+    f.name: f.choices for f in _FORM_BACKEND.form_fields() if f.choices
 }
 FIELD_LABELS: dict[str, str] = {
     "speculative-num-steps": "num steps",
