@@ -247,7 +247,8 @@ class LaunchSpec:
 
     def without_speculation(self) -> LaunchSpec:
         """The same launch with speculative decoding off (the measured baseline)."""
-        return _backend(self.backend).without_speculation(self)
+        names = _backend(self.backend).speculation_flags(self.args)
+        return self.with_flags(dict.fromkeys(names))
 
     # --- checking ----------------------------------------------------------------------
 
@@ -431,7 +432,7 @@ def validate_form(
         backend = _backend(base.backend if base is not None else DEFAULT_BACKEND)
     flag_fields, env_fields = _flag_fields(backend), _env_fields(backend)
     messages: dict[str, str] = {}
-    args: list[str] = backend.form_context_args(base)
+    args: list[str] = backend.form_context_args(base.args if base is not None else None)
     env: dict[str, str] = {}
     for name in flag_fields:
         value = values.get(name, "").strip()

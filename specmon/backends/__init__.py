@@ -12,15 +12,45 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from specmon.events import Event
 
-if TYPE_CHECKING:
-    from specmon.config import Profile
-    from specmon.launch import LaunchSpec
-
 FlagKind = Literal["switch", "value"]
+
+
+class SpeculativeFields(Protocol):
+    """A profile's speculative settings, as a backend reads them."""
+
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def num_steps(self) -> int | None: ...
+    @property
+    def eagle_topk(self) -> int | None: ...
+    @property
+    def num_draft_tokens(self) -> int | None: ...
+
+
+class ProfileFields(Protocol):
+    """The fields of a launch profile a backend maps to its flags (config.Profile has them)."""
+
+    @property
+    def model_path(self) -> str: ...
+    @property
+    def draft_model_path(self) -> str | None: ...
+    @property
+    def tp(self) -> int | None: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def host_bind(self) -> str | None: ...
+    @property
+    def speculative(self) -> SpeculativeFields | None: ...
+    @property
+    def mem_fraction_static(self) -> float | None: ...
+    @property
+    def extra_args(self) -> tuple[str, ...]: ...
 
 
 class LogParser(ABC):
@@ -121,7 +151,7 @@ class Backend(ABC):
         """Whether a profile's command runs this server (used to infer ``backend``)."""
 
     @abstractmethod
-    def profile_args(self, profile: Profile) -> tuple[str, ...]:
+    def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
         """The flags a profile's fields (model_path, tp, speculative...) stand for, followed
         by its extra_args."""
 
@@ -149,8 +179,9 @@ class Backend(ABC):
         """The values a profile's ``speculative.algorithm`` may take."""
 
     @abstractmethod
-    def without_speculation(self, spec: LaunchSpec) -> LaunchSpec:
-        """The same launch with speculative decoding off (the measured baseline)."""
+    def speculation_flags(self, args: Sequence[str]) -> frozenset[str]:
+        """The flags among ``args`` to remove to run without speculative decoding (the
+        measured baseline)."""
 
     @abstractmethod
     def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
@@ -164,9 +195,9 @@ class Backend(ABC):
         """The relaunch form's own fields, in display order."""
 
     @abstractmethod
-    def form_context_args(self, base: LaunchSpec | None) -> list[str]:
-        """Flags of the launch being edited that the form's rules depend on but the form
-        does not edit (e.g. the speculative algorithm)."""
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        """Flags of the launch being edited (its args; None: a new launch) that the form's
+        rules depend on but the form does not edit (e.g. the speculative algorithm)."""
 
     @abstractmethod
     def form_fixed_subjects(self) -> frozenset[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specmon.backends import (
     Backend,
@@ -14,14 +14,11 @@ from specmon.backends import (
     LogSummary,
     ProbeTargets,
     Problem,
+    ProfileFields,
 )
 from specmon.events import Event
 from specmon.flag_grammar import parse_flags, render_flag
 from specmon.nccl import NCCL_FORM_CHOICES
-
-if TYPE_CHECKING:
-    from specmon.config import Profile
-    from specmon.launch import LaunchSpec
 
 # /server_info fields the console shows (internal_states[0] flattened in).
 INFO_KEYS = (
@@ -105,7 +102,7 @@ class SGLangBackend(Backend):
     def command_matches(self, command: Sequence[str]) -> bool:
         return bool(_LAUNCH_COMMAND.search(" ".join(command)))
 
-    def profile_args(self, profile: Profile) -> tuple[str, ...]:
+    def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
         args: list[str] = [*render_flag("model-path", profile.model_path)]
         if profile.tp is not None:
             args += render_flag("tp", str(profile.tp))
@@ -154,9 +151,10 @@ class SGLangBackend(Backend):
 
         return SPECULATIVE_ALGORITHM_VALUES
 
-    def without_speculation(self, spec: LaunchSpec) -> LaunchSpec:
-        names = {item.name for item in spec.flag_items() if item.name.startswith("speculative-")}
-        return spec.with_flags(dict.fromkeys(names))
+    def speculation_flags(self, args: Sequence[str]) -> frozenset[str]:
+        return frozenset(
+            item.name for item in parse_flags(args)[0] if item.name.startswith("speculative-")
+        )
 
     def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
         values: dict[str, str] = {}
@@ -187,8 +185,13 @@ class SGLangBackend(Backend):
             ),
         )
 
-    def form_context_args(self, base: LaunchSpec | None) -> list[str]:
-        algorithm = base.flag("speculative-algorithm") if base is not None else "EAGLE3"
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        algorithm: str | None = "EAGLE3"
+        if base_args is not None:
+            given = [
+                i.value for i in parse_flags(base_args)[0] if i.name == "speculative-algorithm"
+            ]
+            algorithm = given[-1] if given else None
         return [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
 
     def form_fixed_subjects(self) -> frozenset[str]:
