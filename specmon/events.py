@@ -322,6 +322,19 @@ class ServerFailed(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class LoadTimes(Event):
+    """What the host's run record knows of load times: a reattached run's real start and
+    ready times (its replayed log arrived all at once), or how long the profile's last load
+    took (for the ETA of the next)."""
+
+    kind: ClassVar[str] = "load_times"
+    run_id: str | None = None
+    started_at: float | None = None  # epoch seconds
+    ready_at: float | None = None
+    previous_load_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StopProgress(Event):
     """One step of a stop: sigterm, sigkill, group_gone, gpu_released, with its duration."""
 

@@ -9,7 +9,7 @@ from specmon.backends import DEFAULT_BACKEND, backend_for_command, get_backend
 from specmon.config import Profile, parse_config_text
 from specmon.errors import ConfigError, LaunchSpecError, UsageError
 from specmon.launch import split_overrides
-from specmon.session.host import usage_error_line
+from specmon.session.failure import usage_error_line
 
 
 def test_a_profile_backend_is_inferred_from_its_command():
