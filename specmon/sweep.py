@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
@@ -34,6 +34,10 @@ from specmon.ledger import (
     RunRecord,
     params_key,
 )
+
+if TYPE_CHECKING:
+    from specmon.config import Config
+    from specmon.launch import LaunchSpec
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -137,7 +141,7 @@ class SweepPoint:
 
     params: dict[str, str]
     is_baseline: bool
-    spec: Any  # specmon.launch.LaunchSpec
+    spec: LaunchSpec
     profile: str
     notes: tuple[str, ...] = ()
 
@@ -152,14 +156,14 @@ class SweepPoint:
         return " ".join(f"{k}={v}" for k, v in self.params.items())
 
 
-def baseline_profile_name(config: Any, profile_name: str) -> str | None:
+def baseline_profile_name(config: Config, profile_name: str) -> str | None:
     """The profile that measures ``profile_name``'s baseline, if the config names one.
 
     A profile's own ``baseline_profile`` key wins; otherwise a profile called
     ``<name>-baseline`` is used. None: the baseline is the profile with speculation removed.
     """
     profile = config.profiles[profile_name]
-    named = getattr(profile, "baseline_profile", None)
+    named = profile.baseline_profile
     if named:
         if named not in config.profiles:
             raise UsageError(
@@ -170,7 +174,7 @@ def baseline_profile_name(config: Any, profile_name: str) -> str | None:
     return candidate if candidate in config.profiles else None
 
 
-def plan_points(config: Any, plan: SweepPlan, *, python: str = "python3") -> list[SweepPoint]:
+def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> list[SweepPoint]:
     """The sweep's launches (baseline first), each validated before anything runs.
 
     With ``--speculative-eagle-topk 1`` SGLang needs draft tokens = steps + 1; when the grid
@@ -404,9 +408,8 @@ class PointFailed(SpecmonError):
 class SweepRunner:
     """Runs a planned sweep over a connected host; one point at a time, every point recorded.
 
-    ``controller`` must offer ``launch_spec(spec, profile=...)``, ``current_run`` and
-    ``transport.forward_port`` (the host session does; an ``http_base_url()`` method is used
-    instead when present). ``on_event`` receives the progress dataclasses above, on the event
+    ``controller`` is the host (HostController: launch_spec, http_base_url, connected...).
+    ``on_event`` receives the progress dataclasses above, on the event
     loop's thread. The ledger (an sqlite3 connection) must be used from that same thread.
     """
 
@@ -500,7 +503,7 @@ class SweepRunner:
         from specmon.errors import LaunchSpecError
 
         try:
-            return str(await self.controller.launch_spec(point.spec, profile=point.profile))  # type: ignore[attr-defined]
+            return str(await self.controller.launch_spec(point.spec, profile=point.profile))
         except LaunchSpecError:
             raise  # this combination cannot run: a failed point
         except SpecmonError as exc:
@@ -515,11 +518,10 @@ class SweepRunner:
         """Whether the connection dropped since the point began (failed requests through a
         dead port forward can beat the session's own notice of the drop by a moment)."""
         store = self.controller.bus.store
-        transport = getattr(self.controller, "transport", None)
         for _ in range(DROP_NOTICE_POLLS):
             if store.connection is not connection_at_start:
                 return True
-            if transport is not None and getattr(transport, "connected", True) is False:
+            if not self.controller.connected:
                 return True
             await asyncio.sleep(READY_POLL_S)
         return False
@@ -575,7 +577,7 @@ class SweepRunner:
                 raise _ConnectionTrouble(str(exc) or type(exc).__name__) from exc
             if load_seconds is None:
                 load_seconds = time.monotonic() - launched_at
-            root_cause = tuple(getattr(exc, "root_cause", ()))
+            root_cause = exc.root_cause if isinstance(exc, PointFailed) else ()
             failure = store.failure
             if (
                 not root_cause
@@ -730,25 +732,12 @@ def _same_value(wanted: str, served: Any) -> bool:
         return False
 
 
-async def session_base_url(controller: Any) -> str:
-    """The running server's HTTP base URL as reachable from here (SSH forward or localhost).
-
-    Uses the controller's ``http_base_url()`` when it has one; otherwise forwards the current
-    run's port through the host session's transport.
-    """
-    getter = getattr(controller, "http_base_url", None)
-    if getter is not None:
-        value = getter()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return str(value)
-    run = getattr(controller, "current_run", None)
-    transport = getattr(controller, "transport", None)
-    if run is None or transport is None or not getattr(run, "port", None):
+async def session_base_url(controller: HostController) -> str:
+    """The running server's HTTP base URL as reachable from here (SSH forward or localhost)."""
+    url = await controller.http_base_url()
+    if not url:
         raise PointFailed("the host session knows no HTTP port for the running server")
-    local_port = await transport.forward_port(int(run.port))
-    return f"http://127.0.0.1:{local_port}"
+    return url
 
 
 async def _quietly_stop(controller: HostController) -> None:

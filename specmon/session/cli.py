@@ -60,8 +60,7 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
         **kwargs,
     )
     if args.state_dir:
-        session.options = replace(session.options, state_dir=args.state_dir)
-        session._state_dir = args.state_dir
+        session.use_state_dir(args.state_dir)
     return session
 
 

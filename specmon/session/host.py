@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specmon.backends import DEFAULT_BACKEND, get_backend
+from specmon.backends import get_backend
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import (
@@ -41,8 +41,13 @@ from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCal
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
+from specmon.session.run_status import RunStatus, StopReport
 from specmon.session.transport import ConnectionLost, Transport, TransportError
 from specmon.store import EventBus, StateStore
+
+if TYPE_CHECKING:
+    from specmon.config import Profile
+    from specmon.launch import FlagValue, LaunchSpec
 
 __all__ = [
     "HostSession",
@@ -57,100 +62,6 @@ __all__ = [
 
 class RunConflictError(SpecmonError):
     """A live run appeared that this console neither launched nor reattached."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunStatus:
-    """One run on the host, as the supervisor recorded it."""
-
-    run_id: str
-    profile: str | None
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    pid: int | None
-    pgid: int | None
-    started_at: float | None
-    alive: bool
-    port: int | None
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    ended_at: float | None = None
-    ready_at: float | None = None
-    log_size: int = 0
-    owner: str | None = None
-    run_dir: str | None = None
-    backend: str = DEFAULT_BACKEND  # recorded at launch; runs from before the record: default
-    ready_late: bool = False  # readiness seen after the fact (replayed log, first /health)
-
-    @property
-    def load_seconds(self) -> float | None:
-        if self.ready_at is None or self.started_at is None or self.ready_late:
-            return None
-        return self.ready_at - self.started_at
-
-    @property
-    def state(self) -> str:
-        if self.alive:
-            return "ready" if self.ready_at is not None else "running"
-        if self.exit_signal is not None:
-            return f"killed by signal {self.exit_signal}"
-        if self.exit_code is not None:
-            return f"exited {self.exit_code}"
-        return "gone"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "profile": self.profile,
-            "state": self.state,
-            "alive": self.alive,
-            "argv": list(self.argv),
-            "env": self.env,
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "port": self.port,
-            "started_at": self.started_at,
-            "ready_at": self.ready_at,
-            "load_seconds": self.load_seconds,
-            "ended_at": self.ended_at,
-            "exit_code": self.exit_code,
-            "exit_signal": self.exit_signal,
-            "owner": self.owner,
-            "run_dir": self.run_dir,
-            "backend": self.backend,
-        }
-
-    @classmethod
-    def from_helper(cls, data: Mapping[str, Any]) -> RunStatus:
-        exit_info = data.get("exit") or {}
-        notes = data.get("annotations") or {}
-        meta = data.get("meta") or {}
-        return cls(
-            run_id=str(data["run_id"]),
-            profile=data.get("profile"),
-            argv=tuple(data.get("argv") or ()),
-            env=dict(data.get("env") or {}),
-            pid=data.get("pid"),
-            pgid=data.get("pgid"),
-            started_at=data.get("started_at"),
-            alive=bool(data.get("alive")),
-            port=data.get("port"),
-            exit_code=exit_info.get("code"),
-            exit_signal=exit_info.get("signal"),
-            ended_at=exit_info.get("ended_at"),
-            ready_at=notes.get("ready_at"),
-            log_size=int(data.get("log_size") or 0),
-            owner=meta.get("owner"),
-            run_dir=data.get("run_dir"),
-            backend=str(meta.get("backend") or DEFAULT_BACKEND),
-            ready_late=bool(notes.get("ready_late")),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StopReport:
-    run_id: str
-    steps: tuple[tuple[str, float, str | None], ...]
 
 
 @dataclass(slots=True)
@@ -175,7 +86,7 @@ class HostSession(HostController):
         self,
         transport: Transport,
         *,
-        profiles: Mapping[str, Any] | None = None,
+        profiles: Mapping[str, Profile] | None = None,
         options: SessionOptions | None = None,
         bus: EventBus | None = None,
         stop_server_on_close: bool = False,
@@ -188,7 +99,7 @@ class HostSession(HostController):
         self.options = options or SessionOptions()
         self.bus = bus if bus is not None else EventBus(StateStore())
         self.stop_server_on_close = stop_server_on_close
-        self._profiles: dict[str, Any] = dict(profiles or {})
+        self._profiles: dict[str, Profile] = dict(profiles or {})
         self.helper = HelperClient(
             transport,
             python=self.options.python,
@@ -218,7 +129,7 @@ class HostSession(HostController):
     def profiles(self) -> list[str]:
         return sorted(self._profiles)
 
-    def add_profile(self, name: str, profile: Any) -> None:
+    def add_profile(self, name: str, profile: Profile) -> None:
         """Offer ``profile`` under ``name`` from now on (replacing one of that name): a profile
         saved from the console's relaunch form is launchable without restarting specmon."""
         self._profiles[name] = profile
@@ -270,19 +181,18 @@ class HostSession(HostController):
         self,
         profile: str,
         *,
-        flags: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, FlagValue] | None = None,
+        env: Mapping[str, str | None] | None = None,
     ) -> str:
         try:
             chosen = self._profiles[profile]
         except KeyError:
             known = ", ".join(self.profiles()) or "none"
             raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
-        python = sys.executable if self.transport.is_local else self.options.python
-        spec = chosen.to_launch_spec(flags=flags, env=env, python=python)
+        spec = chosen.to_launch_spec(flags=flags, env=env, python=self.host_python)
         return await self.launch_spec(spec, profile=profile)
 
-    async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made LaunchSpec (validated here), replacing this console's run."""
         spec.validate()
         chosen = self._profiles.get(profile) if profile else None
@@ -290,8 +200,8 @@ class HostSession(HostController):
             runs = await self.status()
             await self._stop_live_runs(runs)
             result = await self._helper_launch(spec, profile, chosen)
-        kind = getattr(chosen, "gpu_agent", None)
-        if kind in ("nvml", "sim", "none") and kind != self._agent_kind:
+        kind = chosen.gpu_agent if chosen is not None else None
+        if kind is not None and kind != self._agent_kind:
             self._agent_kind = kind
             self._restart_task("agent", self.agent.run)
         return result
@@ -361,6 +271,30 @@ class HostSession(HostController):
         """Whether ``run_id`` is the run followed now and it has not ended."""
         follow = self._follow
         return follow is not None and follow.run.run_id == run_id and not follow.ended
+
+    @property
+    def connected(self) -> bool:
+        return self.transport.connected
+
+    @property
+    def is_local(self) -> bool:
+        return self.transport.is_local
+
+    @property
+    def host_python(self) -> str:
+        """The interpreter "{python}" means here: specmon's own on a local host (the demo's
+        simulator runs in it), the configured one on a remote host."""
+        return sys.executable if self.transport.is_local else self.options.python
+
+    def use_state_dir(self, state_dir: str) -> None:
+        """Keep runs under ``state_dir`` on the host (before ``start``)."""
+        self.options = replace(self.options, state_dir=state_dir)
+        self.helper = HelperClient(
+            self.transport,
+            python=self.options.python,
+            state_dir=state_dir,
+            call_timeout_s=self.options.call_timeout_s,
+        )
 
     @property
     def current_run(self) -> RunStatus | None:
@@ -438,9 +372,7 @@ class HostSession(HostController):
             if live:
                 self._attach(live[-1], reattached=True)
         if first and self._follow is not None and self._follow.run.profile in self._profiles:
-            kind = getattr(self._profiles[self._follow.run.profile], "gpu_agent", None)
-            if kind in ("nvml", "sim", "none"):
-                self._agent_kind = kind
+            self._agent_kind = self._profiles[self._follow.run.profile].gpu_agent
         self._restart_task("agent", self.agent.run)
         self._restart_task("http", self.http.run)
         self._restart_task("watchdog", self._watchdog)
@@ -548,8 +480,7 @@ class HostSession(HostController):
 
     def _grace_for_profile(self, name: str | None) -> float:
         profile = self._profiles.get(name) if name else None
-        grace = getattr(profile, "stop_grace_s", None)
-        return float(grace) if isinstance(grace, (int, float)) else self.options.stop_grace_s
+        return profile.stop_grace_s if profile is not None else self.options.stop_grace_s
 
     async def _drain_follow(self, timeout: float = 10.0) -> None:
         """Let the log tail read the stopped run's last bytes and its exit, then end it."""
@@ -559,7 +490,9 @@ class HostSession(HostController):
                 await asyncio.wait_for(asyncio.shield(task), timeout)
         self._cancel_task("follow")
 
-    async def _helper_launch(self, spec: Any, profile: str | None, chosen: Any) -> str:
+    async def _helper_launch(
+        self, spec: LaunchSpec, profile: str | None, chosen: Profile | None
+    ) -> str:
         argv = list(spec.argv)
         if self.transport.is_local and argv and argv[0] in ("python3", "python"):
             argv[0] = sys.executable  # the demo's simulator runs in specmon's own interpreter
@@ -584,9 +517,8 @@ class HostSession(HostController):
             }
         if self._agent_kind_for(chosen) == "sim":
             payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = self.sim_gpu_state_path
-        targets = (
-            get_backend(spec.backend).probe_targets() if getattr(chosen, "probe", False) else None
-        )
+        wants_probe = chosen is not None and chosen.probe
+        targets = get_backend(spec.backend).probe_targets() if wants_probe else None
         if targets is not None:
             files = dict(targets.files)
             if files:
@@ -599,9 +531,8 @@ class HostSession(HostController):
         self._attach(run, reattached=False)
         return run.run_id
 
-    def _agent_kind_for(self, chosen: Any) -> GpuAgentKind:
-        kind = getattr(chosen, "gpu_agent", None)
-        return kind if kind in ("nvml", "sim", "none") else self._agent_kind
+    def _agent_kind_for(self, chosen: Profile | None) -> GpuAgentKind:
+        return chosen.gpu_agent if chosen is not None else self._agent_kind
 
     @property
     def sim_gpu_state_path(self) -> str:
@@ -862,10 +793,10 @@ class HostSession(HostController):
                 await asyncio.wait_for(task, 10.0)
 
 
-def _port_of(spec: Any, chosen: Any) -> int:
-    value = spec.flag("port") if hasattr(spec, "flag") else None
-    if value is None:
-        value = getattr(chosen, "port", None)
+def _port_of(spec: LaunchSpec, chosen: Profile | None) -> int:
+    value: str | int | None = spec.flag("port")
+    if value is None and chosen is not None:
+        value = chosen.port
     try:
         return int(value) if value is not None else get_backend(spec.backend).default_port
     except ValueError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from textual import on, work
@@ -26,6 +26,7 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from specmon.bench.runner import BenchSettings
+from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.ledger import Baseline, Ledger
@@ -63,15 +64,6 @@ NO_BASELINE = (
 )
 
 
-def host_python(controller: HostController) -> str:
-    """The interpreter a profile's "{python}" means on this host (as the session launches)."""
-    transport = getattr(controller, "transport", None)
-    if transport is not None and getattr(transport, "is_local", False):
-        return sys.executable
-    options = getattr(controller, "options", None)
-    return str(getattr(options, "python", None) or "python3")
-
-
 def grid_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
@@ -97,10 +89,17 @@ class ExperimentsScreen(Screen[None]):
         Binding("ctrl+x", "cancel_sweep", "Cancel sweep…"),
     ]
 
-    def __init__(self, controller: HostController, config: Any) -> None:
+    def __init__(
+        self,
+        controller: HostController,
+        config: Config,
+        *,
+        relaunch_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
         super().__init__()
         self.controller = controller
         self.config = config
+        self._relaunch_busy = relaunch_busy  # the console's relaunch, which a sweep must wait for
         self.plan: SweepPlan | None = None
         self.points: list[SweepPoint] = []
         self.problems: dict[str, str] = {}
@@ -156,9 +155,9 @@ class ExperimentsScreen(Screen[None]):
         run = self.controller.bus.store.run
         if run is not None and run.profile in profiles:
             return run.profile
-        default = getattr(self.config, "default_profile", None)
+        default = self.config.default_profile
         if default in profiles:
-            return str(default)
+            return default
         return profiles[0] if profiles else None
 
     def on_mount(self) -> None:
@@ -225,7 +224,7 @@ class ExperimentsScreen(Screen[None]):
                     baseline=self.query_one("#baseline", Checkbox).value,
                     bench=settings or BenchSettings(),
                 )
-                points = plan_points(self.config, plan, python=host_python(self.controller))
+                points = plan_points(self.config, plan, python=self.controller.host_python)
             except SpecmonError as exc:
                 problems["grid"] = console_grid_message(str(exc))
                 plan, points = None, []
@@ -312,7 +311,7 @@ class ExperimentsScreen(Screen[None]):
         profile = self.query_one("#profile", Select).value
         if not isinstance(profile, str) or profile not in self.config.profiles:
             return None
-        spec = self.config.profiles[profile].to_launch_spec(python=host_python(self.controller))
+        spec = self.config.profiles[profile].to_launch_spec(python=self.controller.host_python)
         model = spec.flag("model-path")
         return str(model) if model else None
 
@@ -329,11 +328,10 @@ class ExperimentsScreen(Screen[None]):
                 "The sweep form has problems; fix the fields marked in red.", severity="error"
             )
             return
-        if not hasattr(self.controller, "launch_spec"):
+        if not self.controller.can_launch:
             self.notify("This console's host cannot launch servers.", severity="error")
             return
-        app_busy = getattr(self.app, "relaunch_in_progress", False)
-        if app_busy:
+        if self._relaunch_busy():
             self.notify(
                 "A relaunch is in progress; start the sweep when it is done.", severity="warning"
             )
@@ -361,7 +359,7 @@ class ExperimentsScreen(Screen[None]):
         self._update_controls()
         runner = SweepRunner(self.controller, ledger, plan, points, on_event=self.on_sweep_event)
         # The demo's simulated clients would share the server with the benchmark: pause them.
-        traffic = getattr(self.controller, "traffic", None)
+        traffic = self.controller.traffic
         if traffic is not None:
             await traffic.stop()
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rich.text import Text
 from textual import on
@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specmon.backends import DEFAULT_BACKEND, get_backend
+from specmon.config import Config, Profile
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.launch import (
@@ -89,7 +90,7 @@ class RelaunchScreen(ModalScreen[None]):
         Binding("ctrl+s", "submit", "Launch…"),
     ]
 
-    def __init__(self, controller: HostController, config: Any) -> None:
+    def __init__(self, controller: HostController, config: Config) -> None:
         super().__init__()
         self.controller = controller
         self.config = config
@@ -306,9 +307,7 @@ class RelaunchScreen(ModalScreen[None]):
             self.notify(str(exc), title="Not saved", severity="error", timeout=15)
             return
         self.config.profiles[name] = new_profile
-        offer = getattr(self.controller, "add_profile", None)
-        if offer is not None:  # the host session keeps its own copy of the profiles
-            offer(name, new_profile)
+        self.controller.add_profile(name, new_profile)  # the session keeps its own copy
         if name not in self.profile_names:
             self.profile_names = sorted([*self.profile_names, name])
             select = self.query_one("#profile", Select)
@@ -318,7 +317,7 @@ class RelaunchScreen(ModalScreen[None]):
         self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
 
 
-def profile_from_form(profile: Any, name: str, values: dict[str, str]) -> Any:
+def profile_from_form(profile: Profile, name: str, values: dict[str, str]) -> Profile:
     """A copy of ``profile`` named ``name`` with the form's settings as its own fields."""
     from specmon.config import SpeculativeSettings
     from specmon.launch import parse_extra_env
