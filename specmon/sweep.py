@@ -243,11 +243,13 @@ class SweepStarted:
 
 @dataclass(frozen=True, slots=True)
 class PointSkipped:
-    """Already finished in the interrupted sweep this one resumes."""
+    """Already finished in the interrupted sweep this one resumes. ``result`` carries its
+    speed-up against ``baseline``, the measured baseline known so far (None: none yet)."""
 
     index: int
     point: SweepPoint
     result: SweepPointResult
+    baseline: Baseline | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +287,21 @@ class PointRetrying:
 
 @dataclass(frozen=True, slots=True)
 class PointFinished:
+    """A point done; ``result`` carries its speed-up against ``baseline`` (as PointSkipped)."""
+
     index: int
     point: SweepPoint
     result: SweepPointResult
+    baseline: Baseline | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineFound:
+    """The measured baseline comparable with this sweep became known (e.g. its baseline point
+    finished): the points finished before it, with their speed-ups now (index -> result)."""
+
+    baseline: Baseline
+    results: tuple[tuple[int, SweepPointResult], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +319,19 @@ SWEEP_EVENT_TYPES = (
     PointBenchmarking,
     PointRetrying,
     PointFinished,
+    BaselineFound,
     SweepFinished,
+)
+SweepEvent = (
+    SweepStarted
+    | PointSkipped
+    | PointStarted
+    | PointLoading
+    | PointBenchmarking
+    | PointRetrying
+    | PointFinished
+    | BaselineFound
+    | SweepFinished
 )
 
 
@@ -411,22 +437,64 @@ class SweepRunner:
     ``controller`` is the host (HostController: launch_spec, http_base_url, connected...).
     ``on_event`` receives the progress dataclasses above, on the event
     loop's thread. The ledger (an sqlite3 connection) must be used from that same thread.
+
+    ``request_cancel()`` cancels the sweep at once while a point waits for ready or
+    benchmarks; a launch or stop in progress is let finish first (cancelled midway, the host
+    session could keep the host lock) and the sweep is cancelled at the next safe moment.
     """
 
     controller: HostController
     ledger: Ledger
     plan: SweepPlan
     points: list[SweepPoint]
-    on_event: Callable[[Any], None] | None = None
+    on_event: Callable[[SweepEvent], None] | None = None
     ready_timeout_s: float = 3600.0
     fresh: bool = False
     stop_at_end: bool = True
     sweep_id: int | None = field(default=None, init=False)
     _launched: bool = field(default=False, init=False)
+    _task: asyncio.Task[Any] | None = field(default=None, init=False)
+    _cancel_safe: bool = field(default=False, init=False)  # waiting for ready or benchmarking
+    _cancel_pending: bool = field(default=False, init=False)
+    _baseline: Baseline | None = field(default=None, init=False)
+    _results: dict[int, SweepPointResult] = field(default_factory=dict, init=False)
 
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: SweepEvent) -> None:
+        self._cancel_safe = isinstance(event, PointLoading | PointBenchmarking)
         if self.on_event is not None:
             self.on_event(event)
+        if self._cancel_safe and self._cancel_pending and self._task is not None:
+            self._task.cancel()
+
+    def request_cancel(self) -> bool:
+        """Cancel the running sweep: True when cancelled now, False when deferred to the end
+        of the launch or stop in progress."""
+        if self._task is None or self._task.done():
+            return True
+        self._cancel_pending = True
+        if self._cancel_safe:
+            self._task.cancel()
+            return True
+        return False
+
+    def _finished(
+        self, index: int, point: SweepPoint, result: SweepPointResult, *, skipped: bool
+    ) -> None:
+        """Record a point's result, with its speed-up against the baseline known so far."""
+        if self._baseline is None and result.status == "ok" and result.model:
+            self._baseline = self.ledger.find_baseline(
+                host=self.plan.host,
+                model=result.model,
+                prompt_set=self.plan.bench.prompt_set,
+                concurrency=self.plan.bench.concurrency,
+            )
+            if self._baseline is not None and self._results:
+                earlier = {i: r.with_baseline(self._baseline) for i, r in self._results.items()}
+                self._results.update(earlier)
+                self._emit(BaselineFound(self._baseline, tuple(sorted(earlier.items()))))
+        self._results[index] = result.with_baseline(self._baseline)
+        kind = PointSkipped if skipped else PointFinished
+        self._emit(kind(index, point, self._results[index], self._baseline))
 
     async def run(self) -> SweepFinished:
         """Run every unfinished point; returns the final results (resumed points included)."""
@@ -441,6 +509,7 @@ class SweepRunner:
             )
             rows = {}
         self.sweep_id = sweep_id
+        self._task = asyncio.current_task()
         self._emit(
             SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))
         )
@@ -450,10 +519,10 @@ class SweepRunner:
                 row = rows.get(point.key)
                 if row is not None:
                     result = result_from_row(row)
-                    self._emit(PointSkipped(index, point, result))
+                    self._finished(index, point, result, skipped=True)
                 else:
                     result = await self._run_point_surviving_drops(sweep_id, index, point)
-                    self._emit(PointFinished(index, point, result))
+                    self._finished(index, point, result, skipped=False)
                 results.append(result)
             if self.stop_at_end and self._launched:
                 await self.controller.stop()
