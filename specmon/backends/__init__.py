@@ -104,6 +104,11 @@ class FormField:
     name: str  # the flag name without dashes, or the variable name
     is_env: bool = False
     choices: tuple[str, ...] = ()  # a select widget's values; empty for free text
+    label: str = ""  # how the form names it (the name itself when empty)
+
+    @property
+    def shown_as(self) -> str:
+        return self.label or self.name
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,7 @@ class Backend(ABC):
     display_name: str  # how messages name the server
     default_command: tuple[str, ...]  # a profile's command when it names none
     env_prefixes: tuple[str, ...] = ()  # environment families a launch may set, e.g. "FOO_"
+    default_speculative_algorithm: str | None = None  # when a form adds speculation
     sim_module: str | None = None  # the simulator personality run for demos and tests
     default_port: int = 30000
 

@@ -72,6 +72,7 @@ class SGLangBackend(Backend):
     display_name = "SGLang"
     default_command = ("{python}", "-m", "sglang.launch_server")
     env_prefixes = ("SGLANG_",)
+    default_speculative_algorithm = "EAGLE3"
     sim_module = "specmon.sim"
     default_port = 30000
     health_path = "/health"
@@ -175,10 +176,10 @@ class SGLangBackend(Backend):
 
     def form_fields(self) -> tuple[FormField, ...]:
         return (
-            FormField("speculative-num-steps"),
-            FormField("speculative-eagle-topk"),
-            FormField("speculative-num-draft-tokens"),
-            FormField("mem-fraction-static"),
+            FormField("speculative-num-steps", label="num steps"),
+            FormField("speculative-eagle-topk", label="eagle topk"),
+            FormField("speculative-num-draft-tokens", label="draft tokens"),
+            FormField("mem-fraction-static", label="mem fraction"),
             *(
                 FormField(name, is_env=True, choices=values)
                 for name, values in NCCL_FORM_CHOICES.items()
@@ -186,7 +187,7 @@ class SGLangBackend(Backend):
         )
 
     def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
-        algorithm: str | None = "EAGLE3"
+        algorithm: str | None = self.default_speculative_algorithm
         if base_args is not None:
             given = [
                 i.value for i in parse_flags(base_args)[0] if i.name == "speculative-algorithm"
