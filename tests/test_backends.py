@@ -60,3 +60,22 @@ def test_a_usage_error_line_is_found_among_the_last_lines():
     ]
     assert usage_error_line(lines) == "launch_server.py: error: unrecognized arguments: true"
     assert usage_error_line(["[2026] INFO all good"]) is None
+
+
+def test_a_run_record_names_its_backend_and_old_records_get_the_default():
+    from specmon.session.run_status import RunStatus
+
+    recorded = {"run_id": "r1", "alive": True, "meta": {"backend": "other", "owner": "me"}}
+    assert RunStatus.from_helper(recorded).backend == "other"
+    assert RunStatus.from_helper({"run_id": "r0"}).backend == DEFAULT_BACKEND
+    assert RunStatus.from_helper(recorded).to_dict()["backend"] == "other"
+
+
+def test_the_shipped_config_loads_under_the_flag_schema():
+    from pathlib import Path
+
+    from specmon.config import load_config
+
+    config = load_config(Path(__file__).resolve().parents[1] / "specmon.toml", environ={})
+    for profile in config.profiles.values():
+        assert profile.to_launch_spec().problems() == [], profile.name
