@@ -629,10 +629,15 @@ class HostSession(HostController):
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
         self._publish(event, now)
-        if isinstance(event, Ready) and not follow.ready_known:
+        if not isinstance(event, Ready):
+            return
+        if not follow.ready_known:
             # A ready line replayed on reattach: the run is ready, but when it became ready
             # is not known here, so no load time is recorded.
             self._record_ready(follow, now, late=follow.log.replaying)
+        elif follow.run.ready_late and not follow.log.replaying:
+            # The health endpoint told first; the line seen live gives the load time.
+            self._record_ready(follow, now, late=False)
 
     def on_healthy(self, run_id: str) -> None:
         """The health endpoint said ready: a run whose ready line nobody saw (it became
