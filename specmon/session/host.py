@@ -13,12 +13,10 @@ import asyncio
 import base64
 import contextlib
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
@@ -39,6 +37,7 @@ from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import exit_text, failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
+from specmon.session.launch_request import launch_payload
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.run_status import RunStatus, StopReport
@@ -493,39 +492,21 @@ class HostSession(HostController):
     async def _helper_launch(
         self, spec: LaunchSpec, profile: str | None, chosen: Profile | None
     ) -> str:
-        argv = list(spec.argv)
-        if self.transport.is_local and argv and argv[0] in ("python3", "python"):
-            argv[0] = sys.executable  # the demo's simulator runs in specmon's own interpreter
-        port = _port_of(spec, chosen)
-        payload: dict[str, Any] = {
-            "argv": argv,
-            "env": spec.env_dict(),
-            "profile": profile,
-            "port": port,
-            "meta": {"owner": self.options.owner, "backend": spec.backend, "spec": spec.to_json()},
-            "run_env": {"SPECMON_PROBE_FILE": "{run_dir}/probe.jsonl"},
-            "extra_env": {},
-            "prepend_path": {},
-            "files": {},
-        }
-        if self.stop_server_on_close and self.transport.is_local:
+        local = self.transport.is_local
+        payload = launch_payload(
+            spec,
+            profile=profile,
+            chosen=chosen,
+            owner=self.options.owner,
+            local_python=sys.executable if local else None,
+            sim_gpu_state_path=(
+                self.sim_gpu_state_path if self._agent_kind_for(chosen) == "sim" else None
+            ),
             # The demo's server must not outlive this process, even if it is killed.
-            payload["tether"] = {
-                "pid": os.getpid(),
-                "ticks": _start_ticks(os.getpid()),
-                "grace": self._grace_for_profile(profile),
-            }
-        if self._agent_kind_for(chosen) == "sim":
-            payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = self.sim_gpu_state_path
-        wants_probe = chosen is not None and chosen.probe
-        targets = get_backend(spec.backend).probe_targets() if wants_probe else None
-        if targets is not None:
-            files = dict(targets.files)
-            if files:
-                payload["files"] = {
-                    f"probe/{name}": base64.b64encode(data).decode() for name, data in files.items()
-                }
-                payload["prepend_path"]["PYTHONPATH"] = "{run_dir}/probe"
+            tether_grace_s=(
+                self._grace_for_profile(profile) if self.stop_server_on_close and local else None
+            ),
+        )
         reply = await self.helper.call(["launch"], input=json.dumps(payload).encode())
         run = RunStatus.from_helper({**reply, "alive": True})
         self._attach(run, reattached=False)
@@ -796,22 +777,3 @@ class HostSession(HostController):
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10.0)
-
-
-def _port_of(spec: LaunchSpec, chosen: Profile | None) -> int:
-    value: str | int | None = spec.flag("port")
-    if value is None and chosen is not None:
-        value = chosen.port
-    try:
-        return int(value) if value is not None else get_backend(spec.backend).default_port
-    except ValueError:
-        return get_backend(spec.backend).default_port
-
-
-def _start_ticks(pid: int) -> int | None:
-    """This machine's /proc start time of ``pid`` (what the helper compares against)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2 :].split()[19])
