@@ -137,6 +137,7 @@ class Backend(ABC):
     metrics_path: str = "/metrics"
     metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
     accept_length_metric: str | None = None  # the mean acceptance length gauge
+    generate_path: str = ""  # the generation endpoint the benchmark sends prompts to
 
     # --- logs (parser, summary, detection) ---------------------------------------------
 
@@ -218,6 +219,21 @@ class Backend(ABC):
     @abstractmethod
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
         """The fields of the server-info answer the console shows."""
+
+    @abstractmethod
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        """A benchmark request: greedy, exactly ``max_tokens`` generated (EOS ignored), so
+        runs are comparable."""
+
+    @abstractmethod
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        """A reply (or a streamed chunk) as counts, in these keys when known:
+        completion_tokens, prompt_tokens, spec_verify_ct, spec_accept_length, e2e_latency,
+        finish_reason (``{"type": "abort", "message": ...}`` for an aborted request)."""
+
+    @abstractmethod
+    def generate_text(self, reply: Any) -> str:
+        """The text a reply or chunk carries ("" when none): its first marks the first token."""
 
     def metric_sample_kept(self, name: str) -> bool:
         """Whether a Prometheus sample belongs on the console (histogram buckets left out)."""

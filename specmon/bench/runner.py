@@ -1,9 +1,9 @@
-"""Run the fixed prompt set against a ready server's ``/generate`` and measure it.
+"""Run the fixed prompt set against a ready server's generation endpoint and measure it.
 
 The runner only needs a base URL (plain localhost or the host session's SSH port forward), so
 `specmon bench`, `specmon sweep` and tests share it. Per request it records output tok/s
 (completion tokens over the client-side end-to-end latency), time to first token (streaming)
-and the server's own accept length (``meta_info``); overall it records the aggregate tok/s
+and the server's own accept length (the backend reads its replies); overall it records the aggregate tok/s
 over the measured phase and the median / p10 / p90 of the per-request figures.
 """
 
@@ -264,18 +264,6 @@ def metrics_accept_length(metrics_text: str, metric: str | None = None) -> float
 # --- the runner -----------------------------------------------------------------------------
 
 
-def _request_body(prompt: Prompt, settings: BenchSettings) -> dict[str, Any]:
-    return {
-        "text": prompt.text,
-        "sampling_params": {
-            "max_new_tokens": settings.max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,  # every request generates exactly max_tokens: comparable runs
-        },
-        "stream": settings.stream,
-    }
-
-
 def _int_or_none(value: Any) -> int | None:
     try:
         return None if value is None else int(value)
@@ -308,7 +296,7 @@ def _result_from_meta(
             prompt_id=prompt.id,
             ok=False,
             latency_s=latency,
-            error="response has no meta_info.completion_tokens",
+            error="response has no completion token count",
         )
     return RequestResult(
         prompt_id=prompt.id,
@@ -323,24 +311,27 @@ def _result_from_meta(
     )
 
 
-async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> RequestResult:
-    """Send one /generate; every failure becomes a failed RequestResult, never an exception."""
+async def _one_request(
+    client: Any, prompt: Prompt, settings: BenchSettings, server: Backend
+) -> RequestResult:
+    """Send one generation request in the backend's API; every failure becomes a failed
+    RequestResult, never an exception."""
     import httpx
 
-    body = _request_body(prompt, settings)
+    body = server.generate_body(prompt.text, settings.max_tokens, settings.stream)
+    path = server.generate_path
     sent = time.perf_counter()
     try:
         if not settings.stream:
-            response = await client.post("/generate", json=body)
+            response = await client.post(path, json=body)
             latency = time.perf_counter() - sent
             if response.status_code != 200:
                 return _http_failure(prompt, latency, response.status_code, response.text)
-            data = response.json()
-            meta = data.get("meta_info") if isinstance(data, dict) else None
+            meta = server.generate_meta(response.json())
             return _result_from_meta(prompt, meta or {}, latency, None)
         ttft: float | None = None
         last_meta: dict[str, Any] | None = None
-        async with client.stream("POST", "/generate", json=body) as response:
+        async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode("utf-8", "replace")
                 return _http_failure(prompt, time.perf_counter() - sent, response.status_code, text)
@@ -354,12 +345,10 @@ async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> 
                     chunk = json.loads(payload)
                 except ValueError:
                     continue
-                if not isinstance(chunk, dict):
-                    continue
-                meta = chunk.get("meta_info")
-                if isinstance(meta, dict):
+                meta = server.generate_meta(chunk)
+                if meta is not None:
                     last_meta = meta
-                if ttft is None and (chunk.get("text") or _first_tokens(meta)):
+                if ttft is None and (server.generate_text(chunk) or _first_tokens(meta)):
                     ttft = time.perf_counter() - sent
         latency = time.perf_counter() - sent
         if last_meta is None:
@@ -367,7 +356,7 @@ async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> 
                 prompt_id=prompt.id,
                 ok=False,
                 latency_s=latency,
-                error="stream ended without any meta_info",
+                error="stream ended without any completion counts",
             )
         return _result_from_meta(prompt, last_meta, latency, ttft)
     except (httpx.HTTPError, OSError, ValueError) as exc:
@@ -398,6 +387,7 @@ async def _run_batch(
     settings: BenchSettings,
     phase: Literal["warmup", "measure"],
     on_progress: Callable[[BenchProgress], None] | None,
+    server: Backend,
 ) -> list[RequestResult]:
     """Run ``prompts`` with at most ``settings.concurrency`` in flight; results in prompt order."""
     results: list[RequestResult | None] = [None] * len(prompts)
@@ -409,7 +399,7 @@ async def _run_batch(
         while next_index < len(prompts):
             index = next_index
             next_index += 1
-            result = await _one_request(client, prompts[index], settings)
+            result = await _one_request(client, prompts[index], settings, server)
             results[index] = result
             done += 1
             if on_progress is not None:
@@ -471,6 +461,8 @@ async def run_benchmark(
     from specmon.backends import DEFAULT_BACKEND, get_backend
 
     server = get_backend(backend or DEFAULT_BACKEND)
+    if not server.generate_path:
+        raise BenchError(f"{server.display_name} has no generation endpoint specmon can benchmark")
     settings.validate()
     prompt_set = load_prompt_set(settings.prompt_set)
     schedule = prompt_set.schedule(settings.warmup + settings.requests, settings.seed)
@@ -483,7 +475,7 @@ async def run_benchmark(
     ) as client:
         server_info = await fetch_server_info(client, server)
         if warmup_prompts:
-            warm = await _run_batch(client, warmup_prompts, settings, "warmup", on_progress)
+            warm = await _run_batch(client, warmup_prompts, settings, "warmup", on_progress, server)
             failed = [r for r in warm if not r.ok]
             if failed:
                 raise BenchError(
@@ -491,7 +483,9 @@ async def run_benchmark(
                 )
         started_at = time.time()
         started = time.perf_counter()
-        measured = await _run_batch(client, measured_prompts, settings, "measure", on_progress)
+        measured = await _run_batch(
+            client, measured_prompts, settings, "measure", on_progress, server
+        )
         duration = time.perf_counter() - started
         ended_at = time.time()
         failed = [r for r in measured if not r.ok]

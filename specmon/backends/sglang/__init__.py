@@ -80,6 +80,7 @@ class SGLangBackend(Backend):
     metrics_path = "/metrics"
     metric_prefix = "sglang:"
     accept_length_metric = "sglang:spec_accept_length"
+    generate_path = "/generate"
 
     # --- logs --------------------------------------------------------------------------
 
@@ -208,6 +209,25 @@ class SGLangBackend(Backend):
         if isinstance(states, list) and states and isinstance(states[0], dict):
             flat.update(states[0])
         return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
+
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        return {
+            "text": text,
+            "sampling_params": {
+                "max_new_tokens": max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            },
+            "stream": stream,
+        }
+
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        meta = reply.get("meta_info") if isinstance(reply, dict) else None
+        return meta if isinstance(meta, dict) else None
+
+    def generate_text(self, reply: Any) -> str:
+        text = reply.get("text") if isinstance(reply, dict) else None
+        return text if isinstance(text, str) else ""
 
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.backends.sglang.probe import injection_files
