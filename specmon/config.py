@@ -100,7 +100,7 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class SpeculativeSettings:
-    """The speculative-decoding flags; steps/topk/draft tokens None lets SGLang choose."""
+    """The speculative-decoding settings; steps/topk/draft tokens None lets the server choose."""
 
     algorithm: str
     num_steps: int | None = None
@@ -110,12 +110,16 @@ class SpeculativeSettings:
 
 @dataclass(frozen=True)
 class Profile:
-    """A named server launch. ``to_launch_spec`` turns it into the exact argv and env."""
+    """A named server launch. ``to_launch_spec`` turns it into the exact argv and env.
+
+    ``backend`` names the server (inferred from ``command`` when not given, else the default
+    backend); an empty ``command`` is the backend's default command.
+    """
 
     name: str
     model_path: str
-    backend: str = "sglang"
-    command: tuple[str, ...] = (PYTHON_PLACEHOLDER, "-m", "sglang.launch_server")
+    backend: str = ""
+    command: tuple[str, ...] = ()
     draft_model_path: str | None = None
     tp: int | None = None
     port: int | None = None
@@ -130,34 +134,21 @@ class Profile:
     description: str = ""
     baseline_profile: str | None = None
 
-    def base_args(self) -> tuple[str, ...]:
-        """The flags this profile's fields stand for, followed by ``extra_args``."""
-        from specmon.launch import render_flag
+    def __post_init__(self) -> None:
+        from specmon.backends import DEFAULT_BACKEND, backend_for_command, get_backend
 
-        args: list[str] = [*render_flag("model-path", self.model_path)]
-        if self.tp is not None:
-            args += render_flag("tp", str(self.tp))
-        if self.host_bind is not None:
-            args += render_flag("host", self.host_bind)
-        if self.port is not None:
-            args += render_flag("port", str(self.port))
-        spec = self.speculative
-        if spec is not None:
-            args += render_flag("speculative-algorithm", spec.algorithm)
-        if self.draft_model_path is not None:
-            args += render_flag("speculative-draft-model-path", self.draft_model_path)
-        if spec is not None:
-            for name, value in (
-                ("speculative-num-steps", spec.num_steps),
-                ("speculative-eagle-topk", spec.eagle_topk),
-                ("speculative-num-draft-tokens", spec.num_draft_tokens),
-            ):
-                if value is not None:
-                    args += render_flag(name, str(value))
-        if self.mem_fraction_static is not None:
-            args += render_flag("mem-fraction-static", repr(self.mem_fraction_static))
-        args += self.extra_args
-        return tuple(args)
+        backend = self.backend or backend_for_command(self.command) or DEFAULT_BACKEND
+        object.__setattr__(self, "backend", backend)
+        if not self.command:
+            object.__setattr__(self, "command", get_backend(backend).default_command)
+        object.__setattr__(self, "command", tuple(self.command))
+
+    def base_args(self) -> tuple[str, ...]:
+        """The flags this profile's fields stand for (the backend maps them), followed by
+        ``extra_args``."""
+        from specmon.backends import get_backend
+
+        return get_backend(self.backend).profile_args(self)
 
     def to_launch_spec(
         self,
@@ -313,9 +304,9 @@ def _apply_environment(config: Config, environ: Mapping[str, str]) -> Config:
     scale = environ.get(SIM_TIME_SCALE_ENV)
     if scale is None:
         return config
-    from specmon.backends.sglang.flags import env_value_problem
+    from specmon.launch import simulator_env_problem
 
-    problem = env_value_problem(SIM_TIME_SCALE_ENV, scale)
+    problem = simulator_env_problem(SIM_TIME_SCALE_ENV, scale)
     if problem:
         raise ConfigError(problem, path="environment", key=SIM_TIME_SCALE_ENV)
     profiles = {
@@ -497,20 +488,6 @@ TOP_KEYS = (
     "security",
 )
 SECURITY_KEYS = ("secret_env",)
-
-# Which profile key a launch problem's subject (flag or variable) comes from.
-_SUBJECT_KEYS = {
-    "--model-path": ("model_path",),
-    "--speculative-draft-model-path": ("draft_model_path",),
-    "--tp": ("tp",),
-    "--port": ("port",),
-    "--host": ("host_bind",),
-    "--speculative-algorithm": ("speculative", "algorithm"),
-    "--speculative-num-steps": ("speculative", "num_steps"),
-    "--speculative-eagle-topk": ("speculative", "eagle_topk"),
-    "--speculative-num-draft-tokens": ("speculative", "num_draft_tokens"),
-    "--mem-fraction-static": ("mem_fraction_static",),
-}
 
 
 class _Reader:
@@ -783,23 +760,30 @@ class _Reader:
             self.check_keys(raw, path, PROFILE_KEYS)
         table = self.resolve_extends(name, profiles)
         self.check_keys(table, path, PROFILE_KEYS)
-        from specmon.backends import BACKENDS
+        from specmon.backends import BACKENDS, DEFAULT_BACKEND, backend_for_command, get_backend
+        from specmon.errors import UsageError
         from specmon.launch import env_name_problem
 
-        backend = self.choice(table, path, "backend", tuple(BACKENDS), "sglang")
-        command = self.string_list(table, path, "command") or Profile.command
+        command = self.string_list(table, path, "command")
         if "command" in table and not table["command"]:
             raise self.error([*path, "command"], "is empty; name the server program to run")
+        if "backend" in table:
+            backend = self.choice(table, path, "backend", tuple(BACKENDS))
+        else:
+            try:
+                backend = backend_for_command(command) or DEFAULT_BACKEND
+            except UsageError as exc:
+                raise self.error([*path, "command"], str(exc)) from None
+        server = get_backend(backend)
+        command = command or server.default_command
         speculative = None
         if "speculative" in table:
             spec_table = self.value(table, path, "speculative", dict)
             spec_path = [*path, "speculative"]
             self.check_keys(spec_table, spec_path, SPECULATIVE_KEYS)
-            from specmon.launch import SPECULATIVE_ALGORITHM_VALUES
-
             speculative = SpeculativeSettings(
                 algorithm=self.choice(
-                    spec_table, spec_path, "algorithm", SPECULATIVE_ALGORITHM_VALUES
+                    spec_table, spec_path, "algorithm", server.speculative_algorithms()
                 ),
                 num_steps=self.number(spec_table, spec_path, "num_steps", int, 1, 32, None),
                 eagle_topk=self.number(spec_table, spec_path, "eagle_topk", int, 1, 64, None),
@@ -835,8 +819,9 @@ class _Reader:
         )
         for problem in profile.to_launch_spec().problems():
             subject = problem.partition(": ")[0]
-            if subject in _SUBJECT_KEYS:
-                key_path = [*path, *_SUBJECT_KEYS[subject]]
+            profile_key = server.profile_key_of(subject)
+            if profile_key is not None:
+                key_path = [*path, *profile_key]
             elif subject in env:
                 key_path = [*path, "env", subject]
             else:

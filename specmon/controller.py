@@ -1,13 +1,27 @@
 """What a console (TUI, `specmon watch`, `specmon sweep`) can ask of a host: the one seam
-between the UI and the core. The host session implements it for SSH and local hosts.
+between the UI and the core. The host session implements it for SSH and local hosts; the
+console, the sweep runner and the Experiments screen use nothing else of it.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from specmon.store import EventBus
+
+if TYPE_CHECKING:
+    from specmon.config import Profile
+    from specmon.launch import FlagValue, LaunchSpec
+    from specmon.session.run_status import RunStatus, StopReport
+
+
+class Traffic(Protocol):
+    """Simulated client traffic (the demo's); a benchmark pauses it to have the server alone."""
+
+    def start(self) -> None: ...
+    async def stop(self) -> None: ...
 
 
 class HostController(ABC):
@@ -15,6 +29,8 @@ class HostController(ABC):
 
     bus: EventBus
     host_label: str  # e.g. "root@gpu-host:22" or "local"
+    traffic: Traffic | None = None  # client traffic this console generates itself (demo)
+    can_launch: bool = True  # False for a console that only shows recorded events
 
     @abstractmethod
     async def start(self) -> None:
@@ -29,15 +45,47 @@ class HostController(ABC):
         self,
         profile: str,
         *,
-        flags: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, FlagValue] | None = None,
+        env: Mapping[str, str | None] | None = None,
     ) -> str:
         """Stop any run (verified gone, GPU memory released), then launch; returns the run id."""
 
     @abstractmethod
-    async def stop(self) -> None:
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
+        """Launch a ready-made spec (validated first), replacing this console's run."""
+
+    @abstractmethod
+    async def stop(self) -> StopReport | None:
         """SIGTERM the run's process group, escalate to SIGKILL, verify it is gone."""
 
     @abstractmethod
     def profiles(self) -> list[str]:
         """Launch profile names available for this host."""
+
+    @abstractmethod
+    def add_profile(self, name: str, profile: Profile) -> None:
+        """Offer ``profile`` under ``name`` from now on (e.g. one saved from the console)."""
+
+    @property
+    @abstractmethod
+    def current_run(self) -> RunStatus | None:
+        """The run this console follows, as the host recorded it (None: no run)."""
+
+    @abstractmethod
+    async def http_base_url(self) -> str | None:
+        """The current run's HTTP base URL as reachable from here; None when no run."""
+
+    @property
+    @abstractmethod
+    def connected(self) -> bool:
+        """Whether the connection to the host is up now."""
+
+    @property
+    @abstractmethod
+    def is_local(self) -> bool:
+        """Whether the host is this machine."""
+
+    @property
+    @abstractmethod
+    def host_python(self) -> str:
+        """The interpreter a profile's "{python}" command word means on this host."""

@@ -363,6 +363,7 @@ class RunInfo(Event):
     kind: ClassVar[str] = "run"
     run_id: str
     profile: str | None = None
+    backend: str | None = None  # the server kind (a registered backend's name)
     argv: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     pid: int | None = None
@@ -392,6 +393,19 @@ class ServerFailed(Event):
     command: str | None = None
     hung: bool = False
     last_phase: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadTimes(Event):
+    """What the host's run record knows of load times: a reattached run's real start and
+    ready times (its replayed log arrived all at once), or how long the profile's last load
+    took (for the ETA of the next)."""
+
+    kind: ClassVar[str] = "load_times"
+    run_id: str | None = None
+    started_at: float | None = None  # epoch seconds
+    ready_at: float | None = None
+    previous_load_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -17,60 +17,44 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specmon.errors import LaunchSpecError
+from specmon.errors import LaunchSpecError, UsageError
+from specmon.flag_grammar import (
+    FLAG_NAME,
+    FlagItem,
+    FlagValue,
+    parse_flags,
+    render_flag,
+)
 
-# Environment names a launch may set. The families are the knobs of the GPU stack and the
-# server (NCCL, CUDA, PyTorch, SGLang, vLLM, Hugging Face, ...), plus a few exact names:
-# PYTHONPATH (the timing probe is injected through it; it only affects the Python server the
-# profile already names), LD_LIBRARY_PATH (CUDA/NCCL library locations), TMPDIR and the
-# XDG cache dirs (model caches). Everything else is refused, in particular names that change
-# how a shell parses or what it runs before the server starts (IFS, PS4, ENV, BASH_ENV,
-# SHELLOPTS, BASHOPTS, PROMPT_COMMAND), which program a name resolves to (PATH), or what the
-# dynamic loader injects into every process (LD_PRELOAD, LD_AUDIT), and PYTHONHOME,
-# PYTHONSTARTUP, PYTHONINSPECT, which swap or hijack the interpreter itself.
+if TYPE_CHECKING:
+    from specmon.backends import Backend
+
+__all__ = ["FlagItem", "FlagValue", "LaunchSpec", "parse_flags", "render_flag"]
+
+# Environment names a launch may set. The families are the knobs of the GPU stack (NCCL,
+# CUDA, PyTorch, Hugging Face, ...) plus each registered backend's own families (its
+# ``env_prefixes``), plus a few exact names: PYTHONPATH (the timing probe is injected through
+# it; it only affects the Python server the profile already names), LD_LIBRARY_PATH
+# (CUDA/NCCL library locations), TMPDIR and the XDG cache dirs (model caches). Everything
+# else is refused, in particular names that change how a shell parses or what it runs before
+# the server starts (IFS, PS4, ENV, BASH_ENV, SHELLOPTS, BASHOPTS, PROMPT_COMMAND), which
+# program a name resolves to (PATH), or what the dynamic loader injects into every process
+# (LD_PRELOAD, LD_AUDIT), and PYTHONHOME, PYTHONSTARTUP, PYTHONINSPECT, which swap or hijack
+# the interpreter itself.
 ENV_NAME_PATTERN = re.compile(
-    r"^(?:(?:NCCL|SGLANG|CUDA|CUDNN|CUBLAS|CUBLASLT|NVTE|NVSHMEM|TORCH|TORCHINDUCTOR|PYTORCH"
-    r"|NVIDIA|HF|HUGGINGFACE|TRANSFORMERS|OMP|MKL|SPECMON|TOKENIZERS|VLLM|FLASHINFER|TRITON"
+    r"^(?:(?:NCCL|CUDA|CUDNN|CUBLAS|CUBLASLT|NVTE|NVSHMEM|TORCH|TORCHINDUCTOR|PYTORCH"
+    r"|NVIDIA|HF|HUGGINGFACE|TRANSFORMERS|OMP|MKL|SPECMON|TOKENIZERS|FLASHINFER|TRITON"
     r"|GLOO|UCX|MC)_[A-Z0-9_]+"
     r"|PYTHONPATH|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|LD_LIBRARY_PATH|TMPDIR"
     r"|XDG_CACHE_HOME|XDG_DATA_HOME)$"
 )
+_ENV_FAMILY_NAME = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 
-# Enumerations for the relaunch form's select widgets (NVIDIA NCCL docs; sglang.md §6, §8).
-NCCL_PROTO_VALUES: tuple[str, ...] = ("LL", "LL128", "Simple")
-NCCL_ALGO_VALUES: tuple[str, ...] = (
-    "Ring",
-    "Tree",
-    "CollnetDirect",
-    "CollnetChain",
-    "NVLS",
-    "NVLSTree",
-    "PAT",
-)
-NCCL_P2P_LEVEL_VALUES: tuple[str, ...] = ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS")
-SPECULATIVE_ALGORITHM_VALUES: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-
-# Fields of the relaunch form, in display order; validate_form reports by these names.
-FORM_FLAG_FIELDS: tuple[str, ...] = (
-    "speculative-num-steps",
-    "speculative-eagle-topk",
-    "speculative-num-draft-tokens",
-    "mem-fraction-static",
-)
-FORM_ENV_FIELDS: tuple[str, ...] = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL")
+# The relaunch form's free-text fields, after the backend's own fields.
 FORM_EXTRA_ARGS = "extra-args"
 FORM_EXTRA_ENV = "extra-env"
-FORM_FIELDS: tuple[str, ...] = (
-    *FORM_FLAG_FIELDS,
-    *FORM_ENV_FIELDS,
-    FORM_EXTRA_ARGS,
-    FORM_EXTRA_ENV,
-)
-
-_FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_NEGATIVE_NUMBER = re.compile(r"^-\d+(?:\.\d*)?(?:[eE][-+]?\d+)?$|^-\.\d+$")
 
 # Words a POSIX shell (or bash) reads as syntax when they stand where a command name goes.
 _SHELL_RESERVED = frozenset(
@@ -100,61 +84,6 @@ _SHELL_RESERVED = frozenset(
     ]
 )
 
-FlagValue = str | bool | None
-
-
-@dataclass(frozen=True, slots=True)
-class FlagItem:
-    """One parsed flag: its name without dashes and its value (None for a boolean flag)."""
-
-    name: str
-    value: str | None
-    index: int  # position of the flag token in the args tuple
-
-
-def _is_value_token(token: str) -> bool:
-    return not token.startswith("-") or bool(_NEGATIVE_NUMBER.match(token))
-
-
-def parse_flags(args: Sequence[str]) -> tuple[list[FlagItem], list[str]]:
-    """Split a flat argv tail into flags; also returns problems with its grammar."""
-    items: list[FlagItem] = []
-    problems: list[str] = []
-    index = 0
-    while index < len(args):
-        token = args[index]
-        if not token.startswith("--"):
-            problems.append(f"{token!r}: not a flag; flags look like --name or --name=value")
-            index += 1
-            continue
-        name, has_inline, inline_value = token[2:].partition("=")
-        if not _FLAG_NAME.match(name):
-            problems.append(f"{token[:60]!r}: not a valid flag name")
-            index += 1
-            continue
-        if has_inline:
-            items.append(FlagItem(name, inline_value, index))
-            index += 1
-        elif index + 1 < len(args) and _is_value_token(args[index + 1]):
-            items.append(FlagItem(name, args[index + 1], index))
-            index += 2
-        else:
-            items.append(FlagItem(name, None, index))
-            index += 1
-    return items, problems
-
-
-def render_flag(name: str, value: str | bool) -> tuple[str, ...]:
-    """The argv tokens of one flag; values starting with '-' use the unambiguous --name=value."""
-    name = name.lstrip("-")
-    if value is True:
-        return (f"--{name}",)
-    if isinstance(value, bool):
-        raise ValueError("False removes a flag; it has no tokens")
-    if value.startswith("-") and not _NEGATIVE_NUMBER.match(value):
-        return (f"--{name}={value}",)
-    return (f"--{name}", value)
-
 
 def text_problem(subject: str, value: str) -> str | None:
     """Why a value cannot travel in argv or env at all (NUL, unencodable text), or None."""
@@ -171,12 +100,55 @@ def env_name_problem(name: str) -> str | None:
     """Why an environment name may not be set by a launch, or None when it may."""
     if ENV_NAME_PATTERN.match(name):
         return None
+    from specmon.backends import env_prefixes
+
+    if _ENV_FAMILY_NAME.match(name) and name.startswith(env_prefixes()):
+        return None
     shown = name if len(name) <= 60 else name[:57] + "..."
+    families = ", ".join(f"{prefix}*" for prefix in env_prefixes())
     return (
         f"{shown!r}: this environment variable may not be set by a launch; allowed are "
-        "NCCL_*, SGLANG_*, CUDA_*, TORCH_*, PYTORCH_*, HF_*, SPECMON_*, VLLM_* and similar "
+        f"NCCL_*, CUDA_*, TORCH_*, PYTORCH_*, HF_*, SPECMON_*, {families} and similar "
         "GPU-stack families, plus PYTHONPATH, LD_LIBRARY_PATH, TMPDIR (see docs/config.md)"
     )
+
+
+def simulator_env_problem(name: str, value: str) -> str | None:
+    """Why a value is wrong for one of the simulator's SPECMON_SIM_* settings, or None."""
+    if name == "SPECMON_SIM_TIME_SCALE":
+        try:
+            scale = float(value)
+        except ValueError:
+            scale = 0.0
+        if 0.0 < scale <= 1000.0:
+            return None
+        return f"{value[:30]!r} is not a positive number (1 = real time, 0.02 = 50x faster)"
+    if name in ("SPECMON_SIM_SHARDS", "SPECMON_SIM_GPUS"):
+        bounds = (1, 100000) if name == "SPECMON_SIM_SHARDS" else (1, 64)
+        text = value.strip()
+        if re.fullmatch(r"\d{1,6}", text) and bounds[0] <= int(text) <= bounds[1]:
+            return None
+        return f"{value[:30]!r} is not a whole number from {bounds[0]} to {bounds[1]}"
+    return None
+
+
+def _backend(name: str) -> Backend:
+    from specmon.backends import get_backend
+
+    try:
+        return get_backend(name)
+    except UsageError as exc:
+        raise LaunchSpecError([f"backend: {exc}"]) from None
+
+
+def switch_value(name: str, value: str) -> bool:
+    """Read "true"/"false" (and 1/0, yes/no, on/off) given for a switch flag."""
+    text = value.strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise LaunchSpecError([f"--{name}: is a switch; set it to true or false (got {value[:40]!r})"])
 
 
 def _quote_command_word(word: str) -> str:
@@ -189,7 +161,7 @@ def _quote_command_word(word: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """What to run: ``command`` (e.g. python3 -m sglang.launch_server), ``args`` and ``env``.
+    """What to run: ``command`` (the server program), ``args`` and ``env``, for ``backend``.
 
     ``env`` may be given as a mapping; it is stored as a tuple of pairs so a spec stays
     immutable and comparable.
@@ -233,41 +205,24 @@ class LaunchSpec:
         return any(item.name == name for item in self.flag_items())
 
     def key_flags(self) -> dict[str, str]:
-        """The settings an operator compares runs by, for the console header.
-
-        Keys (only those set): algorithm ("off" without speculation), steps, topk,
-        draft_tokens, tp, mem_fraction, NCCL_PROTO, NCCL_ALGO, NCCL_P2P_LEVEL.
-        """
-        out: dict[str, str] = {"algorithm": self.flag("speculative-algorithm") or "off"}
-        for key, names in (
-            ("steps", ("speculative-num-steps",)),
-            ("topk", ("speculative-eagle-topk",)),
-            ("draft_tokens", ("speculative-num-draft-tokens",)),
-            ("tp", ("tp", "tp-size", "tensor-parallel-size")),
-            ("mem_fraction", ("mem-fraction-static",)),
-        ):
-            for name in names:
-                value = self.flag(name)
-                if value:
-                    out[key] = value
-                    break
-        env = self.env_dict()
-        for name in FORM_ENV_FIELDS:
-            if name in env:
-                out[name] = env[name]
-        return out
+        """The settings an operator compares runs by, for the console header (the backend
+        says which: algorithm, steps, topk, draft_tokens, tp, mem_fraction, NCCL_*)."""
+        return _backend(self.backend).key_flags(self.args, self.env_dict())
 
     # --- changing (every change returns a new spec) ------------------------------------
 
     def with_flags(self, changes: Mapping[str, FlagValue]) -> LaunchSpec:
         """Set, replace or remove flags: a str sets the value, True makes a boolean flag,
         None or False removes every occurrence. Names may be given with or without '--'.
-        A replaced flag keeps its position; a new one is appended."""
+        For a flag the backend's schema calls a switch, "true" sets it bare and "false"
+        removes it. A replaced flag keeps its position; a new one is appended."""
         args = list(self.args)
         for raw_name, value in changes.items():
             name = raw_name.lstrip("-")
-            if not _FLAG_NAME.match(name):
+            if not FLAG_NAME.match(name):
                 raise LaunchSpecError([f"{raw_name[:60]!r}: not a valid flag name"])
+            if isinstance(value, str) and _backend(self.backend).flag_kind(name) == "switch":
+                value = switch_value(name, value)
             items = [item for item in parse_flags(args)[0] if item.name == name]
             spans = [(item.index, _flag_width(args, item)) for item in items]
             new_tokens = () if value is None or value is False else render_flag(name, value)
@@ -291,8 +246,8 @@ class LaunchSpec:
         return LaunchSpec(self.backend, tuple(command), self.args, self.env)
 
     def without_speculation(self) -> LaunchSpec:
-        """The same launch with every --speculative-* flag removed (the measured baseline)."""
-        names = {item.name for item in self.flag_items() if item.name.startswith("speculative-")}
+        """The same launch with speculative decoding off (the measured baseline)."""
+        names = _backend(self.backend).speculation_flags(self.args)
         return self.with_flags(dict.fromkeys(names))
 
     # --- checking ----------------------------------------------------------------------
@@ -327,15 +282,15 @@ class LaunchSpec:
             seen.add(name)
         if any("\x00" in t for t in self.args):
             return problems  # the backend's rules cannot say more about unusable text
-        from specmon.backends import get_backend
-        from specmon.errors import UsageError
-
         try:
-            backend = get_backend(self.backend)
-        except UsageError as exc:
-            problems.append(f"backend: {exc}")
-            return problems
+            backend = _backend(self.backend)
+        except LaunchSpecError as exc:
+            return [*problems, *exc.problems]
         problems.extend(backend.validate_launch(self.args, self.env_dict()))
+        for name, value in self.env:
+            problem = simulator_env_problem(name, value)
+            if problem:
+                problems.append(f"{name}: {problem}")
         return problems
 
     def validate(self) -> None:
@@ -448,24 +403,42 @@ def parse_extra_env(text: str) -> dict[str, str]:
     return env
 
 
-def validate_form(values: Mapping[str, str], *, base: LaunchSpec | None = None) -> dict[str, str]:
-    """Inline validation for the (SGLang) relaunch form: field -> message, empty when valid.
+def form_fields(backend: Backend) -> tuple[str, ...]:
+    """Every field of the relaunch form for ``backend``, in display order."""
+    return (*(f.name for f in backend.form_fields()), FORM_EXTRA_ARGS, FORM_EXTRA_ENV)
 
-    Fields are FORM_FIELDS; a blank field means "not set". ``base`` is the launch being
-    edited: its speculative algorithm applies (EAGLE3 when no base is given). Only rules
-    among the form's own fields are checked here; the whole launch is checked on submit.
+
+def _flag_fields(backend: Backend) -> tuple[str, ...]:
+    return tuple(f.name for f in backend.form_fields() if not f.is_env)
+
+
+def _env_fields(backend: Backend) -> tuple[str, ...]:
+    return tuple(f.name for f in backend.form_fields() if f.is_env)
+
+
+def validate_form(
+    values: Mapping[str, str], *, base: LaunchSpec | None = None, backend: Backend | None = None
+) -> dict[str, str]:
+    """Inline validation for the relaunch form: field -> message, empty when valid.
+
+    Fields are ``form_fields(backend)``; a blank field means "not set". ``base`` is the
+    launch being edited (its backend applies, and the flags the backend's rules need from
+    it); without one, the default backend's form is checked. Only rules among the form's own
+    fields are checked here; the whole launch is checked on submit.
     """
-    from specmon.backends.sglang.flags import sglang_launch_problems
+    if backend is None:
+        from specmon.backends import DEFAULT_BACKEND
 
+        backend = _backend(base.backend if base is not None else DEFAULT_BACKEND)
+    flag_fields, env_fields = _flag_fields(backend), _env_fields(backend)
     messages: dict[str, str] = {}
-    algorithm = base.flag("speculative-algorithm") if base is not None else "EAGLE3"
-    args: list[str] = [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
+    args: list[str] = backend.form_context_args(base.args if base is not None else None)
     env: dict[str, str] = {}
-    for name in FORM_FLAG_FIELDS:
+    for name in flag_fields:
         value = values.get(name, "").strip()
         if value:
             args.extend(render_flag(name, value))
-    for name in FORM_ENV_FIELDS:
+    for name in env_fields:
         value = values.get(name, "").strip()
         if value:
             env[name] = value
@@ -479,28 +452,34 @@ def validate_form(values: Mapping[str, str], *, base: LaunchSpec | None = None) 
     except LaunchSpecError as exc:
         messages[FORM_EXTRA_ENV] = exc.problems[0].partition(": ")[2]
         extra_env = {}
-    form_flags = {name for name in FORM_FLAG_FIELDS if values.get(name, "").strip()}
+    form_flags = {name for name in flag_fields if values.get(name, "").strip()}
     for item in parse_flags(extra_args)[0]:
         if item.name in form_flags:
             messages.setdefault(FORM_EXTRA_ARGS, f"--{item.name} has its own field; set it there")
     for name in extra_env:
         if name in env:
             messages.setdefault(FORM_EXTRA_ENV, f"{name} has its own field; set it there")
-    for field_name in FORM_FIELDS:
+    for field_name in form_fields(backend):
         problem = text_problem("value", values.get(field_name, ""))
         if problem:
             messages.setdefault(field_name, problem.partition(": ")[2])
-    for problem in sglang_launch_problems([*args, *extra_args], {**extra_env, **env}):
-        field_name = _form_field_of(problem.subject, extra_env)
-        if problem.subject in ("--speculative-algorithm", "--speculative-draft-model-path"):
+    fixed = backend.form_fixed_subjects()
+    all_env = {**extra_env, **env}
+    for problem in backend.launch_problems([*args, *extra_args], all_env):
+        if problem.subject in fixed:
             continue  # not editable in the form: the profile provides them
+        field_name = _form_field_of(problem.subject, extra_env, backend)
         messages.setdefault(field_name, problem.message)
+    for name, value in extra_env.items():
+        sim_problem = simulator_env_problem(name, value)
+        if sim_problem:
+            messages.setdefault(FORM_EXTRA_ENV, f"{name}: {sim_problem}")
     return messages
 
 
-def _form_field_of(subject: str, extra_env: Mapping[str, str]) -> str:
+def _form_field_of(subject: str, extra_env: Mapping[str, str], backend: Backend) -> str:
     name = subject.lstrip("-")
-    if name in FORM_FLAG_FIELDS or name in FORM_ENV_FIELDS:
+    if name in _flag_fields(backend) or name in _env_fields(backend):
         return name
     if subject in extra_env:
         return FORM_EXTRA_ENV
@@ -514,13 +493,15 @@ def form_values(spec: LaunchSpec, profile_extra_args: Iterable[str] = ()) -> dic
     profile's ``extra_args``); environment variables without a field of their own go to
     the extra-env field.
     """
-    values = {name: spec.flag(name) or "" for name in FORM_FLAG_FIELDS}
+    backend = _backend(spec.backend)
+    env_fields = _env_fields(backend)
+    values = {name: spec.flag(name) or "" for name in _flag_fields(backend)}
     env = spec.env_dict()
-    for name in FORM_ENV_FIELDS:
+    for name in env_fields:
         values[name] = env.get(name, "")
     values[FORM_EXTRA_ARGS] = shlex.join(list(profile_extra_args))
     values[FORM_EXTRA_ENV] = " ".join(
-        f"{name}={shlex.quote(value)}" for name, value in env.items() if name not in FORM_ENV_FIELDS
+        f"{name}={shlex.quote(value)}" for name, value in env.items() if name not in env_fields
     )
     return values
 
@@ -534,12 +515,14 @@ def form_overrides(
     are no longer in the extra-args text are removed, likewise extra env variables.
     Raises LaunchSpecError when the free-text fields cannot be parsed.
     """
+    backend = _backend(base.backend)
+    env_fields = _env_fields(backend)
     flags: dict[str, FlagValue] = {}
     env: dict[str, str | None] = {}
-    for name in FORM_FLAG_FIELDS:
+    for name in _flag_fields(backend):
         value = values.get(name, "").strip()
         flags[name] = value or None
-    for name in FORM_ENV_FIELDS:
+    for name in env_fields:
         value = values.get(name, "").strip()
         env[name] = value or None
     extra_items, problems = parse_flags(parse_extra_args(values.get(FORM_EXTRA_ARGS, "")))
@@ -551,7 +534,7 @@ def form_overrides(
         flags[item.name] = True if item.value is None else item.value
     extra_env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
     for name in base.env_dict():
-        if name not in FORM_ENV_FIELDS:
+        if name not in env_fields:
             env[name] = None
     env.update(extra_env)
     return flags, env

@@ -26,6 +26,7 @@ from specmon.events import (
     KvCache,
     LoadBegin,
     LoadEnd,
+    LoadTimes,
     LogLine,
     ProbeTiming,
     Ready,
@@ -304,6 +305,15 @@ class StateStore:
             loading.previous_load_seconds = now - loading.started_at
         self.run_state = "ready"
 
+    def _on_load_times(self, e: LoadTimes, now: float) -> None:
+        loading = self.loading
+        if e.started_at is not None and loading.started_at is not None:
+            loading.started_at = e.started_at
+        if e.ready_at is not None and loading.ready_at is not None:
+            loading.ready_at = e.ready_at
+        if e.previous_load_seconds is not None:
+            loading.previous_load_seconds = e.previous_load_seconds
+
     def _on_decode(self, e: Decode, now: float) -> None:
         self.last_decode = e
         self.throughput.append(Point(now, e.gen_throughput))
@@ -362,6 +372,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     GraphEnd: StateStore._on_graph_end,
     HttpUp: StateStore._on_http,
     Ready: StateStore._on_ready,
+    LoadTimes: StateStore._on_load_times,
     Decode: StateStore._on_decode,
     SpecParams: StateStore._on_spec_params,
     ServerError: StateStore._on_error,

@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
@@ -35,6 +35,10 @@ from specmon.ledger import (
     params_key,
 )
 from specmon.secrets import shown_command
+
+if TYPE_CHECKING:
+    from specmon.config import Config
+    from specmon.launch import LaunchSpec
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -138,7 +142,7 @@ class SweepPoint:
 
     params: dict[str, str]
     is_baseline: bool
-    spec: Any  # specmon.launch.LaunchSpec
+    spec: LaunchSpec
     profile: str
     notes: tuple[str, ...] = ()
 
@@ -153,14 +157,14 @@ class SweepPoint:
         return " ".join(f"{k}={v}" for k, v in self.params.items())
 
 
-def baseline_profile_name(config: Any, profile_name: str) -> str | None:
+def baseline_profile_name(config: Config, profile_name: str) -> str | None:
     """The profile that measures ``profile_name``'s baseline, if the config names one.
 
     A profile's own ``baseline_profile`` key wins; otherwise a profile called
     ``<name>-baseline`` is used. None: the baseline is the profile with speculation removed.
     """
     profile = config.profiles[profile_name]
-    named = getattr(profile, "baseline_profile", None)
+    named = profile.baseline_profile
     if named:
         if named not in config.profiles:
             raise UsageError(
@@ -171,7 +175,7 @@ def baseline_profile_name(config: Any, profile_name: str) -> str | None:
     return candidate if candidate in config.profiles else None
 
 
-def plan_points(config: Any, plan: SweepPlan, *, python: str = "python3") -> list[SweepPoint]:
+def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> list[SweepPoint]:
     """The sweep's launches (baseline first), each validated before anything runs.
 
     With ``--speculative-eagle-topk 1`` SGLang needs draft tokens = steps + 1; when the grid
@@ -240,11 +244,13 @@ class SweepStarted:
 
 @dataclass(frozen=True, slots=True)
 class PointSkipped:
-    """Already finished in the interrupted sweep this one resumes."""
+    """Already finished in the interrupted sweep this one resumes. ``result`` carries its
+    speed-up against ``baseline``, the measured baseline known so far (None: none yet)."""
 
     index: int
     point: SweepPoint
     result: SweepPointResult
+    baseline: Baseline | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,9 +288,21 @@ class PointRetrying:
 
 @dataclass(frozen=True, slots=True)
 class PointFinished:
+    """A point done; ``result`` carries its speed-up against ``baseline`` (as PointSkipped)."""
+
     index: int
     point: SweepPoint
     result: SweepPointResult
+    baseline: Baseline | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineFound:
+    """The measured baseline comparable with this sweep became known (e.g. its baseline point
+    finished): the points finished before it, with their speed-ups now (index -> result)."""
+
+    baseline: Baseline
+    results: tuple[tuple[int, SweepPointResult], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +320,19 @@ SWEEP_EVENT_TYPES = (
     PointBenchmarking,
     PointRetrying,
     PointFinished,
+    BaselineFound,
     SweepFinished,
+)
+SweepEvent = (
+    SweepStarted
+    | PointSkipped
+    | PointStarted
+    | PointLoading
+    | PointBenchmarking
+    | PointRetrying
+    | PointFinished
+    | BaselineFound
+    | SweepFinished
 )
 
 
@@ -405,26 +435,67 @@ class PointFailed(SpecmonError):
 class SweepRunner:
     """Runs a planned sweep over a connected host; one point at a time, every point recorded.
 
-    ``controller`` must offer ``launch_spec(spec, profile=...)``, ``current_run`` and
-    ``transport.forward_port`` (the host session does; an ``http_base_url()`` method is used
-    instead when present). ``on_event`` receives the progress dataclasses above, on the event
+    ``controller`` is the host (HostController: launch_spec, http_base_url, connected...).
+    ``on_event`` receives the progress dataclasses above, on the event
     loop's thread. The ledger (an sqlite3 connection) must be used from that same thread.
+
+    ``request_cancel()`` cancels the sweep at once while a point waits for ready or
+    benchmarks; a launch or stop in progress is let finish first (cancelled midway, the host
+    session could keep the host lock) and the sweep is cancelled at the next safe moment.
     """
 
     controller: HostController
     ledger: Ledger
     plan: SweepPlan
     points: list[SweepPoint]
-    on_event: Callable[[Any], None] | None = None
+    on_event: Callable[[SweepEvent], None] | None = None
     ready_timeout_s: float = 3600.0
     fresh: bool = False
     stop_at_end: bool = True
     sweep_id: int | None = field(default=None, init=False)
     _launched: bool = field(default=False, init=False)
+    _task: asyncio.Task[Any] | None = field(default=None, init=False)
+    _cancel_safe: bool = field(default=False, init=False)  # waiting for ready or benchmarking
+    _cancel_pending: bool = field(default=False, init=False)
+    _baseline: Baseline | None = field(default=None, init=False)
+    _results: dict[int, SweepPointResult] = field(default_factory=dict, init=False)
 
-    def _emit(self, event: Any) -> None:
+    def _emit(self, event: SweepEvent) -> None:
+        self._cancel_safe = isinstance(event, PointLoading | PointBenchmarking)
         if self.on_event is not None:
             self.on_event(event)
+        if self._cancel_safe and self._cancel_pending and self._task is not None:
+            self._task.cancel()
+
+    def request_cancel(self) -> bool:
+        """Cancel the running sweep: True when cancelled now, False when deferred to the end
+        of the launch or stop in progress."""
+        if self._task is None or self._task.done():
+            return True
+        self._cancel_pending = True
+        if self._cancel_safe:
+            self._task.cancel()
+            return True
+        return False
+
+    def _finished(
+        self, index: int, point: SweepPoint, result: SweepPointResult, *, skipped: bool
+    ) -> None:
+        """Record a point's result, with its speed-up against the baseline known so far."""
+        if self._baseline is None and result.status == "ok" and result.model:
+            self._baseline = self.ledger.find_baseline(
+                host=self.plan.host,
+                model=result.model,
+                prompt_set=self.plan.bench.prompt_set,
+                concurrency=self.plan.bench.concurrency,
+            )
+            if self._baseline is not None and self._results:
+                earlier = {i: r.with_baseline(self._baseline) for i, r in self._results.items()}
+                self._results.update(earlier)
+                self._emit(BaselineFound(self._baseline, tuple(sorted(earlier.items()))))
+        self._results[index] = result.with_baseline(self._baseline)
+        kind = PointSkipped if skipped else PointFinished
+        self._emit(kind(index, point, self._results[index], self._baseline))
 
     async def run(self) -> SweepFinished:
         """Run every unfinished point; returns the final results (resumed points included)."""
@@ -439,6 +510,7 @@ class SweepRunner:
             )
             rows = {}
         self.sweep_id = sweep_id
+        self._task = asyncio.current_task()
         self._emit(
             SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))
         )
@@ -448,10 +520,10 @@ class SweepRunner:
                 row = rows.get(point.key)
                 if row is not None:
                     result = result_from_row(row)
-                    self._emit(PointSkipped(index, point, result))
+                    self._finished(index, point, result, skipped=True)
                 else:
                     result = await self._run_point_surviving_drops(sweep_id, index, point)
-                    self._emit(PointFinished(index, point, result))
+                    self._finished(index, point, result, skipped=False)
                 results.append(result)
             if self.stop_at_end and self._launched:
                 await self.controller.stop()
@@ -501,7 +573,7 @@ class SweepRunner:
         from specmon.errors import LaunchSpecError
 
         try:
-            return str(await self.controller.launch_spec(point.spec, profile=point.profile))  # type: ignore[attr-defined]
+            return str(await self.controller.launch_spec(point.spec, profile=point.profile))
         except LaunchSpecError:
             raise  # this combination cannot run: a failed point
         except SpecmonError as exc:
@@ -516,11 +588,10 @@ class SweepRunner:
         """Whether the connection dropped since the point began (failed requests through a
         dead port forward can beat the session's own notice of the drop by a moment)."""
         store = self.controller.bus.store
-        transport = getattr(self.controller, "transport", None)
         for _ in range(DROP_NOTICE_POLLS):
             if store.connection is not connection_at_start:
                 return True
-            if transport is not None and getattr(transport, "connected", True) is False:
+            if not self.controller.connected:
                 return True
             await asyncio.sleep(READY_POLL_S)
         return False
@@ -559,6 +630,7 @@ class SweepRunner:
                     self.plan.bench,
                     on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
                     phase_timing=probes.phase_times,
+                    backend=point.spec.backend,
                 )
             _check_served_flags(point, result.server_info)
             if point.is_baseline and result.speculative is not False:
@@ -575,7 +647,7 @@ class SweepRunner:
                 raise _ConnectionTrouble(str(exc) or type(exc).__name__) from exc
             if load_seconds is None:
                 load_seconds = time.monotonic() - launched_at
-            root_cause = tuple(getattr(exc, "root_cause", ()))
+            root_cause = exc.root_cause if isinstance(exc, PointFailed) else ()
             failure = store.failure
             if (
                 not root_cause
@@ -730,25 +802,12 @@ def _same_value(wanted: str, served: Any) -> bool:
         return False
 
 
-async def session_base_url(controller: Any) -> str:
-    """The running server's HTTP base URL as reachable from here (SSH forward or localhost).
-
-    Uses the controller's ``http_base_url()`` when it has one; otherwise forwards the current
-    run's port through the host session's transport.
-    """
-    getter = getattr(controller, "http_base_url", None)
-    if getter is not None:
-        value = getter()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return str(value)
-    run = getattr(controller, "current_run", None)
-    transport = getattr(controller, "transport", None)
-    if run is None or transport is None or not getattr(run, "port", None):
+async def session_base_url(controller: HostController) -> str:
+    """The running server's HTTP base URL as reachable from here (SSH forward or localhost)."""
+    url = await controller.http_base_url()
+    if not url:
         raise PointFailed("the host session knows no HTTP port for the running server")
-    local_port = await transport.forward_port(int(run.port))
-    return f"http://127.0.0.1:{local_port}"
+    return url
 
 
 async def _quietly_stop(controller: HostController) -> None:

@@ -19,15 +19,13 @@ from specmon.config import Profile, SpeculativeSettings
 from specmon.errors import LaunchSpecError
 from specmon.launch import (
     ENV_NAME_PATTERN,
-    NCCL_ALGO_VALUES,
-    NCCL_P2P_LEVEL_VALUES,
-    NCCL_PROTO_VALUES,
     LaunchSpec,
     form_overrides,
     form_values,
     split_overrides,
     validate_form,
 )
+from specmon.nccl import NCCL_ALGO_VALUES, NCCL_P2P_LEVEL_VALUES, NCCL_PROTO_VALUES
 
 SHELLS = [shell for shell in ("/bin/sh", "/bin/bash", "/bin/dash") if Path(shell).exists()]
 

@@ -84,7 +84,9 @@ def check_schema(record: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    "log", sorted(LOGS.glob("sglang-*.log")) + ([TRANSCRIPT] if TRANSCRIPT.exists() else []), ids=str
+    "log",
+    sorted(LOGS.glob("sglang-*.log")) + ([TRANSCRIPT] if TRANSCRIPT.exists() else []),
+    ids=str,
 )
 def test_json_lines_follow_the_schema(capsys: pytest.CaptureFixture[str], log: Path) -> None:
     code, out, err = run_main(capsys, str(log), "--json", "--summary")

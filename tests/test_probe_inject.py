@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from specmon.backends.sglang.probe import injection_files
 from specmon.events import ProbeTiming
-from specmon.probe import PROBE_FILE_ENV, injection_files, launch_env
+from specmon.probe import PROBE_FILE_ENV, launch_env
 from specmon.probe.records import ProbeWarning, parse_probe_line
 
 FAKE = Path(__file__).parent / "support" / "fake_sglang"

@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -32,7 +31,7 @@ from support.hosts import (
 
 from specmon.errors import UsageError
 from specmon.session import parse_host
-from specmon.session.host import HELPER_SOURCE
+from specmon.session.helper_client import HELPER_SOURCE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -287,24 +286,20 @@ def test_log_chunks_become_each_line_once_however_they_are_cut_or_resent(
     text: list[str], cuts: list[int], rewind: int
 ) -> None:
     from specmon.backends.sglang.parser import SGLangLogParser
-    from specmon.session.host import RunStatus, _Follow
+    from specmon.events import LogLine
+    from specmon.session.log_follower import LogFollower
 
     data = "\n".join(text).encode()
-    run = RunStatus("r", None, (), {}, 1, 1, 0.0, True, None)
-    session = local_session(Path("/nonexistent"), {}, gpu_agent="none")
-    follow = _Follow(run=run, parser=SGLangLogParser())
+    follower = LogFollower(parser=SGLangLogParser())
     points = sorted({0, len(data), *(c for c in cuts if c < len(data))})
+    lines: list[str] = []
     for start, end in itertools.pairwise(points):
         resent = max(0, start - rewind)  # a resend from an earlier offset, as after a reconnect
-        session._on_log_chunk(follow, resent, data[resent:end])
-    lines = [e.text for _, e in _drain(session)]
+        events = follower.feed_log(resent, data[resent:end])
+        lines += [e.text for e in events if isinstance(e, LogLine)]
     complete = data.decode(errors="replace").split("\n")[:-1]
     assert lines == complete
-    assert bytes(follow.partial) == data[data.rfind(b"\n") + 1 :]
-
-
-def _drain(session: Any) -> list[tuple[float, Any]]:
-    return [(0.0, e) for e in session.bus.store.log]
+    assert bytes(follower.partial) == data[data.rfind(b"\n") + 1 :]
 
 
 def test_demo_killed_outright_still_takes_its_server_down(tmp_path: Path) -> None:

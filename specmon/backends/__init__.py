@@ -1,23 +1,62 @@
-"""Server backends (SGLang now, vLLM next) behind one small interface.
+"""Server backends behind one interface: everything specmon knows about one kind of server.
 
-Adding a backend is a new module registered in ``BACKENDS``, never an ``if backend ==`` branch.
+A backend is one folder, ``specmon/backends/<name>/``, registered in ``BACKENDS``; code outside
+``specmon/backends/`` asks the backend (``get_backend(name)``) and never names a server
+(tests/test_server_boundary.py checks it). docs/backends.md describes every member.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
 from specmon.events import Event
+
+FlagKind = Literal["switch", "value"]
+
+
+class SpeculativeFields(Protocol):
+    """A profile's speculative settings, as a backend reads them."""
+
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def num_steps(self) -> int | None: ...
+    @property
+    def eagle_topk(self) -> int | None: ...
+    @property
+    def num_draft_tokens(self) -> int | None: ...
+
+
+class ProfileFields(Protocol):
+    """The fields of a launch profile a backend maps to its flags (config.Profile has them)."""
+
+    @property
+    def model_path(self) -> str: ...
+    @property
+    def draft_model_path(self) -> str | None: ...
+    @property
+    def tp(self) -> int | None: ...
+    @property
+    def port(self) -> int | None: ...
+    @property
+    def host_bind(self) -> str | None: ...
+    @property
+    def speculative(self) -> SpeculativeFields | None: ...
+    @property
+    def mem_fraction_static(self) -> float | None: ...
+    @property
+    def extra_args(self) -> tuple[str, ...]: ...
 
 
 class LogParser(ABC):
     """Turns a server's output, in arbitrary chunks, into events. Never raises on input."""
 
-    unparsed_decode_like: int = 0
-    """Lines that look like the server's decode stat line but did not parse: format drift."""
+    unparsed_decode_like: int = 0  # lines that look like decode lines but did not parse
 
     @abstractmethod
     def feed(self, chunk: str | bytes) -> list[Event]:
@@ -36,25 +75,71 @@ class LogParser(ABC):
 
 
 class LogSummary(ABC):
-    """Running totals over one log's events, for `specmon parse --summary`; per backend,
-    because what a summary says (readiness, load time, means) depends on the server."""
+    """Running totals over a parsed log, for ``specmon parse --summary``."""
 
     @abstractmethod
     def add(self, event: Event) -> None:
-        """Take one event into the totals."""
+        """Count one event."""
 
     @abstractmethod
     def finish(self, parser: LogParser) -> dict[str, Any]:
-        """The summary record (``"kind": "summary"``), with what ``parser`` counted."""
+        """The summary record (the parser supplies counters such as unparsed_decode_like)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One launch rule broken: ``subject`` is the flag (``--name``) or variable at fault."""
+
+    subject: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.subject}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class FormField:
+    """One field of the console's relaunch form: a flag (``--name``) or an env variable."""
+
+    name: str  # the flag name without dashes, or the variable name
+    is_env: bool = False
+    choices: tuple[str, ...] = ()  # a select widget's values; empty for free text
+    label: str = ""  # how the form names it (the name itself when empty)
+
+    @property
+    def shown_as(self) -> str:
+        return self.label or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeTargets:
+    """The timing probe injected into the server: files copied to ``<run dir>/probe/`` (the
+    in-server hook modules) and the environment that makes the server load them."""
+
+    files: Mapping[str, bytes]
+    pythonpath: bool = True  # prepend the probe dir to PYTHONPATH
 
 
 class Backend(ABC):
-    """What specmon needs to know about one kind of server."""
+    """What specmon needs to know about one kind of server (see docs/backends.md)."""
 
-    name: str
-    launch_module: str  # e.g. "sglang.launch_server", run as `python -m`
+    name: str  # the registry key, e.g. the value of a profile's ``backend``
+    display_name: str  # how messages name the server
+    default_command: tuple[str, ...]  # a profile's command when it names none
+    env_prefixes: tuple[str, ...] = ()  # environment families a launch may set, e.g. "FOO_"
+    default_speculative_algorithm: str | None = None  # when a form adds speculation
+    sim_module: str | None = None  # the simulator personality run for demos and tests
+    default_port: int = 30000
+
+    # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"
-    info_path: str = "/get_server_info"
+    info_paths: tuple[str, ...] = ()  # server-info endpoints, tried in order
+    metrics_path: str = "/metrics"
+    metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
+    accept_length_metric: str | None = None  # the mean acceptance length gauge
+    generate_path: str = ""  # the generation endpoint the benchmark sends prompts to
+
+    # --- logs (parser, summary, detection) ---------------------------------------------
 
     @abstractmethod
     def new_log_parser(self) -> LogParser: ...
@@ -64,19 +149,120 @@ class Backend(ABC):
 
     @abstractmethod
     def detect_log(self, sample: str) -> float:
-        """How sure (0 to 1) this server wrote a log that begins with ``sample``."""
+        """0..1: how sure it is that ``sample`` (a log's first lines) came from this server."""
+
+    # --- launch ------------------------------------------------------------------------
 
     @abstractmethod
+    def command_matches(self, command: Sequence[str]) -> bool:
+        """Whether a profile's command runs this server (used to infer ``backend``)."""
+
+    @abstractmethod
+    def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
+        """The flags a profile's fields (model_path, tp, speculative...) stand for, followed
+        by its extra_args."""
+
+    @abstractmethod
+    def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
+        """Which profile key a launch problem's subject (``--flag``) comes from."""
+
+    @abstractmethod
+    def flag_kind(self, name: str) -> FlagKind | None:
+        """``switch`` (bare), ``value``, or None for a flag this server does not have."""
+
+    @abstractmethod
+    def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
+        """Everything wrong with a launch's flags and variables, empty when it may run."""
+
     def validate_launch(self, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        """Problems with a launch (flag names and values), empty when it may run."""
+        return [str(problem) for problem in self.launch_problems(args, env)]
+
+    @abstractmethod
+    def env_value_problem(self, name: str, value: str) -> str | None:
+        """Why a value is wrong for a variable the server reads, or None."""
+
+    @abstractmethod
+    def speculative_algorithms(self) -> tuple[str, ...]:
+        """The values a profile's ``speculative.algorithm`` may take."""
+
+    @abstractmethod
+    def speculation_flags(self, args: Sequence[str]) -> frozenset[str]:
+        """The flags among ``args`` to remove to run without speculative decoding (the
+        measured baseline)."""
+
+    @abstractmethod
+    def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+        """The settings runs are compared by, for the console header: algorithm, steps, topk,
+        draft_tokens, tp, mem_fraction and NCCL variables, those that are set."""
+
+    # --- the relaunch form -------------------------------------------------------------
+
+    @abstractmethod
+    def form_fields(self) -> tuple[FormField, ...]:
+        """The relaunch form's own fields, in display order."""
+
+    @abstractmethod
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        """Flags of the launch being edited (its args; None: a new launch) that the form's
+        rules depend on but the form does not edit (e.g. the speculative algorithm)."""
+
+    @abstractmethod
+    def form_fixed_subjects(self) -> frozenset[str]:
+        """Problem subjects that the form cannot fix (the profile provides them)."""
+
+    # --- running -----------------------------------------------------------------------
+
+    def ready_on_health(self, status: int | None) -> bool:
+        """Whether an answer of the health endpoint means the server is ready to serve."""
+        return status == 200
+
+    @abstractmethod
+    def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
+        """The fields of the server-info answer the console shows."""
+
+    @abstractmethod
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        """A benchmark request: greedy, exactly ``max_tokens`` generated (EOS ignored), so
+        runs are comparable."""
+
+    @abstractmethod
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        """A reply (or a streamed chunk) as counts, in these keys when known:
+        completion_tokens, prompt_tokens, spec_verify_ct, spec_accept_length, e2e_latency,
+        finish_reason (``{"type": "abort", "message": ...}`` for an aborted request)."""
+
+    @abstractmethod
+    def generate_text(self, reply: Any) -> str:
+        """The text a reply or chunk carries ("" when none): its first marks the first token."""
+
+    def metric_sample_kept(self, name: str) -> bool:
+        """Whether a Prometheus sample belongs on the console (histogram buckets left out)."""
+        return name.startswith(self.metric_prefix) and not name.endswith("_bucket")
+
+    def probe_targets(self) -> ProbeTargets | None:
+        """The in-server timing probe, or None for a server without one."""
+        return None
 
 
+# The registry: name -> "module:Class". A new server is one entry and one folder.
 BACKENDS: dict[str, str] = {
     "sglang": "specmon.backends.sglang:SGLangBackend",
 }
+DEFAULT_BACKEND = "sglang"
+
+# Servers specmon recognises in a command without having their backend in this build, so a
+# profile for one is refused with a clear message rather than launched with the wrong rules.
+KNOWN_SERVER_COMMANDS: dict[str, re.Pattern[str]] = {
+    "vllm": re.compile(r"(^|\s|/)vllm\s+serve(\s|$)|vllm\.entrypoints"),
+}
+
+_instances: dict[str, Backend] = {}
 
 
 def get_backend(name: str) -> Backend:
+    """The registered backend ``name`` (one instance per process); UsageError if unknown."""
+    if name in _instances:
+        return _instances[name]
     try:
         target = BACKENDS[name]
     except KeyError:
@@ -86,15 +272,44 @@ def get_backend(name: str) -> Backend:
             f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}"
         ) from None
     module_name, _, class_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    backend: Backend = getattr(importlib.import_module(module_name), class_name)()
+    _instances[name] = backend
+    return backend
+
+
+def all_backends() -> list[Backend]:
+    return [get_backend(name) for name in sorted(BACKENDS)]
+
+
+def backend_for_command(command: Sequence[str]) -> str | None:
+    """The backend a command runs: a registered backend that claims it, or the backend whose
+    simulator personality it runs; None when no backend recognises it. A known server that
+    this build has no backend for is a UsageError."""
+    for backend in all_backends():
+        if backend.command_matches(command):
+            return backend.name
+    words = " ".join(command)
+    for backend in all_backends():
+        if backend.sim_module and re.search(rf"(^|\s){re.escape(backend.sim_module)}(\s|$)", words):
+            return backend.name
+    for name, pattern in KNOWN_SERVER_COMMANDS.items():
+        if name not in BACKENDS and pattern.search(words):
+            from specmon.errors import UsageError
+
+            raise UsageError(f"backend {name} is not installed in this specmon")
+    return None
 
 
 def detect_backend(sample: str) -> str | None:
-    """The registered backend most sure it wrote ``sample`` (a log's first lines), None when
-    none recognises it. A tie goes to the backend registered first."""
-    best_name, best = None, 0.0
-    for name in BACKENDS:
-        confidence = get_backend(name).detect_log(sample)
-        if confidence > best:
-            best_name, best = name, confidence
-    return best_name
+    """The backend most sure that a log sample is its server's (None when none is)."""
+    best, best_score = None, 0.0
+    for backend in all_backends():
+        score = backend.detect_log(sample)
+        if score > best_score:
+            best, best_score = backend.name, score
+    return best
+
+
+def env_prefixes() -> tuple[str, ...]:
+    """Every registered backend's environment families (a launch may set these)."""
+    return tuple(prefix for backend in all_backends() for prefix in backend.env_prefixes)

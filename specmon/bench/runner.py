@@ -1,9 +1,9 @@
-"""Run the fixed prompt set against a ready SGLang server's ``/generate`` and measure it.
+"""Run the fixed prompt set against a ready server's generation endpoint and measure it.
 
 The runner only needs a base URL (plain localhost or the host session's SSH port forward), so
 `specmon bench`, `specmon sweep` and tests share it. Per request it records output tok/s
 (completion tokens over the client-side end-to-end latency), time to first token (streaming)
-and the server's own accept length (``meta_info``); overall it records the aggregate tok/s
+and the server's own accept length (the backend reads its replies); overall it records the aggregate tok/s
 over the measured phase and the median / p10 / p90 of the per-request figures.
 """
 
@@ -15,11 +15,14 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from specmon.bench.prompts import DEFAULT_PROMPT_SET, Prompt, load_prompt_set
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import ProbeTiming
+
+if TYPE_CHECKING:
+    from specmon.backends import Backend
 
 MAX_REQUESTS = 100_000
 MAX_CONCURRENCY = 1024
@@ -230,8 +233,15 @@ def speculative_from_server_info(info: dict[str, Any] | None) -> bool | None:
     return value not in (None, "", "None", "NONE")
 
 
-def metrics_accept_length(metrics_text: str) -> float | None:
-    """``sglang:spec_accept_length`` from a Prometheus page (TP rank 0's sample if labelled)."""
+def metrics_accept_length(metrics_text: str, metric: str | None = None) -> float | None:
+    """The backend's acceptance-length gauge (``metric``, the default backend's when None)
+    from a Prometheus page (TP rank 0's sample if labelled)."""
+    if metric is None:
+        from specmon.backends import DEFAULT_BACKEND, get_backend
+
+        metric = get_backend(DEFAULT_BACKEND).accept_length_metric
+        if metric is None:
+            return None
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -241,7 +251,7 @@ def metrics_accept_length(metrics_text: str) -> float | None:
     candidates: list[tuple[bool, float]] = []
     for family in families:
         for sample in family.samples:
-            if sample.name == "sglang:spec_accept_length":
+            if sample.name == metric:
                 rank0 = sample.labels.get("tp_rank") in (None, "0")
                 candidates.append((rank0, float(sample.value)))
     if not candidates:
@@ -252,18 +262,6 @@ def metrics_accept_length(metrics_text: str) -> float | None:
 
 
 # --- the runner -----------------------------------------------------------------------------
-
-
-def _request_body(prompt: Prompt, settings: BenchSettings) -> dict[str, Any]:
-    return {
-        "text": prompt.text,
-        "sampling_params": {
-            "max_new_tokens": settings.max_tokens,
-            "temperature": 0.0,
-            "ignore_eos": True,  # every request generates exactly max_tokens: comparable runs
-        },
-        "stream": settings.stream,
-    }
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -298,7 +296,7 @@ def _result_from_meta(
             prompt_id=prompt.id,
             ok=False,
             latency_s=latency,
-            error="response has no meta_info.completion_tokens",
+            error="response has no completion token count",
         )
     return RequestResult(
         prompt_id=prompt.id,
@@ -313,24 +311,27 @@ def _result_from_meta(
     )
 
 
-async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> RequestResult:
-    """Send one /generate; every failure becomes a failed RequestResult, never an exception."""
+async def _one_request(
+    client: Any, prompt: Prompt, settings: BenchSettings, server: Backend
+) -> RequestResult:
+    """Send one generation request in the backend's API; every failure becomes a failed
+    RequestResult, never an exception."""
     import httpx
 
-    body = _request_body(prompt, settings)
+    body = server.generate_body(prompt.text, settings.max_tokens, settings.stream)
+    path = server.generate_path
     sent = time.perf_counter()
     try:
         if not settings.stream:
-            response = await client.post("/generate", json=body)
+            response = await client.post(path, json=body)
             latency = time.perf_counter() - sent
             if response.status_code != 200:
                 return _http_failure(prompt, latency, response.status_code, response.text)
-            data = response.json()
-            meta = data.get("meta_info") if isinstance(data, dict) else None
+            meta = server.generate_meta(response.json())
             return _result_from_meta(prompt, meta or {}, latency, None)
         ttft: float | None = None
         last_meta: dict[str, Any] | None = None
-        async with client.stream("POST", "/generate", json=body) as response:
+        async with client.stream("POST", path, json=body) as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode("utf-8", "replace")
                 return _http_failure(prompt, time.perf_counter() - sent, response.status_code, text)
@@ -344,12 +345,10 @@ async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> 
                     chunk = json.loads(payload)
                 except ValueError:
                     continue
-                if not isinstance(chunk, dict):
-                    continue
-                meta = chunk.get("meta_info")
-                if isinstance(meta, dict):
+                meta = server.generate_meta(chunk)
+                if meta is not None:
                     last_meta = meta
-                if ttft is None and (chunk.get("text") or _first_tokens(meta)):
+                if ttft is None and (server.generate_text(chunk) or _first_tokens(meta)):
                     ttft = time.perf_counter() - sent
         latency = time.perf_counter() - sent
         if last_meta is None:
@@ -357,7 +356,7 @@ async def _one_request(client: Any, prompt: Prompt, settings: BenchSettings) -> 
                 prompt_id=prompt.id,
                 ok=False,
                 latency_s=latency,
-                error="stream ended without any meta_info",
+                error="stream ended without any completion counts",
             )
         return _result_from_meta(prompt, last_meta, latency, ttft)
     except (httpx.HTTPError, OSError, ValueError) as exc:
@@ -388,6 +387,7 @@ async def _run_batch(
     settings: BenchSettings,
     phase: Literal["warmup", "measure"],
     on_progress: Callable[[BenchProgress], None] | None,
+    server: Backend,
 ) -> list[RequestResult]:
     """Run ``prompts`` with at most ``settings.concurrency`` in flight; results in prompt order."""
     results: list[RequestResult | None] = [None] * len(prompts)
@@ -399,7 +399,7 @@ async def _run_batch(
         while next_index < len(prompts):
             index = next_index
             next_index += 1
-            result = await _one_request(client, prompts[index], settings)
+            result = await _one_request(client, prompts[index], settings, server)
             results[index] = result
             done += 1
             if on_progress is not None:
@@ -410,11 +410,11 @@ async def _run_batch(
     return [r for r in results if r is not None]
 
 
-async def fetch_server_info(client: Any) -> dict[str, Any] | None:
-    """``/get_server_info`` (or the newer ``/server_info``); None if the server offers neither."""
+async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | None:
+    """The backend's server-info endpoints, tried in order; None if the server has none."""
     import httpx
 
-    for path in ("/get_server_info", "/server_info"):
+    for path in backend.info_paths:
         try:
             response = await client.get(path)
         except httpx.HTTPError:
@@ -428,16 +428,18 @@ async def fetch_server_info(client: Any) -> dict[str, Any] | None:
     return None
 
 
-async def fetch_metrics_accept_length(client: Any) -> float | None:
+async def fetch_metrics_accept_length(client: Any, backend: Backend) -> float | None:
     import httpx
 
+    if backend.accept_length_metric is None:
+        return None
     try:
-        response = await client.get("/metrics")
+        response = await client.get(backend.metrics_path)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
         return None
-    return metrics_accept_length(response.text)
+    return metrics_accept_length(response.text, backend.accept_length_metric)
 
 
 async def run_benchmark(
@@ -446,6 +448,7 @@ async def run_benchmark(
     *,
     on_progress: Callable[[BenchProgress], None] | None = None,
     phase_timing: Callable[[float, float], PhaseTimes | None] | None = None,
+    backend: str | None = None,
 ) -> BenchResult:
     """Warm up, then measure ``settings.requests`` requests against ``base_url``.
 
@@ -455,6 +458,11 @@ async def run_benchmark(
     """
     import httpx
 
+    from specmon.backends import DEFAULT_BACKEND, get_backend
+
+    server = get_backend(backend or DEFAULT_BACKEND)
+    if not server.generate_path:
+        raise BenchError(f"{server.display_name} has no generation endpoint specmon can benchmark")
     settings.validate()
     prompt_set = load_prompt_set(settings.prompt_set)
     schedule = prompt_set.schedule(settings.warmup + settings.requests, settings.seed)
@@ -465,9 +473,9 @@ async def run_benchmark(
     async with httpx.AsyncClient(
         base_url=base_url, timeout=timeout, limits=limits, trust_env=False
     ) as client:
-        server_info = await fetch_server_info(client)
+        server_info = await fetch_server_info(client, server)
         if warmup_prompts:
-            warm = await _run_batch(client, warmup_prompts, settings, "warmup", on_progress)
+            warm = await _run_batch(client, warmup_prompts, settings, "warmup", on_progress, server)
             failed = [r for r in warm if not r.ok]
             if failed:
                 raise BenchError(
@@ -475,7 +483,9 @@ async def run_benchmark(
                 )
         started_at = time.time()
         started = time.perf_counter()
-        measured = await _run_batch(client, measured_prompts, settings, "measure", on_progress)
+        measured = await _run_batch(
+            client, measured_prompts, settings, "measure", on_progress, server
+        )
         duration = time.perf_counter() - started
         ended_at = time.time()
         failed = [r for r in measured if not r.ok]
@@ -483,7 +493,7 @@ async def run_benchmark(
             raise BenchError(
                 f"{len(failed)} of {len(measured)} requests failed; first: {failed[0].error}"
             )
-        metrics_accept = await fetch_metrics_accept_length(client)
+        metrics_accept = await fetch_metrics_accept_length(client, server)
     return summarize(
         settings=settings,
         base_url=base_url,

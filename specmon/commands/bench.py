@@ -202,7 +202,11 @@ async def _bench_through_session(args: argparse.Namespace, settings: Any, printe
         base_url = await session_base_url(session)
         async with ProbeCollector(session.bus) as probes:
             result = await run_benchmark(
-                base_url, settings, on_progress=printer, phase_timing=probes.phase_times
+                base_url,
+                settings,
+                on_progress=printer,
+                phase_timing=probes.phase_times,
+                backend=run.backend,
             )
         context = BenchContext(
             host=session.host_label,

@@ -88,7 +88,7 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
 
     ledger = Ledger(args.ledger)
     session = open_session(args.host, config)
-    reporter = SweepReporter(plan, ledger, json_lines=args.json)
+    reporter = SweepReporter(plan, json_lines=args.json)
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -133,16 +133,12 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
 class SweepReporter:
     """Prints sweep progress to stderr and finished points (JSON) or the final table (stdout)."""
 
-    def __init__(
-        self, plan: Any, ledger: Any, *, json_lines: bool, out: Any = None, err: Any = None
-    ) -> None:
+    def __init__(self, plan: Any, *, json_lines: bool, out: Any = None, err: Any = None) -> None:
         self.plan = plan
-        self.ledger = ledger
         self.json_lines = json_lines
         self.out = out if out is not None else sys.stdout
         self.err = err if err is not None else sys.stderr
         self.total = 0
-        self._baseline: Any = None
         self._loading_shown: set[int] = set()
 
     def __call__(self, event: Any) -> None:
@@ -194,25 +190,13 @@ class SweepReporter:
             self._point_json(result)
 
     def _point_json(self, result: Any) -> None:
+        """One point as a JSON line; the runner gave it its speed-up (baseline known so far)."""
         if not self.json_lines:
             return
         import json
 
-        baseline = self._current_baseline(result)
-        self.out.write(json.dumps(result.with_baseline(baseline).to_json_dict()) + "\n")
+        self.out.write(json.dumps(result.to_json_dict()) + "\n")
         self.out.flush()
-
-    def _current_baseline(self, result: Any) -> Any:
-        """The measured baseline comparable with ``result``, looked up once it exists."""
-        if self._baseline is not None or result.status != "ok" or not result.model:
-            return self._baseline
-        self._baseline = self.ledger.find_baseline(
-            host=self.plan.host,
-            model=result.model,
-            prompt_set=self.plan.bench.prompt_set,
-            concurrency=self.plan.bench.concurrency,
-        )
-        return self._baseline
 
     def final(self, finished: Any) -> None:
         from specmon.report import sweep_table

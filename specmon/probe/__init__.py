@@ -1,11 +1,10 @@
-"""The draft/verify timing probe injected into a real SGLang server (see records.py for the
-record schema the probe and the simulator both write).
+"""The draft/verify timing probe injected into a real server (see records.py for the record
+schema the probe and the simulator both write).
 
-The host session asks for two things: ``injection_files()``, the files to copy to
-``<run dir>/probe/`` on the host, and ``launch_env()``, the variables to merge into the server's
-environment. Nothing in SGLang is edited: Python runs the copied ``sitecustomize.py`` in every
-process, and SGLang 0.5.11+ also finds the ``sglang.srt.plugins`` entry point declared by the
-copied ``.dist-info`` folder.
+The in-server hook modules live in ``inject/`` (per server by nature); the backend adds what
+its server needs to find them (its ``probe_targets()``). ``launch_env()`` gives the variables
+to merge into the server's environment. Nothing in the server is edited: Python runs the
+copied ``sitecustomize.py`` in every process.
 """
 
 from __future__ import annotations
@@ -16,20 +15,20 @@ from importlib import resources
 from specmon.errors import UsageError
 
 PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
-PROBE_DIST_INFO = "specmon_probe-1.0.dist-info"
-_INJECTED_MODULES = ("sitecustomize.py", "specmon_probe_hook.py", "specmon_probe_vllm.py")
-
-_DIST_METADATA = "Metadata-Version: 2.1\nName: specmon-probe\nVersion: 1.0\n"
-_ENTRY_POINTS = "[sglang.srt.plugins]\nspecmon_probe = specmon_probe_hook:register_sglang_plugin\n"
 
 
 def injection_files() -> dict[str, bytes]:
-    """Relative path -> content of every file the host session copies to ``<run dir>/probe/``."""
+    """Relative path -> content of the in-server hook modules copied to ``<run dir>/probe/``:
+    ``sitecustomize.py`` and every server's ``specmon_probe_*.py`` (each acts only inside the
+    server whose modules it watches)."""
     package = resources.files("specmon.probe.inject")
-    files = {name: package.joinpath(name).read_bytes() for name in _INJECTED_MODULES}
-    files[f"{PROBE_DIST_INFO}/METADATA"] = _DIST_METADATA.encode()
-    files[f"{PROBE_DIST_INFO}/entry_points.txt"] = _ENTRY_POINTS.encode()
-    return files
+    hooks = sorted(
+        entry.name
+        for entry in package.iterdir()
+        if entry.name.startswith("specmon_probe_") and entry.name.endswith(".py")
+    )
+    names = ["sitecustomize.py", *hooks]
+    return {name: package.joinpath(name).read_bytes() for name in names}
 
 
 def launch_env(probe_dir: str, probe_file: str, existing_pythonpath: str | None) -> dict[str, str]:

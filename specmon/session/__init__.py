@@ -14,6 +14,7 @@ from specmon.errors import UsageError
 from specmon.session.transport import HostKeyError, Transport, TransportError
 
 if TYPE_CHECKING:
+    from specmon.config import Config, HostConfig
     from specmon.session.host import HostSession, SessionOptions
 
 _LAZY = {
@@ -73,7 +74,7 @@ def parse_host(text: str) -> tuple[str | None, str, int | None]:
 
 def open_session(
     host: str,
-    config: Any | None = None,
+    config: Config | None = None,
     *,
     options: SessionOptions | None = None,
     known_hosts: str | None = None,
@@ -84,8 +85,8 @@ def open_session(
     """A HostSession for HOST (not yet started: ``await session.start()``)."""
     from specmon.session.host import HostSession, SessionOptions
 
-    hosts = dict(getattr(config, "hosts", {}) or {})
-    profiles = dict(getattr(config, "profiles", {}) or {})
+    hosts = dict(config.hosts) if config is not None else {}
+    profiles = dict(config.profiles) if config is not None else {}
     options = options or SessionOptions()
     transport: Transport
     host_config = hosts.get(host)
@@ -129,7 +130,7 @@ def open_session(
     )
 
 
-def _state_dir(options: SessionOptions, host_config: Any) -> str:
+def _state_dir(options: SessionOptions, host_config: HostConfig) -> str:
     """A state dir the caller chose (`--state-dir`, a test's private dir) wins over the host's
     configured one, which wins over the built-in default."""
     from specmon.session.host import SessionOptions

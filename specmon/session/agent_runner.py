@@ -10,13 +10,30 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from specmon.events import AgentStatus, GpuSample
-from specmon.session.transport import ConnectionLost
+from specmon.events import AgentStatus, Event, GpuSample
+from specmon.session.helper_client import HelperClient
+from specmon.session.options import GpuAgentKind, SessionOptions
+from specmon.session.transport import ConnectionLost, Transport
 
-if TYPE_CHECKING:
-    from specmon.session.host import HostSession
+
+class AgentHost(Protocol):
+    """What the agent runner needs of the session: its transport and helper, its settings,
+    which agent to run, and where samples go."""
+
+    @property
+    def options(self) -> SessionOptions: ...
+    @property
+    def transport(self) -> Transport: ...
+    @property
+    def helper(self) -> HelperClient: ...
+    @property
+    def agent_kind(self) -> GpuAgentKind: ...
+    @property
+    def sim_gpu_state_path(self) -> str: ...
+    def publish(self, event: Event, at: float | None = None) -> None: ...
+
 
 AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent.py"
 
@@ -36,7 +53,7 @@ def parse_agent_message(line: bytes | str) -> GpuSample | AgentStatus | None:
 
 
 class GpuAgentRunner:
-    def __init__(self, session: HostSession) -> None:
+    def __init__(self, session: AgentHost) -> None:
         self.session = session
         self.state = "stopped"
         self.last_sample: GpuSample | None = None
@@ -52,12 +69,12 @@ class GpuAgentRunner:
             command = [*python, "-m", "specmon.sim.gpu_agent", "--state", s.sim_gpu_state_path]
             command += ["--rate", rate]
         else:
-            remote = f"{s.state_dir}/bin/agent.py"
+            remote = f"{s.helper.state_dir}/bin/agent.py"
             await s.transport.write_file(
                 remote, AGENT_SOURCE.read_bytes(), timeout=opts.call_timeout_s
             )
             command = [*python, remote, "--rate", rate]
-        return [*s._helper, "supervise", "--state-dir", s.state_dir, "--", *command]
+        return s.helper.argv("supervise", "--", *command)
 
     async def run(self) -> None:
         s = self.session

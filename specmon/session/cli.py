@@ -61,8 +61,7 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
         **kwargs,
     )
     if args.state_dir:
-        session.options = replace(session.options, state_dir=args.state_dir)
-        session._state_dir = args.state_dir
+        session.use_state_dir(args.state_dir)
     session.stop_command = stop_command(args)
     return session
 

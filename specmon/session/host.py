@@ -1,9 +1,10 @@
 """HostSession: one connected GPU host, as the console, `watch`, `sweep` and tests see it.
 
-It owns the transport and the remote supervisor (the uploaded helper), reattaches to a live
-run on connect, follows the run's log by byte offset (so a dropped connection loses and repeats
-nothing), polls HTTP, runs the GPU agent, and publishes everything as typed events on one bus.
-Every remote call has a timeout; reconnection backs off exponentially with a cap.
+It owns the transport and the remote helper's client (helper_client.py), reattaches to a live
+run on connect, follows the run's log by byte offset (log_follower.py: a dropped connection
+loses and repeats nothing), polls HTTP, runs the GPU agent, tells failures and hangs
+(failure.py), and publishes everything as typed events on one bus; it never writes into the
+store. Every remote call has a timeout; reconnection backs off exponentially with a cap.
 """
 
 from __future__ import annotations
@@ -11,203 +12,67 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import getpass
-import hashlib
 import json
-import os
 import shlex
-import socket
 import sys
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from specmon.backends import get_backend
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import (
     AgentStatus,
     ConnectionState,
     Event,
-    LogLine,
+    LoadTimes,
     Ready,
     RunInfo,
     RunState,
     ServerError,
-    ServerFailed,
     StopProgress,
 )
-from specmon.secrets import redact_env, shown_spec
 from specmon.session.agent_runner import GpuAgentRunner
-from specmon.session.http import HttpPoller
-from specmon.session.state_dir import checked_state_dir
+from specmon.session.failure import exit_text, failure_event, hang_reason
+from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
+from specmon.session.http import HttpPoller, PollTarget
+from specmon.session.launch_request import launch_payload
+from specmon.session.log_follower import LogFollower
+from specmon.session.options import GpuAgentKind, SessionOptions
+from specmon.session.run_status import RunStatus, StopReport
 from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
-HELPER_NAME = "specmon_helper.py"
-HELPER_SOURCE = Path(__file__).with_name("remote_helper.py")
-DEFAULT_PORT = 30000
-MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
+if TYPE_CHECKING:
+    from specmon.config import Profile
+    from specmon.launch import FlagValue, LaunchSpec
 
-GpuAgentKind = Literal["nvml", "sim", "none"]
-
-
-class RemoteCallError(SpecmonError):
-    """The helper on the host failed or answered nonsense."""
-
-
-class LockBusyError(SpecmonError):
-    """Another console holds the host's launch/stop lock."""
+__all__ = [
+    "HostSession",
+    "LockBusyError",
+    "RemoteCallError",
+    "RunConflictError",
+    "RunStatus",
+    "SessionOptions",
+    "StopReport",
+]
 
 
 class RunConflictError(SpecmonError):
     """A live run appeared that this console neither launched nor reattached."""
 
 
-@dataclass(frozen=True, slots=True)
-class SessionOptions:
-    """Knobs of a host session; every timeout and retry bound lives here."""
-
-    state_dir: str = "~/.local/state/specmon"
-    python: str = "python3"
-    gpu_agent: GpuAgentKind = "nvml"
-    gpu_rate_hz: float = 4.0
-    health_interval_s: float = 2.0  # SGLang's /health runs a 1-token generation: keep it calm
-    http_timeout_s: float = 5.0
-    call_timeout_s: float = 20.0
-    stop_grace_s: float = 30.0
-    kill_wait_s: float = 10.0
-    hang_after_s: float = 300.0  # CUDA-graph capture can be quiet for minutes
-    gpu_idle_mb: float = 2048.0
-    gpu_release_timeout_s: float = 60.0
-    reconnect_max_attempts: int = 100
-    backoff_initial_s: float = 0.5
-    backoff_max_s: float = 30.0
-    follow_interval_s: float = 0.05
-    replay_log_bytes: int = 16 << 20
-    agent_max_failures: int = 5
-    owner: str = field(
-        default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RunStatus:
-    """One run on the host, as the supervisor recorded it."""
-
-    run_id: str
-    profile: str | None
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    pid: int | None
-    pgid: int | None
-    started_at: float | None
-    alive: bool
-    port: int | None
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    ended_at: float | None = None
-    ready_at: float | None = None
-    log_size: int = 0
-    owner: str | None = None
-    run_dir: str | None = None
-    group_left: int = 0  # live processes of the group once the leader has exited
-
-    @property
-    def load_seconds(self) -> float | None:
-        if self.ready_at is None or self.started_at is None:
-            return None
-        return self.ready_at - self.started_at
-
-    @property
-    def state(self) -> str:
-        if self.alive and self.group_left:
-            if self.exit_signal is not None:
-                ended = f"killed by signal {self.exit_signal}"
-            else:
-                ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
-            return f"leader {ended}, {self.group_left} processes of its group still alive"
-        if self.alive:
-            return "ready" if self.ready_at is not None else "running"
-        if self.exit_signal is not None:
-            return f"killed by signal {self.exit_signal}"
-        if self.exit_code is not None:
-            return f"exited {self.exit_code}"
-        return "gone"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "profile": self.profile,
-            "state": self.state,
-            "alive": self.alive,
-            "argv": list(self.argv),
-            "env": self.env,
-            "pid": self.pid,
-            "pgid": self.pgid,
-            "port": self.port,
-            "started_at": self.started_at,
-            "ready_at": self.ready_at,
-            "load_seconds": self.load_seconds,
-            "ended_at": self.ended_at,
-            "exit_code": self.exit_code,
-            "exit_signal": self.exit_signal,
-            "owner": self.owner,
-            "run_dir": self.run_dir,
-            "group_left": self.group_left,
-        }
-
-    @classmethod
-    def from_helper(cls, data: Mapping[str, Any]) -> RunStatus:
-        exit_info = data.get("exit") or {}
-        notes = data.get("annotations") or {}
-        return cls(
-            run_id=str(data["run_id"]),
-            profile=data.get("profile"),
-            argv=tuple(data.get("argv") or ()),
-            env=redact_env(data.get("env") or {}),
-            pid=data.get("pid"),
-            pgid=data.get("pgid"),
-            started_at=data.get("started_at"),
-            alive=bool(data.get("alive")),
-            port=data.get("port"),
-            exit_code=exit_info.get("code"),
-            exit_signal=exit_info.get("signal"),
-            ended_at=exit_info.get("ended_at"),
-            ready_at=notes.get("ready_at"),
-            log_size=int(data.get("log_size") or 0),
-            owner=(data.get("meta") or {}).get("owner"),
-            run_dir=data.get("run_dir"),
-            group_left=int(data.get("group_left") or 0),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class StopReport:
-    run_id: str
-    steps: tuple[tuple[str, float, str | None], ...]
-
-
 @dataclass(slots=True)
 class _Follow:
-    """Where the log tail of the current run stands; survives reconnects."""
+    """The run this session follows: its record, its log follower, and what was reported."""
 
     run: RunStatus
-    log_offset: int = 0
-    probe_offset: int = 0
-    line_start: int = 0
-    partial: bytearray = field(default_factory=bytearray)
-    probe_partial: bytearray = field(default_factory=bytearray)
-    parser: Any = None
-    errors: deque[ServerError] = field(default_factory=lambda: deque(maxlen=20))
+    log: LogFollower
     ended: bool = False
     failed_reported: bool = False
-    last_output: float = field(default_factory=time.monotonic)
-    skip_to_newline: bool = False
     ready_known: bool = False
-    replay_end: int = 0  # on reattach: the log bytes that were written before we came
 
 
 def _backoff(attempt: int, initial: float, cap: float) -> float:
@@ -221,7 +86,7 @@ class HostSession(HostController):
         self,
         transport: Transport,
         *,
-        profiles: Mapping[str, Any] | None = None,
+        profiles: Mapping[str, Profile] | None = None,
         options: SessionOptions | None = None,
         bus: EventBus | None = None,
         stop_server_on_close: bool = False,
@@ -234,9 +99,13 @@ class HostSession(HostController):
         self.options = options or SessionOptions()
         self.bus = bus if bus is not None else EventBus(StateStore())
         self.stop_server_on_close = stop_server_on_close
-        self._profiles: dict[str, Any] = dict(profiles or {})
-        self._helper: list[str] = []
-        self._state_dir: str = self.options.state_dir
+        self._profiles: dict[str, Profile] = dict(profiles or {})
+        self.helper = HelperClient(
+            transport,
+            python=self.options.python,
+            state_dir=self.options.state_dir,
+            call_timeout_s=self.options.call_timeout_s,
+        )
         self._follow: _Follow | None = None
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
@@ -249,7 +118,11 @@ class HostSession(HostController):
         self._background: set[asyncio.Task[None]] = set()  # e.g. ready-time annotations
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
-        self.http = HttpPoller(self)
+        self.http = HttpPoller(
+            self,
+            interval_s=lambda: self.options.health_interval_s,
+            timeout_s=self.options.http_timeout_s,
+        )
         # How the operator runs `specmon stop` for this host (set by the CLI from its own
         # arguments), so refusals print advice that works; "" builds one from the label.
         self.stop_command = ""
@@ -259,7 +132,7 @@ class HostSession(HostController):
     def profiles(self) -> list[str]:
         return sorted(self._profiles)
 
-    def add_profile(self, name: str, profile: Any) -> None:
+    def add_profile(self, name: str, profile: Profile) -> None:
         """Offer ``profile`` under ``name`` from now on (replacing one of that name): a profile
         saved from the console's relaunch form is launchable without restarting specmon."""
         self._profiles[name] = profile
@@ -275,7 +148,7 @@ class HostSession(HostController):
         try:
             await self.transport.connect()
             if not streams:
-                await self._install_helper()
+                await self.helper.install()
                 self._publish(ConnectionState(host=self.host_label, state="connected"))
                 return
             await self._on_connected(first=True)
@@ -311,19 +184,18 @@ class HostSession(HostController):
         self,
         profile: str,
         *,
-        flags: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, FlagValue] | None = None,
+        env: Mapping[str, str | None] | None = None,
     ) -> str:
         try:
             chosen = self._profiles[profile]
         except KeyError:
             known = ", ".join(self.profiles()) or "none"
             raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
-        python = sys.executable if self.transport.is_local else self.options.python
-        spec = chosen.to_launch_spec(flags=flags, env=env, python=python)
+        spec = chosen.to_launch_spec(flags=flags, env=env, python=self.host_python)
         return await self.launch_spec(spec, profile=profile)
 
-    async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made LaunchSpec (validated here), replacing this console's run."""
         spec.validate()
         chosen = self._profiles.get(profile) if profile else None
@@ -331,8 +203,8 @@ class HostSession(HostController):
             runs = await self.status()
             await self._stop_live_runs(runs)
             result = await self._helper_launch(spec, profile, chosen)
-        kind = getattr(chosen, "gpu_agent", None)
-        if kind in ("nvml", "sim", "none") and kind != self._agent_kind:
+        kind = chosen.gpu_agent if chosen is not None else None
+        if kind is not None and kind != self._agent_kind:
             self._agent_kind = kind
             self._restart_task("agent", self.agent.run)
         return result
@@ -365,7 +237,7 @@ class HostSession(HostController):
     # --- status ----------------------------------------------------------------------------
 
     async def status(self) -> list[RunStatus]:
-        reply = await self._call(["status"])
+        reply = await self.helper.call(["status"])
         return [RunStatus.from_helper(r) for r in reply.get("runs", [])]
 
     async def wait_for(self, predicate: Callable[[StateStore], bool], timeout: float) -> StateStore:
@@ -393,8 +265,48 @@ class HostSession(HostController):
             return None
         if self.http.base_url and self.http.run_id == follow.run.run_id:
             return self.http.base_url
-        port = await self.transport.forward_port(follow.run.port or DEFAULT_PORT)
+        port = await self.transport.forward_port(
+            follow.run.port or get_backend(follow.run.backend).default_port
+        )
         return f"http://127.0.0.1:{port}"
+
+    def poll_target(self) -> PollTarget | None:
+        """The followed run, for the HTTP poller (None when none is followed or it ended)."""
+        follow = self._follow
+        if follow is None or follow.ended:
+            return None
+        backend = follow.run.backend
+        port = follow.run.port or get_backend(backend).default_port
+        return PollTarget(run_id=follow.run.run_id, port=port, backend=backend)
+
+    def is_following(self, run_id: str) -> bool:
+        """Whether ``run_id`` is the run followed now and it has not ended."""
+        follow = self._follow
+        return follow is not None and follow.run.run_id == run_id and not follow.ended
+
+    @property
+    def connected(self) -> bool:
+        return self.transport.connected
+
+    @property
+    def is_local(self) -> bool:
+        return self.transport.is_local
+
+    @property
+    def host_python(self) -> str:
+        """The interpreter "{python}" means here: specmon's own on a local host (the demo's
+        simulator runs in it), the configured one on a remote host."""
+        return sys.executable if self.transport.is_local else self.options.python
+
+    def use_state_dir(self, state_dir: str) -> None:
+        """Keep runs under ``state_dir`` on the host (before ``start``)."""
+        self.options = replace(self.options, state_dir=state_dir)
+        self.helper = HelperClient(
+            self.transport,
+            python=self.options.python,
+            state_dir=state_dir,
+            call_timeout_s=self.options.call_timeout_s,
+        )
 
     @property
     def current_run(self) -> RunStatus | None:
@@ -402,7 +314,7 @@ class HostSession(HostController):
 
     @property
     def state_dir(self) -> str:
-        return self._state_dir
+        return self.helper.state_dir
 
     # --- connection ------------------------------------------------------------------------
 
@@ -469,7 +381,7 @@ class HostSession(HostController):
 
     async def _on_connected(self, *, first: bool) -> None:
         self._connected_at = time.monotonic()  # silence while we were away proves nothing
-        runs = await self._install_helper()
+        runs = [RunStatus.from_helper(r) for r in await self.helper.install()]
         self._remember_load_times(runs)
         follow = self._follow
         if follow is not None:
@@ -482,120 +394,16 @@ class HostSession(HostController):
             if live:
                 self._attach(live[-1], reattached=True)
         if first and self._follow is not None and self._follow.run.profile in self._profiles:
-            kind = getattr(self._profiles[self._follow.run.profile], "gpu_agent", None)
-            if kind in ("nvml", "sim", "none"):
-                self._agent_kind = kind
+            self._agent_kind = self._profiles[self._follow.run.profile].gpu_agent
         self._restart_task("agent", self.agent.run)
         self._restart_task("http", self.http.run)
         self._restart_task("watchdog", self._watchdog)
 
-    async def _install_helper(self) -> list[RunStatus]:
-        """Make sure the host runs this exact helper (uploading it only when it differs) and
-        return the runs, all in one round trip when the helper is already there."""
-        source = HELPER_SOURCE.read_bytes()
-        digest = hashlib.sha256(source).hexdigest()
-        base = checked_state_dir(self.options.state_dir)
-        remote = f"{base}/bin/{HELPER_NAME}"
-        python = self.transport.python_argv(self.options.python)
-        self._helper = [*python, remote]
-        reply: dict[str, Any] | None = None
-        with contextlib.suppress(RemoteCallError):
-            reply = await self._call(["hello", "--with-status"], state_dir=base)
-        if reply is None or reply.get("sha256") != digest:
-            await self.transport.write_file(remote, source, timeout=self.options.call_timeout_s)
-            reply = await self._call(["hello", "--with-status"], state_dir=base)
-            if reply.get("sha256") != digest:
-                raise RemoteCallError(
-                    f"the helper on {self.host_label} does not match what was sent "
-                    f"(sha256 {reply.get('sha256')} != {digest})"
-                )
-        self._state_dir = str(reply["state_dir"])
-        self._helper = [*python, f"{self._state_dir}/bin/{HELPER_NAME}"]
-        return [RunStatus.from_helper(r) for r in reply.get("runs", [])]
-
     # --- remote calls ------------------------------------------------------------------------
 
-    async def _call(
-        self,
-        args: Sequence[str],
-        *,
-        input: bytes | None = None,
-        timeout: float | None = None,
-        state_dir: str | None = None,
-    ) -> dict[str, Any]:
-        argv = [
-            *self._helper,
-            args[0],
-            "--state-dir",
-            state_dir or self._state_dir,
-            *args[1:],
-        ]
-        result = await self.transport.run(
-            argv, input=input, timeout=timeout or self.options.call_timeout_s
-        )
-        lines = [ln for ln in result.stdout.decode(errors="replace").splitlines() if ln.strip()]
-        try:
-            reply = json.loads(lines[-1]) if lines else None
-        except ValueError:
-            reply = None
-        if not isinstance(reply, dict):
-            err = result.stderr.decode(errors="replace").strip().splitlines()
-            raise RemoteCallError(
-                f"helper {args[0]} on {self.host_label} failed (exit {result.returncode}): "
-                f"{err[-1] if err else 'no output'}"
-            )
-        if reply.get("ok") is False and "error" in reply:
-            raise RemoteCallError(f"{self.host_label}: {reply['error']}")
-        return reply
-
-    @contextlib.asynccontextmanager
-    async def _host_lock(self, action: str) -> AsyncIterator[None]:
-        """The host-wide lock, held by a helper process for the length of the action."""
-        proc = await self.transport.start(
-            [
-                *self._helper,
-                "hold-lock",
-                "--state-dir",
-                self._state_dir,
-                "--owner",
-                f"{self.options.owner} ({action})",
-            ]
-        )
-        try:
-            line = await asyncio.wait_for(proc.readline(), self.options.call_timeout_s)
-        except asyncio.TimeoutError:
-            await proc.kill()
-            raise RemoteCallError(f"{self.host_label}: the lock helper did not answer") from None
-        except BaseException:
-            # A launch cancelled while waiting for the lock must not leave its holder alive,
-            # or every later launch from any console is refused as "busy".
-            await asyncio.shield(proc.kill())
-            raise
-        try:
-            reply = json.loads(line) if line else {}
-        except ValueError:
-            reply = {}
-        if not reply.get("ok"):
-            await proc.kill()
-            if "owner" in reply:
-                since = reply.get("since")
-                when = (
-                    time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(since))
-                    if isinstance(since, (int, float))
-                    else "an unknown time"
-                )
-                raise LockBusyError(
-                    f"{self.host_label} is busy: {reply.get('owner') or 'another console'} "
-                    f"holds its launch/stop lock since {when}; try again when it is done"
-                )
-            why = reply.get("error") or "the lock helper gave no answer"
-            raise RemoteCallError(f"{self.host_label}: could not take the host lock: {why}")
-        try:
-            yield
-        finally:
-            await proc.close_stdin()
-            if await proc.wait(5.0) is None:
-                await proc.kill()
+    def _host_lock(self, action: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """The host-wide launch/stop lock, taken in this console's name for ``action``."""
+        return self.helper.host_lock(f"{self.options.owner} ({action})")
 
     # --- launch and stop ---------------------------------------------------------------------
 
@@ -631,18 +439,15 @@ class HostSession(HostController):
         self._publish(RunState(run_id=run.run_id, state="stopping"))
         steps: list[tuple[str, float, str | None]] = []
         proc = await self.transport.start(
-            [
-                *self._helper,
+            self.helper.argv(
                 "stop",
-                "--state-dir",
-                self._state_dir,
                 "--run-id",
                 run.run_id,
                 "--grace",
                 str(self._grace_for(run)),
                 "--kill-wait",
                 str(opts.kill_wait_s),
-            ]
+            )
         )
         final: dict[str, Any] = {}
         deadline = time.monotonic() + self._grace_for(run) + opts.kill_wait_s + opts.call_timeout_s
@@ -701,8 +506,7 @@ class HostSession(HostController):
 
     def _grace_for_profile(self, name: str | None) -> float:
         profile = self._profiles.get(name) if name else None
-        grace = getattr(profile, "stop_grace_s", None)
-        return float(grace) if isinstance(grace, (int, float)) else self.options.stop_grace_s
+        return profile.stop_grace_s if profile is not None else self.options.stop_grace_s
 
     async def _drain_follow(self, timeout: float = 10.0) -> None:
         """Let the log tail read the stopped run's last bytes and its exit, then end it."""
@@ -712,55 +516,35 @@ class HostSession(HostController):
                 await asyncio.wait_for(asyncio.shield(task), timeout)
         self._cancel_task("follow")
 
-    async def _helper_launch(self, spec: Any, profile: str | None, chosen: Any) -> str:
-        argv = list(spec.argv)
-        if self.transport.is_local and argv and argv[0] in ("python3", "python"):
-            argv[0] = sys.executable  # the demo's simulator runs in specmon's own interpreter
-        port = _port_of(spec, chosen)
-        payload: dict[str, Any] = {
-            "argv": argv,
-            "env": spec.env_dict(),
-            "record_env": redact_env(spec.env),  # what run.json keeps: secrets as ***
-            "profile": profile,
-            "port": port,
-            "meta": {
-                "owner": self.options.owner,
-                "backend": spec.backend,
-                "spec": shown_spec(spec).to_json(),
-            },
-            "run_env": {"SPECMON_PROBE_FILE": "{run_dir}/probe.jsonl"},
-            "extra_env": {},
-            "prepend_path": {},
-            "files": {},
-        }
-        if self.stop_server_on_close and self.transport.is_local:
+    async def _helper_launch(
+        self, spec: LaunchSpec, profile: str | None, chosen: Profile | None
+    ) -> str:
+        local = self.transport.is_local
+        payload = launch_payload(
+            spec,
+            profile=profile,
+            chosen=chosen,
+            owner=self.options.owner,
+            local_python=sys.executable if local else None,
+            sim_gpu_state_path=(
+                self.sim_gpu_state_path if self._agent_kind_for(chosen) == "sim" else None
+            ),
             # The demo's server must not outlive this process, even if it is killed.
-            payload["tether"] = {
-                "pid": os.getpid(),
-                "ticks": _start_ticks(os.getpid()),
-                "grace": self._grace_for_profile(profile),
-            }
-        if self._agent_kind_for(chosen) == "sim":
-            payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = self.sim_gpu_state_path
-        if getattr(chosen, "probe", False):
-            files = _probe_files()
-            if files:
-                payload["files"] = {
-                    f"probe/{name}": base64.b64encode(data).decode() for name, data in files.items()
-                }
-                payload["prepend_path"]["PYTHONPATH"] = "{run_dir}/probe"
-        reply = await self._call(["launch"], input=json.dumps(payload).encode())
+            tether_grace_s=(
+                self._grace_for_profile(profile) if self.stop_server_on_close and local else None
+            ),
+        )
+        reply = await self.helper.call(["launch"], input=json.dumps(payload).encode())
         run = RunStatus.from_helper({**reply, "alive": True})
         self._attach(run, reattached=False)
         return run.run_id
 
-    def _agent_kind_for(self, chosen: Any) -> GpuAgentKind:
-        kind = getattr(chosen, "gpu_agent", None)
-        return kind if kind in ("nvml", "sim", "none") else self._agent_kind
+    def _agent_kind_for(self, chosen: Profile | None) -> GpuAgentKind:
+        return chosen.gpu_agent if chosen is not None else self._agent_kind
 
     @property
     def sim_gpu_state_path(self) -> str:
-        return f"{self._state_dir}/sim-gpus.json"
+        return f"{self.helper.state_dir}/sim-gpus.json"
 
     @property
     def agent_kind(self) -> GpuAgentKind:
@@ -769,23 +553,21 @@ class HostSession(HostController):
     # --- following a run ---------------------------------------------------------------------
 
     def _attach(self, run: RunStatus, *, reattached: bool) -> None:
-        from specmon.backends import get_backend
-
         self._cancel_task("follow")
-        follow = _Follow(run=run, parser=get_backend("sglang").new_log_parser())
-        follow.ready_known = run.ready_at is not None
-        if reattached:
-            follow.replay_end = run.log_size
-        if reattached and run.log_size > self.options.replay_log_bytes:
-            follow.log_offset = run.log_size - self.options.replay_log_bytes
-            follow.line_start = follow.log_offset
-            follow.skip_to_newline = True
+        parser = get_backend(run.backend).new_log_parser()
+        log = (
+            LogFollower.reattached(parser, run.log_size, self.options.replay_log_bytes)
+            if reattached
+            else LogFollower(parser=parser)
+        )
+        follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None)
         self._follow = follow
         self._stopping_run = None
         self._publish(
             RunInfo(
                 run_id=run.run_id,
                 profile=run.profile,
+                backend=run.backend,
                 argv=run.argv,
                 env=tuple(sorted(run.env.items())),
                 pid=run.pid,
@@ -807,20 +589,17 @@ class HostSession(HostController):
 
     async def _follow_loop(self, follow: _Follow) -> None:
         proc = await self.transport.start(
-            [
-                *self._helper,
+            self.helper.argv(
                 "follow",
-                "--state-dir",
-                self._state_dir,
                 "--run-id",
                 follow.run.run_id,
                 "--log-offset",
-                str(follow.log_offset),
+                str(follow.log.log_offset),
                 "--probe-offset",
-                str(follow.probe_offset),
+                str(follow.log.probe_offset),
                 "--interval",
                 str(self.options.follow_interval_s),
-            ]
+            )
         )
         try:
             while True:
@@ -843,115 +622,77 @@ class HostSession(HostController):
             await proc.kill()
 
     def _on_log_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
-        if offset > follow.log_offset:
-            raise RemoteCallError(f"log gap at byte {follow.log_offset} (got {offset})")
-        if offset < follow.log_offset:
-            data = data[follow.log_offset - offset :]  # already seen before a reconnect
-        if not data:
-            return
         now = time.time()
-        follow.log_offset += len(data)
-        follow.last_output = time.monotonic()
-        if follow.skip_to_newline:
-            cut = data.find(b"\n")
-            if cut < 0:
-                follow.line_start += len(data)
-                return
-            follow.line_start += cut + 1
-            data = data[cut + 1 :]
-            follow.skip_to_newline = False
-        buf = follow.partial
-        buf.extend(data)
-        start = 0
-        while True:
-            end = buf.find(b"\n", start)
-            if end < 0:
-                break
-            text = bytes(buf[start:end]).decode(errors="replace")
-            self._publish(LogLine(text=text, offset=follow.line_start), now)
-            follow.line_start += end + 1 - start
-            start = end + 1
-        del buf[:start]
-        if len(buf) > MAX_PARTIAL_LINE:
-            self._publish(
-                LogLine(text=bytes(buf).decode(errors="replace"), offset=follow.line_start), now
-            )
-            follow.line_start += len(buf)
-            buf.clear()
-        for event in follow.parser.feed(data):
+        for event in follow.log.feed_log(offset, data):
             self._on_server_event(follow, event, now)
-        if follow.replay_end and follow.log_offset >= follow.replay_end:
-            follow.replay_end = 0
-            self._fix_replayed_times(follow.run)
+        if follow.log.replay_finished():
+            self._publish_replayed_times(follow.run)
 
-    def _fix_replayed_times(self, run: RunStatus) -> None:
+    def _publish_replayed_times(self, run: RunStatus) -> None:
         """A replayed log arrives all at once: put the real start (and ready) times back, so
         elapsed time and the ETA are right after a reattach."""
-        loading = self.bus.store.loading
-        if loading.started_at is not None and run.started_at is not None:
-            loading.started_at = run.started_at
-        if loading.ready_at is not None and run.ready_at is not None:
-            loading.ready_at = run.ready_at
+        self._publish(
+            LoadTimes(run_id=run.run_id, started_at=run.started_at, ready_at=run.ready_at)
+        )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
-        if isinstance(event, ServerError):
-            follow.errors.append(event)
         self._publish(event, now)
-        if isinstance(event, Ready) and not follow.ready_known:
-            follow.ready_known = True
-            if follow.replay_end:
-                return  # replayed on reattach: when it became ready is not known here
-            started = follow.run.started_at
-            notes = {"ready_at": now, "load_seconds": now - started if started else None}
+        if not isinstance(event, Ready):
+            return
+        if not follow.ready_known:
+            # A ready line replayed on reattach: the run is ready, but when it became ready
+            # is not known here, so no load time is recorded.
+            self._record_ready(follow, now, late=follow.log.replaying)
+        elif follow.run.ready_late and not follow.log.replaying:
+            # The health endpoint told first; the line seen live gives the load time.
+            self._record_ready(follow, now, late=False)
+
+    def on_healthy(self, run_id: str) -> None:
+        """The health endpoint said ready: a run whose ready line nobody saw (it became
+        ready while no console watched, or its log was cut) is recorded as ready."""
+        follow = self._follow
+        if follow is None or follow.run.run_id != run_id or follow.ready_known:
+            return
+        if follow.log.replaying:
+            return  # the replayed log may still hold the ready line
+        self._record_ready(follow, time.time(), late=True)
+        self._publish(RunState(run_id=run_id, state="ready"))
+
+    def _record_ready(self, follow: _Follow, now: float, *, late: bool) -> None:
+        """Note on the host that the run is ready (and, seen live, its load time)."""
+        follow.ready_known = True
+        started = follow.run.started_at
+        notes: dict[str, Any] = {"ready_at": now, "ready_late": late}
+        if not late:
+            notes["load_seconds"] = now - started if started else None
             if started and follow.run.profile:
                 self._load_times[follow.run.profile] = now - started
-            follow.run = replace(follow.run, ready_at=now)
-            task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        follow.run = replace(follow.run, ready_at=now, ready_late=late)
+        task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
         with contextlib.suppress(SpecmonError):
-            await self._call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+            await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
 
     def _on_probe_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
-        from specmon.probe.records import ProbeWarning, parse_probe_line
-
-        if offset < follow.probe_offset:
-            data = data[follow.probe_offset - offset :]
-        follow.probe_offset += len(data)
-        buf = follow.probe_partial
-        buf.extend(data)
-        *complete, rest = bytes(buf).split(b"\n")
-        buf[:] = rest[-MAX_PARTIAL_LINE:]
         now = time.time()
-        for raw in complete:
-            record = parse_probe_line(raw.decode(errors="replace"))
-            if record is None or isinstance(record, ProbeWarning):
-                continue
-            self._publish(record, now)
+        for event in follow.log.feed_probe(offset, data):
+            self._publish(event, now)
 
     def _on_exit(self, follow: _Follow, info: Mapping[str, Any]) -> None:
         now = time.time()
-        for event in follow.parser.flush():
+        for event in follow.log.finish():
             self._on_server_event(follow, event, now)
-        if follow.partial:
-            self._publish(
-                LogLine(
-                    text=bytes(follow.partial).decode(errors="replace"), offset=follow.line_start
-                ),
-                now,
-            )
-            follow.line_start += len(follow.partial)
-            follow.partial.clear()
         follow.ended = True
         code, sig = info.get("code"), info.get("signal")
         run_id = follow.run.run_id
         follow.run = replace(follow.run, alive=False, exit_code=code, exit_signal=sig)
         if self._stopping_run == run_id:
-            self._publish(RunState(run_id=run_id, state="stopped", detail=_exit_text(code, sig)))
+            self._publish(RunState(run_id=run_id, state="stopped", detail=exit_text(code, sig)))
             return
-        if code == 0 and not follow.errors:
+        if code == 0 and not follow.log.errors:
             self._publish(RunState(run_id=run_id, state="stopped", detail="exited 0"))
             return
         self._report_failure(follow, exit_code=code, signal=sig)
@@ -965,24 +706,18 @@ class HostSession(HostController):
         hung: bool = False,
         reason: str | None = None,
     ) -> None:
-        errors = list(follow.errors)
-        category = errors[0].category if errors else "other"
-        root = tuple(e.message for e in errors)
-        if not root:
-            root = (reason or f"the server {_exit_text(exit_code, signal)} with no error line",)
-        elif reason:
-            root = (*root, reason)
         follow.failed_reported = True
         self._publish(
-            ServerFailed(
-                run_id=follow.run.run_id,
-                category=category,
+            failure_event(
+                follow.run.run_id,
+                follow.log.errors,
+                follow.log.recent,
+                command=" ".join(follow.run.argv) or None,
+                last_phase=self.bus.store.loading.phase,
                 exit_code=exit_code,
                 signal=signal,
-                root_cause=root,
-                command=" ".join(follow.run.argv) or None,
                 hung=hung,
-                last_phase=self.bus.store.loading.phase,
+                reason=reason,
             )
         )
 
@@ -996,17 +731,18 @@ class HostSession(HostController):
                 continue
             if self._stopping_run == follow.run.run_id:
                 continue
-            now = time.monotonic()
-            quiet = now - max(follow.last_output, self._connected_at)
-            no_http = now - max(self.http.last_answer(follow.run.run_id), self._connected_at)
-            if quiet >= limit and no_http >= limit:
+            hung = hang_reason(
+                time.monotonic(),
+                follow.log.last_output,
+                self.http.last_answer(follow.run.run_id),
+                self._connected_at,
+                limit,
+            )
+            if hung is not None:
                 phase = self.bus.store.loading.phase or "start-up"
                 state = "loading" if self.bus.store.run_state == "loading" else "serving"
                 self._report_failure(
-                    follow,
-                    hung=True,
-                    reason=f"no log output and no HTTP answer for {quiet:.0f}s while {state} "
-                    f"(last phase: {phase})",
+                    follow, hung=True, reason=f"{hung} while {state} (last phase: {phase})"
                 )
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -1018,7 +754,7 @@ class HostSession(HostController):
         follow_profile = self._follow.run.profile if self._follow else None
         latest = self._load_times.get(follow_profile) if follow_profile else None
         if latest is not None and self.bus.store.loading.previous_load_seconds is None:
-            self.bus.store.loading.previous_load_seconds = latest
+            self._publish(LoadTimes(previous_load_seconds=latest))
 
     def previous_load_seconds(self, profile: str | None) -> float | None:
         return self._load_times.get(profile) if profile else None
@@ -1027,7 +763,7 @@ class HostSession(HostController):
         if isinstance(event, RunInfo) and not event.reattached:
             previous = self.previous_load_seconds(event.profile)
             if previous is not None:
-                self.bus.store.loading.previous_load_seconds = previous
+                self.bus.publish(LoadTimes(previous_load_seconds=previous), at)
         self.bus.publish(event, at)
 
     def publish(self, event: Event, at: float | None = None) -> None:
@@ -1068,38 +804,3 @@ class HostSession(HostController):
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, 10.0)
-
-
-def _port_of(spec: Any, chosen: Any) -> int:
-    value = spec.flag("port") if hasattr(spec, "flag") else None
-    if value is None:
-        value = getattr(chosen, "port", None)
-    try:
-        return int(value) if value is not None else DEFAULT_PORT
-    except ValueError:
-        return DEFAULT_PORT
-
-
-def _start_ticks(pid: int) -> int | None:
-    """This machine's /proc start time of ``pid`` (what the helper compares against)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2 :].split()[19])
-
-
-def _probe_files() -> dict[str, bytes]:
-    try:
-        from specmon.probe import injection_files  # type: ignore[attr-defined]
-    except ImportError:
-        return {}
-    return dict(injection_files())
-
-
-def _exit_text(code: int | None, sig: int | None) -> str:
-    if sig is not None:
-        return f"was killed by signal {sig}"
-    if code is not None:
-        return f"exited with code {code}"
-    return "ended (exit status unknown)"

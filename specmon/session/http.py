@@ -1,57 +1,63 @@
-"""HTTP to the server's port (through an SSH port forward, or plain localhost): /health and
-/get_server_info on a self-paced loop (one request at a time, so a slow answer never piles
+"""HTTP to the server's port (through an SSH port forward, or plain localhost): health and
+server info (the run's backend names the endpoints) on a self-paced loop (one request at a time, so a slow answer never piles
 requests up), and /metrics scraped with prometheus-client's parser when the server has it."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from specmon.events import HealthStatus, MetricsSnapshot, ServerInfo
+from specmon.events import Event, HealthStatus, MetricsSnapshot, ServerInfo
 
 if TYPE_CHECKING:
-    from specmon.session.host import HostSession
+    from specmon.backends import Backend
 
-INFO_KEYS = (
-    "version",
-    "model_path",
-    "tp_size",
-    "speculative_algorithm",
-    "speculative_draft_model_path",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-    "mem_fraction_static",
-    "max_total_num_tokens",
-    "last_gen_throughput",
-    "avg_spec_accept_length",
-)
-INFO_EVERY = 10  # polls between /get_server_info refreshes once the server answers
+
+@dataclass(frozen=True, slots=True)
+class PollTarget:
+    """The run to poll: its id, its port on the host and its backend's name."""
+
+    run_id: str
+    port: int
+    backend: str
+
+
+class PortForwarder(Protocol):
+    """How the poller reaches a port on the host (an SSH forward, or plain localhost)."""
+
+    async def forward_port(self, remote_port: int) -> int: ...
+    async def close_forward(self, local_port: int) -> None: ...
+
+
+class PolledHost(Protocol):
+    """What the poller needs of the session: the run to poll, whether it is still followed,
+    the way to its port, and where its findings go."""
+
+    @property
+    def transport(self) -> PortForwarder: ...
+    def poll_target(self) -> PollTarget | None: ...
+    def is_following(self, run_id: str) -> bool: ...
+    def publish(self, event: Event, at: float | None = None) -> None: ...
+    def on_healthy(self, run_id: str) -> None: ...
+
+
+INFO_EVERY = 10  # polls between server-info refreshes once the server answers
 METRICS_EVERY = 2  # polls between /metrics scrapes
 
 
-def server_info_values(data: Any) -> tuple[tuple[str, str], ...]:
-    """The fields of /get_server_info the console shows (internal_states[0] flattened in)."""
-    if not isinstance(data, dict):
-        return ()
-    flat = dict(data)
-    states = data.get("internal_states")
-    if isinstance(states, list) and states and isinstance(states[0], dict):
-        flat.update(states[0])
-    return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
-
-
-def metrics_values(text: str) -> tuple[tuple[str, float], ...]:
-    """SGLang's samples from a Prometheus text page, histogram buckets left out."""
+def metrics_values(text: str, backend: Backend) -> tuple[tuple[str, float], ...]:
+    """The backend's samples from a Prometheus text page, histogram buckets left out."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: list[tuple[str, float]] = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if not sample.name.startswith("sglang:") or sample.name.endswith("_bucket"):
+            if not backend.metric_sample_kept(sample.name):
                 continue
             labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
             values.append((f"{sample.name}{{{labels}}}" if labels else sample.name, sample.value))
@@ -59,8 +65,14 @@ def metrics_values(text: str) -> tuple[tuple[str, float], ...]:
 
 
 class HttpPoller:
-    def __init__(self, session: HostSession) -> None:
-        self.session = session
+    """Polls the followed run's health, server info and metrics, one request at a time."""
+
+    def __init__(
+        self, host: PolledHost, *, interval_s: Callable[[], float], timeout_s: float
+    ) -> None:
+        self.host = host
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
         self._answers: dict[str, float] = {}
         self.base_url: str | None = None  # where the poller reaches the current run now
         self.run_id: str | None = None
@@ -72,31 +84,27 @@ class HttpPoller:
     async def run(self) -> None:
         from specmon.backends import get_backend
 
-        s = self.session
-        follow = s._follow
-        if follow is None or follow.ended:
+        target = self.host.poll_target()
+        if target is None:
             return
-        port = follow.run.port or 30000
-        backend = get_backend("sglang")
-        local_port = await s.transport.forward_port(port)
+        backend = get_backend(target.backend)
+        local_port = await self.host.transport.forward_port(target.port)
         base = f"http://127.0.0.1:{local_port}"
-        self.base_url, self.run_id = base, follow.run.run_id
+        self.base_url, self.run_id = base, target.run_id
         try:
-            await self._poll(follow, base, backend)
+            await self._poll(target.run_id, base, backend)
         finally:
             if self.base_url == base:
                 self.base_url = self.run_id = None
-            await s.transport.close_forward(local_port)
+            await self.host.transport.close_forward(local_port)
 
-    async def _poll(self, follow: Any, base: str, backend: Any) -> None:
-        s = self.session
-        run_id = follow.run.run_id
-        interval = s.options.health_interval_s
+    async def _poll(self, run_id: str, base: str, backend: Backend) -> None:
+        host = self.host
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
         polls = 0
-        async with httpx.AsyncClient(timeout=s.options.http_timeout_s, trust_env=False) as client:
-            while not follow.ended:
+        async with httpx.AsyncClient(timeout=self._timeout_s, trust_env=False) as client:
+            while host.is_following(run_id):
                 started = time.monotonic()
                 status: int | None = None
                 try:
@@ -107,28 +115,32 @@ class HttpPoller:
                     pass
                 latency_ms = (time.monotonic() - started) * 1000
                 if status != last_status:
-                    s.publish(HealthStatus(status=status, latency_ms=round(latency_ms, 1)))
+                    host.publish(HealthStatus(status=status, latency_ms=round(latency_ms, 1)))
                     last_status = status
+                if backend.ready_on_health(status):
+                    host.on_healthy(run_id)
                 if status == 200:
-                    if polls % INFO_EVERY == 0:
-                        await self._server_info(client, base + backend.info_path)
+                    if polls % INFO_EVERY == 0 and backend.info_paths:
+                        await self._server_info(client, base + backend.info_paths[0], backend)
                     if metrics_supported is not False and polls % METRICS_EVERY == 0:
-                        metrics_supported = await self._metrics(client, base + "/metrics")
+                        metrics_supported = await self._metrics(
+                            client, base + backend.metrics_path, backend
+                        )
                     polls += 1
                 elapsed = time.monotonic() - started
-                await asyncio.sleep(max(0.05, interval - elapsed))
+                await asyncio.sleep(max(0.05, self._interval_s() - elapsed))
 
-    async def _server_info(self, client: httpx.AsyncClient, url: str) -> None:
+    async def _server_info(self, client: httpx.AsyncClient, url: str, backend: Backend) -> None:
         try:
             response = await client.get(url)
             if response.status_code == 200:
-                values = server_info_values(response.json())
+                values = backend.server_info_values(response.json())
                 if values:
-                    self.session.publish(ServerInfo(values=values))
+                    self.host.publish(ServerInfo(values=values))
         except (httpx.HTTPError, ValueError):
             pass
 
-    async def _metrics(self, client: httpx.AsyncClient, url: str) -> bool | None:
+    async def _metrics(self, client: httpx.AsyncClient, url: str, backend: Backend) -> bool | None:
         try:
             response = await client.get(url)
         except httpx.HTTPError:
@@ -138,9 +150,9 @@ class HttpPoller:
         if response.status_code != 200:
             return None
         try:
-            values = metrics_values(response.text)
+            values = metrics_values(response.text, backend)
         except ValueError:
             return None
         if values:
-            self.session.publish(MetricsSnapshot(values=values))
+            self.host.publish(MetricsSnapshot(values=values))
         return True

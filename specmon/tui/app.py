@@ -21,6 +21,7 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widgets import Input
 
+from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Event, LogLine, Ready, RunInfo, StopProgress
@@ -84,7 +85,7 @@ class SpecmonApp(App[int]):
     def __init__(
         self,
         controller: HostController,
-        config: Any = None,
+        config: Config | None = None,
         *,
         clock: Callable[[], float] = time.time,
         start_controller: bool = True,
@@ -108,14 +109,16 @@ class SpecmonApp(App[int]):
         self._closed = False
         self._ticks = 0
         self._pending_lines: list[LogLine] = []
-        ui = getattr(config, "ui", None)
-        self.redraw_hz = float(getattr(ui, "redraw_hz", None) or DEFAULT_REDRAW_HZ)
+        ui = config.ui if config is not None else None
+        self.redraw_hz = float(ui.redraw_hz if ui is not None else DEFAULT_REDRAW_HZ)
         # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
         self._live_every = max(1, round(self.redraw_hz / LIVE_PANEL_HZ))
         self._themes = load_themes()
         for theme in self._themes:
             self.register_theme(theme)
-        self.theme = resolve_theme_name(getattr(ui, "theme", None), [t.name for t in self._themes])
+        self.theme = resolve_theme_name(
+            ui.theme if ui is not None else None, [t.name for t in self._themes]
+        )
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -273,6 +276,9 @@ class SpecmonApp(App[int]):
             return
         if isinstance(self.screen, RelaunchScreen):
             return
+        if self.config is None:
+            self.notify("No launch profiles: this console has no config.", severity="warning")
+            return
         self.push_screen(RelaunchScreen(self.controller, self.config))
 
     def _sweep_blocks(self, what: str) -> bool:
@@ -290,8 +296,13 @@ class SpecmonApp(App[int]):
             return
         if self.screen is not self.main:
             return
+        if self.config is None:
+            self.notify("No launch profiles: this console has no config.", severity="warning")
+            return
         if self.experiments is None:
-            self.experiments = ExperimentsScreen(self.controller, self.config)
+            self.experiments = ExperimentsScreen(
+                self.controller, self.config, relaunch_busy=lambda: self.relaunch_in_progress
+            )
             self.install_screen(self.experiments, name="experiments")
         self.push_screen("experiments")
 
@@ -410,7 +421,7 @@ def tune_gc_for_console() -> None:
 
 def run_console(
     controller: HostController,
-    config: Any = None,
+    config: Config | None = None,
     *,
     read_only: bool = False,
     beside: Sequence[BesideService] = (),

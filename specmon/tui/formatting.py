@@ -13,18 +13,17 @@ SPARK_CHARS = "▁▂▃▄▅▆▇█"
 BAR_FULL = "█"
 BAR_PARTS = " ▏▎▍▌▋▊▉"
 
-# Flags shown in the header, in order: (label, argv flag or env name).
-KEY_FLAGS: tuple[tuple[str, str], ...] = (
-    ("steps", "--speculative-num-steps"),
-    ("topk", "--speculative-eagle-topk"),
-    ("draft", "--speculative-num-draft-tokens"),
-    ("tp", "--tp"),
-    ("mem", "--mem-fraction-static"),
-    ("PROTO", "NCCL_PROTO"),
-    ("ALGO", "NCCL_ALGO"),
-    ("P2P", "NCCL_P2P_LEVEL"),
+# The backend's key-flag names shown in the header, in order, with their labels.
+KEY_FLAG_LABELS: tuple[tuple[str, str], ...] = (
+    ("steps", "steps"),
+    ("topk", "topk"),
+    ("draft_tokens", "draft"),
+    ("tp", "tp"),
+    ("mem_fraction", "mem"),
+    ("NCCL_PROTO", "PROTO"),
+    ("NCCL_ALGO", "ALGO"),
+    ("NCCL_P2P_LEVEL", "P2P"),
 )
-_FLAG_ALIASES = {"--tp": ("--tp", "--tp-size", "--tensor-parallel-size")}
 
 
 def format_duration(seconds: float | None) -> str:
@@ -89,28 +88,12 @@ def amdahl_gain_percent(draft_ms: float, verify_ms: float, extend_ms: float) -> 
 
 
 def key_flags(run: RunInfo | None) -> list[tuple[str, str]]:
-    """The launch's key flags from its recorded argv and env, as (label, value) pairs."""
+    """The launch's key flags from its recorded argv and env, as (label, value) pairs; the
+    run's backend says which flags those are."""
     if run is None:
         return []
-    argv = list(run.argv)
-    env = dict(run.env)
-    found: list[tuple[str, str]] = []
-    for label, name in KEY_FLAGS:
-        if not name.startswith("--"):
-            if name in env:
-                found.append((label, env[name]))
-            continue
-        value = _flag_value(argv, _FLAG_ALIASES.get(name, (name,)))
-        if value is not None:
-            found.append((label, value))
-    return found
+    from specmon.backends import DEFAULT_BACKEND, get_backend
 
-
-def _flag_value(argv: list[str], names: tuple[str, ...]) -> str | None:
-    for index, token in enumerate(argv):
-        for name in names:
-            if token == name and index + 1 < len(argv):
-                return argv[index + 1]
-            if token.startswith(name + "="):
-                return token[len(name) + 1 :]
-    return None
+    backend = get_backend(run.backend or DEFAULT_BACKEND)
+    values = backend.key_flags(run.argv, dict(run.env))
+    return [(label, values[key]) for key, label in KEY_FLAG_LABELS if values.get(key)]

@@ -1,10 +1,24 @@
-"""Messages the console's screens send to the app: small dataclasses, handled with @on."""
+"""Messages of the console: screens to the app, and a running sweep to the Experiments
+screen; small dataclasses, handled with @on."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from textual.message import Message
+
+from specmon.sweep import (
+    BaselineFound,
+    PointBenchmarking,
+    PointFinished,
+    PointLoading,
+    PointRetrying,
+    PointSkipped,
+    PointStarted,
+    SweepEvent,
+    SweepFinished,
+    SweepStarted,
+)
 
 
 @dataclass
@@ -14,3 +28,75 @@ class RelaunchRequested(Message):
     profile: str
     flags: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str | None] = field(default_factory=dict)
+
+
+# --- a running sweep's progress (specmon.sweep's events), posted to the Experiments screen ---
+
+
+@dataclass
+class SweepBegan(Message):
+    event: SweepStarted
+
+
+@dataclass
+class SweepPointSkipped(Message):
+    """Done in the sweep this one resumes; the result carries its speed-up (baseline known)."""
+
+    event: PointSkipped
+
+
+@dataclass
+class SweepPointStarted(Message):
+    event: PointStarted
+
+
+@dataclass
+class SweepPointLoading(Message):
+    event: PointLoading
+
+
+@dataclass
+class SweepPointBenchmarking(Message):
+    event: PointBenchmarking
+
+
+@dataclass
+class SweepPointRetrying(Message):
+    event: PointRetrying
+
+
+@dataclass
+class SweepPointFinished(Message):
+    """A point done; the result carries its speed-up against the baseline known so far."""
+
+    event: PointFinished
+
+
+@dataclass
+class SweepBaselineFound(Message):
+    """The comparable measured baseline became known: earlier rows gain their speed-ups."""
+
+    event: BaselineFound
+
+
+@dataclass
+class SweepEnded(Message):
+    event: SweepFinished
+
+
+_SWEEP_MESSAGES: dict[type, type[Message]] = {
+    SweepStarted: SweepBegan,
+    PointSkipped: SweepPointSkipped,
+    PointStarted: SweepPointStarted,
+    PointLoading: SweepPointLoading,
+    PointBenchmarking: SweepPointBenchmarking,
+    PointRetrying: SweepPointRetrying,
+    PointFinished: SweepPointFinished,
+    BaselineFound: SweepBaselineFound,
+    SweepFinished: SweepEnded,
+}
+
+
+def sweep_message(event: SweepEvent) -> Message:
+    """The message that carries a sweep event to the screen."""
+    return _SWEEP_MESSAGES[type(event)](event)  # type: ignore[call-arg]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specmon.agent import GpuReading
 from specmon.backends.sglang.parser import SGLangLogParser
+from specmon.config import Profile
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import (
@@ -23,6 +24,8 @@ from specmon.events import (
     RunInfo,
     ServerFailed,
 )
+from specmon.launch import FlagValue, LaunchSpec
+from specmon.session.run_status import RunStatus
 from specmon.store import EventBus
 
 # A copy of the reference transcript (/work/shared/reference/transcripts/), kept beside this
@@ -163,6 +166,8 @@ def failure_event() -> ServerFailed:
 class ReplayController(HostController):
     """Replays a recorded event list into its bus on start; it cannot launch or stop."""
 
+    can_launch = False
+
     def __init__(
         self,
         events: list[tuple[float, Event]],
@@ -189,9 +194,12 @@ class ReplayController(HostController):
         self,
         profile: str,
         *,
-        flags: Mapping[str, str] | None = None,
-        env: Mapping[str, str] | None = None,
+        flags: Mapping[str, FlagValue] | None = None,
+        env: Mapping[str, str | None] | None = None,
     ) -> str:
+        raise SpecmonError("a replayed session cannot launch servers")
+
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         raise SpecmonError("a replayed session cannot launch servers")
 
     async def stop(self) -> None:
@@ -199,3 +207,25 @@ class ReplayController(HostController):
 
     def profiles(self) -> list[str]:
         return list(self._profiles)
+
+    def add_profile(self, name: str, profile: Profile) -> None:
+        self._profiles = sorted({*self._profiles, name})
+
+    @property
+    def current_run(self) -> RunStatus | None:
+        return None
+
+    async def http_base_url(self) -> str | None:
+        return None
+
+    @property
+    def connected(self) -> bool:
+        return True
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def host_python(self) -> str:
+        return "python3"

@@ -1,17 +1,82 @@
-"""SGLang: log parser, launch flag rules and endpoints."""
+"""SGLang: log parser, flag schema and launch rules, form fields, endpoints, metrics, probe."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-from specmon.backends import Backend, LogParser, LogSummary
+from specmon.backends import (
+    Backend,
+    FlagKind,
+    FormField,
+    LogParser,
+    LogSummary,
+    ProbeTargets,
+    Problem,
+    ProfileFields,
+)
+from specmon.flag_grammar import parse_flags, render_flag
+from specmon.nccl import NCCL_FORM_CHOICES
+
+# /server_info fields the console shows (internal_states[0] flattened in).
+INFO_KEYS = (
+    "version",
+    "model_path",
+    "tp_size",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "speculative_num_draft_tokens",
+    "mem_fraction_static",
+    "max_total_num_tokens",
+    "last_gen_throughput",
+    "avg_spec_accept_length",
+)
+
+# Header keys -> the flags that set them (first one found wins).
+_KEY_FLAG_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("steps", ("speculative-num-steps",)),
+    ("topk", ("speculative-eagle-topk",)),
+    ("draft_tokens", ("speculative-num-draft-tokens",)),
+    ("tp", ("tp", "tp-size", "tensor-parallel-size")),
+    ("mem_fraction", ("mem-fraction-static",)),
+)
+
+# Which profile key a launch problem's subject (flag) comes from.
+_PROFILE_KEYS = {
+    "--model-path": ("model_path",),
+    "--speculative-draft-model-path": ("draft_model_path",),
+    "--tp": ("tp",),
+    "--port": ("port",),
+    "--host": ("host_bind",),
+    "--speculative-algorithm": ("speculative", "algorithm"),
+    "--speculative-num-steps": ("speculative", "num_steps"),
+    "--speculative-eagle-topk": ("speculative", "eagle_topk"),
+    "--speculative-num-draft-tokens": ("speculative", "num_draft_tokens"),
+    "--mem-fraction-static": ("mem_fraction_static",),
+}
+
+_LAUNCH_COMMAND = re.compile(r"(^|\s)-m\s+sglang\.launch_server(\s|$)|(^|/)sglang\.launch_server")
 
 
 class SGLangBackend(Backend):
     name = "sglang"
-    launch_module = "sglang.launch_server"
+    display_name = "SGLang"
+    default_command = ("{python}", "-m", "sglang.launch_server")
+    env_prefixes = ("SGLANG_",)
+    default_speculative_algorithm = "EAGLE3"
+    sim_module = "specmon.sim"
+    default_port = 30000
     health_path = "/health"
-    info_path = "/get_server_info"
+    info_paths = ("/get_server_info", "/server_info")
+    metrics_path = "/metrics"
+    metric_prefix = "sglang:"
+    accept_length_metric = "sglang:spec_accept_length"
+    generate_path = "/generate"
+
+    # --- logs --------------------------------------------------------------------------
 
     def new_log_parser(self) -> LogParser:
         from specmon.backends.sglang.parser import SGLangLogParser
@@ -28,7 +93,137 @@ class SGLangBackend(Backend):
 
         return sglang_log_confidence(sample)
 
-    def validate_launch(self, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
-        from specmon.backends.sglang.flags import validate_sglang_launch
+    # --- launch ------------------------------------------------------------------------
 
-        return validate_sglang_launch(args, env)
+    def command_matches(self, command: Sequence[str]) -> bool:
+        return bool(_LAUNCH_COMMAND.search(" ".join(command)))
+
+    def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
+        args: list[str] = [*render_flag("model-path", profile.model_path)]
+        if profile.tp is not None:
+            args += render_flag("tp", str(profile.tp))
+        if profile.host_bind is not None:
+            args += render_flag("host", profile.host_bind)
+        if profile.port is not None:
+            args += render_flag("port", str(profile.port))
+        spec = profile.speculative
+        if spec is not None:
+            args += render_flag("speculative-algorithm", spec.algorithm)
+        if profile.draft_model_path is not None:
+            args += render_flag("speculative-draft-model-path", profile.draft_model_path)
+        if spec is not None:
+            for name, value in (
+                ("speculative-num-steps", spec.num_steps),
+                ("speculative-eagle-topk", spec.eagle_topk),
+                ("speculative-num-draft-tokens", spec.num_draft_tokens),
+            ):
+                if value is not None:
+                    args += render_flag(name, str(value))
+        if profile.mem_fraction_static is not None:
+            args += render_flag("mem-fraction-static", repr(profile.mem_fraction_static))
+        args += profile.extra_args
+        return tuple(args)
+
+    def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
+        return _PROFILE_KEYS.get(subject)
+
+    def flag_kind(self, name: str) -> FlagKind | None:
+        from specmon.backends.sglang.flags import flag_kind
+
+        return flag_kind(name.lstrip("-"))
+
+    def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
+        from specmon.backends.sglang.flags import sglang_launch_problems
+
+        return sglang_launch_problems(args, env)
+
+    def env_value_problem(self, name: str, value: str) -> str | None:
+        from specmon.backends.sglang.flags import env_value_problem
+
+        return env_value_problem(name, value)
+
+    def speculative_algorithms(self) -> tuple[str, ...]:
+        from specmon.backends.sglang.flags import SPECULATIVE_ALGORITHM_VALUES
+
+        return SPECULATIVE_ALGORITHM_VALUES
+
+    def speculation_flags(self, args: Sequence[str]) -> frozenset[str]:
+        return frozenset(
+            item.name for item in parse_flags(args)[0] if item.name.startswith("speculative-")
+        )
+
+    def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for item in parse_flags(args)[0]:
+            values[item.name] = "" if item.value is None else item.value
+        out: dict[str, str] = {"algorithm": values.get("speculative-algorithm") or "off"}
+        for key, names in _KEY_FLAG_NAMES:
+            for name in names:
+                if values.get(name):
+                    out[key] = values[name]
+                    break
+        for name in NCCL_FORM_CHOICES:
+            if name in env:
+                out[name] = env[name]
+        return out
+
+    # --- the relaunch form -------------------------------------------------------------
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("speculative-num-steps", label="num steps"),
+            FormField("speculative-eagle-topk", label="eagle topk"),
+            FormField("speculative-num-draft-tokens", label="draft tokens"),
+            FormField("mem-fraction-static", label="mem fraction"),
+            *(
+                FormField(name, is_env=True, choices=values)
+                for name, values in NCCL_FORM_CHOICES.items()
+            ),
+        )
+
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        algorithm: str | None = self.default_speculative_algorithm
+        if base_args is not None:
+            given = [
+                i.value for i in parse_flags(base_args)[0] if i.name == "speculative-algorithm"
+            ]
+            algorithm = given[-1] if given else None
+        return [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
+
+    def form_fixed_subjects(self) -> frozenset[str]:
+        return frozenset({"--speculative-algorithm", "--speculative-draft-model-path"})
+
+    # --- running -----------------------------------------------------------------------
+
+    def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
+        if not isinstance(data, dict):
+            return ()
+        flat = dict(data)
+        states = data.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            flat.update(states[0])
+        return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
+
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        return {
+            "text": text,
+            "sampling_params": {
+                "max_new_tokens": max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            },
+            "stream": stream,
+        }
+
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        meta = reply.get("meta_info") if isinstance(reply, dict) else None
+        return meta if isinstance(meta, dict) else None
+
+    def generate_text(self, reply: Any) -> str:
+        text = reply.get("text") if isinstance(reply, dict) else None
+        return text if isinstance(text, str) else ""
+
+    def probe_targets(self) -> ProbeTargets | None:
+        from specmon.backends.sglang.probe import injection_files
+
+        return ProbeTargets(files=injection_files())

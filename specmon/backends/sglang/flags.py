@@ -2,8 +2,10 @@
 
 specmon is stricter than SGLang in one place on purpose: where SGLang silently adjusts
 ``--speculative-num-draft-tokens`` to ``num_steps + 1`` for ``topk == 1``, specmon refuses,
-so the run that is recorded is the run that was asked for. Unknown flags pass through
-(SGLang has hundreds); only their grammar is checked.
+so the run that is recorded is the run that was asked for. Flags are checked against SGLang's
+own schema (flag_schema.py): a switch takes no value, a valued flag needs one, and a name
+SGLang does not have is refused with the nearest names (argparse's unambiguous prefixes, such
+as ``--tp`` for ``--tp-size``, are accepted as SGLang accepts them).
 
 Ranges chosen as sane for EAGLE-style decoding: num-steps 1..32, eagle-topk 1..64,
 num-draft-tokens 1..1024, tp 1..64, mem-fraction-static in (0, 1], port 1..65535.
@@ -14,15 +16,13 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from specmon.launch import (
-    NCCL_ALGO_VALUES,
-    NCCL_P2P_LEVEL_VALUES,
-    NCCL_PROTO_VALUES,
-    SPECULATIVE_ALGORITHM_VALUES,
-    parse_flags,
-)
+from specmon.backends import FlagKind, Problem
+from specmon.backends.sglang.flag_schema import BOOLEAN_FLAGS, VALUED_FLAGS
+from specmon.flag_grammar import parse_flags
+from specmon.nccl import did_you_mean, nccl_env_problem
+
+SPECULATIVE_ALGORITHM_VALUES: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 
 NUM_STEPS_RANGE = (1, 32)
 EAGLE_TOPK_RANGE = (1, 64)
@@ -37,21 +37,7 @@ NEEDS_DRAFT_MODEL = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
 TP_FLAGS = ("tp", "tp-size", "tensor-parallel-size")
 DRAFT_MODEL_FLAGS = ("speculative-draft-model-path", "speculative-draft-model")
 
-# NCCL collective names accepted as "op:" prefixes in NCCL_PROTO / NCCL_ALGO (tuning.cc).
-NCCL_OPERATIONS = ("broadcast", "reduce", "allgather", "reducescatter", "allreduce")
-
 _BOOL_ENV_VALUES = ("0", "1", "true", "false", "True", "False", "TRUE", "FALSE")
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One rule broken: ``subject`` is the flag (``--name``) or variable at fault."""
-
-    subject: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.subject}: {self.message}"
 
 
 def validate_sglang_launch(args: Sequence[str], env: Mapping[str, str]) -> list[str]:
@@ -68,6 +54,7 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
         if item.name in values:
             problems.append(Problem(f"--{item.name}", "given more than once; give it once"))
         values[item.name] = item.value
+    problems.extend(_schema_problems([(item.name, item.value) for item in items]))
     problems.extend(_alias_problems(values))
     problems.extend(_speculative_problems(values))
     problems.extend(_server_problems(values))
@@ -203,83 +190,70 @@ def _server_problems(values: Mapping[str, str | None]) -> list[Problem]:
 
 
 def _hint(value: str, choices: Sequence[str]) -> str:
-    upper = {choice.upper(): choice for choice in choices}
-    if value.strip().upper() in upper:
-        return f"; did you mean {upper[value.strip().upper()]!r}?"
-    close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
+    return did_you_mean(value, choices)
 
 
-def nccl_list_problem(
-    value: str, choices: Sequence[str], *, case_sensitive: bool, what: str
-) -> str | None:
-    """Check an NCCL_PROTO/NCCL_ALGO value: a comma list, optionally '^'-negated, optionally
-    in ';'-separated 'op:' sections (e.g. "^LL128;allreduce:LL128"); None when valid."""
-    if not value.strip():
-        return f"is empty; use one of {', '.join(choices)}"
+def flag_kind(name: str) -> FlagKind | None:
+    """``switch``, ``value`` or None, for a name or an unambiguous prefix (as argparse reads)."""
+    full = resolve_flag_name(name)
+    if full is None:
+        return None
+    return "switch" if full in BOOLEAN_FLAGS and full not in VALUED_FLAGS else "value"
 
-    def known(name: str) -> bool:
-        if case_sensitive:
-            return name in choices
-        return name.lower() in {choice.lower() for choice in choices}
 
-    for section in value.split(";"):
-        body = section
-        operation, has_colon, rest = section.partition(":")
-        if has_colon:
-            if operation.strip().lower() not in NCCL_OPERATIONS:
-                return (
-                    f"{operation[:30]!r} is not an NCCL collective; use one of "
-                    f"{', '.join(NCCL_OPERATIONS)} before ':'"
+def resolve_flag_name(name: str) -> str | None:
+    """The SGLang flag ``name`` stands for: itself, or the one flag it is a prefix of."""
+    if name in BOOLEAN_FLAGS or name in VALUED_FLAGS:
+        return name
+    matches = [flag for flag in (*BOOLEAN_FLAGS, *VALUED_FLAGS) if flag.startswith(name)]
+    return matches[0] if len(set(matches)) == 1 else None
+
+
+# Flags whose own rules below say what value they need.
+_RULED_FLAGS = frozenset(
+    {
+        *TP_FLAGS,
+        *DRAFT_MODEL_FLAGS,
+        "speculative-algorithm",
+        "speculative-num-steps",
+        "speculative-eagle-topk",
+        "speculative-num-draft-tokens",
+        "port",
+        "mem-fraction-static",
+        "model-path",
+    }
+)
+
+
+def _schema_problems(items: Sequence[tuple[str, str | None]]) -> list[Problem]:
+    problems: list[Problem] = []
+    known = sorted({*BOOLEAN_FLAGS, *VALUED_FLAGS})
+    for name, value in items:
+        full = resolve_flag_name(name)
+        if full is None:
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+            problems.append(Problem(f"--{name}", f"is not an SGLang flag{hint}"))
+            continue
+        switch = full in BOOLEAN_FLAGS
+        valued = full in VALUED_FLAGS
+        if switch and not valued and value is not None:
+            problems.append(
+                Problem(
+                    f"--{name}",
+                    f"is a switch and takes no value (got {value[:40]!r}); give it bare, "
+                    "or leave it out to turn it off",
                 )
-            body = rest
-        body = body.strip()
-        if body.startswith("^"):
-            body = body[1:]
-        names = [name.strip() for name in body.split(",")]
-        for name in names:
-            if not name:
-                return f"{value[:60]!r} has an empty entry; write e.g. {choices[0]},{choices[1]}"
-            if not known(name):
-                return f"{name[:30]!r} is not a {what}; use one of {', '.join(choices)}" + _hint(
-                    name, choices
-                )
-    return None
+            )
+        elif valued and not switch and value is None and full not in _RULED_FLAGS:
+            problems.append(Problem(f"--{name}", "needs a value"))
+    return problems
 
 
 def env_value_problem(name: str, value: str) -> str | None:
-    """Why a value is wrong for a variable specmon knows (NCCL knobs, simulator settings)."""
-    if name == "NCCL_PROTO":
-        return nccl_list_problem(value, NCCL_PROTO_VALUES, case_sensitive=True, what="protocol")
-    if name == "NCCL_ALGO":
-        return nccl_list_problem(value, NCCL_ALGO_VALUES, case_sensitive=False, what="algorithm")
-    if name == "NCCL_P2P_LEVEL":
-        if value.strip().upper() in NCCL_P2P_LEVEL_VALUES:
-            return None
-        return (
-            f"{value[:30]!r} is not a P2P level; use one of {', '.join(NCCL_P2P_LEVEL_VALUES)}"
-            " (the legacy numbers are not accepted)"
-        )
-    if name in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS"):
-        if re.fullmatch(r"\d{1,4}", value.strip()) and int(value) >= 1:
-            return None
-        return f"{value[:30]!r} is not a positive whole number"
+    """Why a value is wrong for a variable SGLang reads (NCCL's included), or None."""
     if name == "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN":
         if value in _BOOL_ENV_VALUES:
             return None
         return f"{value[:30]!r} is not 1/0/true/false"
-    if name == "SPECMON_SIM_TIME_SCALE":
-        try:
-            scale = float(value)
-        except ValueError:
-            scale = 0.0
-        if 0.0 < scale <= 1000.0:
-            return None
-        return f"{value[:30]!r} is not a positive number (1 = real time, 0.02 = 50x faster)"
-    if name in ("SPECMON_SIM_SHARDS", "SPECMON_SIM_GPUS"):
-        bounds = (1, 100000) if name == "SPECMON_SIM_SHARDS" else (1, 64)
-        text = value.strip()
-        if re.fullmatch(r"\d{1,6}", text) and bounds[0] <= int(text) <= bounds[1]:
-            return None
-        return f"{value[:30]!r} is not a whole number from {bounds[0]} to {bounds[1]}"
-    return None
+    return nccl_env_problem(name, value)

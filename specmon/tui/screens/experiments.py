@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import sys
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -26,23 +26,30 @@ from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Stat
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from specmon.bench.runner import BenchSettings
+from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.ledger import Baseline, Ledger
 from specmon.sweep import (
-    PointBenchmarking,
-    PointFinished,
-    PointLoading,
-    PointRetrying,
-    PointSkipped,
-    PointStarted,
     SweepFinished,
     SweepPlan,
     SweepPoint,
     SweepPointResult,
-    SweepStarted,
+    SweepRunner,
     parse_grid,
     plan_points,
+)
+from specmon.tui.messages import (
+    SweepBaselineFound,
+    SweepBegan,
+    SweepEnded,
+    SweepPointBenchmarking,
+    SweepPointFinished,
+    SweepPointLoading,
+    SweepPointRetrying,
+    SweepPointSkipped,
+    SweepPointStarted,
+    sweep_message,
 )
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.widgets.sweep_plot import SweepPlot, choose_x_axis
@@ -61,15 +68,6 @@ NO_BASELINE = (
     "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
     "shown (tick “baseline first”)"
 )
-
-
-def host_python(controller: HostController) -> str:
-    """The interpreter a profile's "{python}" means on this host (as the session launches)."""
-    transport = getattr(controller, "transport", None)
-    if transport is not None and getattr(transport, "is_local", False):
-        return sys.executable
-    options = getattr(controller, "options", None)
-    return str(getattr(options, "python", None) or "python3")
 
 
 def grid_lines(text: str) -> list[str]:
@@ -97,10 +95,17 @@ class ExperimentsScreen(Screen[None]):
         Binding("ctrl+x", "cancel_sweep", "Cancel sweep…"),
     ]
 
-    def __init__(self, controller: HostController, config: Any) -> None:
+    def __init__(
+        self,
+        controller: HostController,
+        config: Config,
+        *,
+        relaunch_busy: Callable[[], bool] = lambda: False,
+    ) -> None:
         super().__init__()
         self.controller = controller
         self.config = config
+        self._relaunch_busy = relaunch_busy  # the console's relaunch, which a sweep must wait for
         self.plan: SweepPlan | None = None
         self.points: list[SweepPoint] = []
         self.problems: dict[str, str] = {}
@@ -113,8 +118,7 @@ class ExperimentsScreen(Screen[None]):
         self.finished: SweepFinished | None = None
         self.x_name: str | None = None
         self.sweep_worker: Worker[None] | None = None
-        self._cancel_safe = False  # the sweep waits for ready or benchmarks right now
-        self._cancel_pending = False
+        self.runner: SweepRunner | None = None  # the running sweep (it owns cancelling)
         self._ledger: Ledger | None = None
 
     # --- layout ------------------------------------------------------------------------------
@@ -156,9 +160,9 @@ class ExperimentsScreen(Screen[None]):
         run = self.controller.bus.store.run
         if run is not None and run.profile in profiles:
             return run.profile
-        default = getattr(self.config, "default_profile", None)
+        default = self.config.default_profile
         if default in profiles:
-            return str(default)
+            return default
         return profiles[0] if profiles else None
 
     def on_mount(self) -> None:
@@ -225,7 +229,7 @@ class ExperimentsScreen(Screen[None]):
                     baseline=self.query_one("#baseline", Checkbox).value,
                     bench=settings or BenchSettings(),
                 )
-                points = plan_points(self.config, plan, python=host_python(self.controller))
+                points = plan_points(self.config, plan, python=self.controller.host_python)
             except SpecmonError as exc:
                 problems["grid"] = console_grid_message(str(exc))
                 plan, points = None, []
@@ -312,7 +316,7 @@ class ExperimentsScreen(Screen[None]):
         profile = self.query_one("#profile", Select).value
         if not isinstance(profile, str) or profile not in self.config.profiles:
             return None
-        spec = self.config.profiles[profile].to_launch_spec(python=host_python(self.controller))
+        spec = self.config.profiles[profile].to_launch_spec(python=self.controller.host_python)
         model = spec.flag("model-path")
         return str(model) if model else None
 
@@ -329,11 +333,10 @@ class ExperimentsScreen(Screen[None]):
                 "The sweep form has problems; fix the fields marked in red.", severity="error"
             )
             return
-        if not hasattr(self.controller, "launch_spec"):
+        if not self.controller.can_launch:
             self.notify("This console's host cannot launch servers.", severity="error")
             return
-        app_busy = getattr(self.app, "relaunch_in_progress", False)
-        if app_busy:
+        if self._relaunch_busy():
             self.notify(
                 "A relaunch is in progress; start the sweep when it is done.", severity="warning"
             )
@@ -349,19 +352,23 @@ class ExperimentsScreen(Screen[None]):
 
     @work(exclusive=True, group="sweep", exit_on_error=False)
     async def run_sweep(self, plan: SweepPlan, points: list[SweepPoint], ledger: Ledger) -> None:
-        from specmon.sweep import SweepRunner
-
         self.running = True
-        self._cancel_safe = self._cancel_pending = False
         self.results = {}
         self.finished = None
         self.baseline = None
         self.sweep_id = None
         self.x_name = choose_x_axis(plan.axes)
         self._update_controls()
-        runner = SweepRunner(self.controller, ledger, plan, points, on_event=self.on_sweep_event)
+        runner = SweepRunner(
+            self.controller,
+            ledger,
+            plan,
+            points,
+            on_event=lambda event: self.post_message(sweep_message(event)),
+        )
+        self.runner = runner
         # The demo's simulated clients would share the server with the benchmark: pause them.
-        traffic = getattr(self.controller, "traffic", None)
+        traffic = self.controller.traffic
         if traffic is not None:
             await traffic.stop()
         try:
@@ -383,78 +390,91 @@ class ExperimentsScreen(Screen[None]):
             if traffic is not None:
                 traffic.start()
             self.running = False
-            self._cancel_safe = self._cancel_pending = False
+            self.runner = None
             self.current_index = None
             if self.is_mounted:
                 self._update_controls()
 
-    def on_sweep_event(self, event: Any) -> None:
-        """SweepRunner's progress, on the event loop's thread: update the table and plot."""
-        # Waiting for ready and benchmarking may be cancelled; launching and stopping may not.
-        self._cancel_safe = isinstance(event, PointLoading | PointBenchmarking)
-        if self._cancel_safe and self._cancel_pending and self.sweep_worker is not None:
-            self.sweep_worker.cancel()
-        if not self.is_mounted:
-            return
-        table = self.query_one(SweepTable)
-        total = len(self.points)
-        if isinstance(event, SweepStarted):
-            self.sweep_id = event.sweep_id
-            total = len(event.points)
-            names = [axis.name for axis in self.plan.axes] if self.plan else []
-            table.show_points(event.points, names)
-            done = f", resuming: {len(event.done_keys)} already done" if event.resumed else ""
-            self._say(f"Sweep s{event.sweep_id}: {total} points{done}.")
-        elif isinstance(event, PointSkipped):
-            self._finish_point(event.index, event.result, skipped=True)
-        elif isinstance(event, PointStarted):
-            self.current_index = event.index
-            table.set_status(event.index, "loading", "launching")
-            notes = f" ({'; '.join(event.point.notes)})" if event.point.notes else ""
-            self._say(
-                f"Sweep s{self.sweep_id}: point {event.index + 1}/{total}, "
-                f"{event.point.label()}{notes}"
-            )
-        elif isinstance(event, PointLoading):
-            detail = loading_status(event.phase, event.eta_s, event.shards_done, event.shards_total)
-            table.set_status(event.index, "loading", detail)
-        elif isinstance(event, PointBenchmarking):
-            progress = event.progress
-            detail = f"benchmarking ({progress.phase} {progress.done}/{progress.total})"
-            table.set_status(event.index, "benchmarking", detail)
-        elif isinstance(event, PointRetrying):
-            table.set_status(
-                event.index, "retrying", f"connection lost, retrying (attempt {event.attempt})"
-            )
-        elif isinstance(event, PointFinished):
-            self._finish_point(event.index, event.result, skipped=False)
-        elif isinstance(event, SweepFinished):
-            self.finished = event
-            self.baseline = event.baseline
-            table.show_final(event.results, event.baseline is not None)
-            self.query_one(SweepPlot).show(event.results, event.baseline, self.x_name)
-            self.refresh_baseline_line()
-            ok = sum(r.status == "ok" for r in event.results)
-            self._say(
-                f"Sweep s{event.sweep_id} finished: {ok} of {len(event.results)} points ok; "
-                "ranked by tok/s."
-            )
-            self.notify(f"Sweep s{event.sweep_id} finished", title="Experiments")
+    # --- the running sweep's progress (messages posted by its runner) ---------------------
 
-    def _finish_point(self, index: int, result: SweepPointResult, *, skipped: bool) -> None:
-        if self.baseline is None and result.status == "ok" and result.model and self.plan:
-            self.baseline = self.ledger().find_baseline(
-                host=self.plan.host,
-                model=result.model,
-                prompt_set=self.plan.bench.prompt_set,
-                concurrency=self.plan.bench.concurrency,
-            )
-            if self.baseline is not None:  # earlier rows gain their speed-ups now
-                for earlier, kept in list(self.results.items()):
-                    self.results[earlier] = kept.with_baseline(self.baseline)
-                    self._show_result(earlier, self.results[earlier], skipped=False)
-        self.results[index] = result.with_baseline(self.baseline)
-        self._show_result(index, self.results[index], skipped=skipped)
+    @on(SweepBegan)
+    def _sweep_began(self, message: SweepBegan) -> None:
+        event = message.event
+        self.sweep_id = event.sweep_id
+        names = [axis.name for axis in self.plan.axes] if self.plan else []
+        self.query_one(SweepTable).show_points(event.points, names)
+        done = f", resuming: {len(event.done_keys)} already done" if event.resumed else ""
+        self._say(f"Sweep s{event.sweep_id}: {len(event.points)} points{done}.")
+
+    @on(SweepPointSkipped)
+    def _point_skipped(self, message: SweepPointSkipped) -> None:
+        event = message.event
+        self._finish_point(event.index, event.result, event.baseline, skipped=True)
+
+    @on(SweepPointStarted)
+    def _point_started(self, message: SweepPointStarted) -> None:
+        event = message.event
+        self.current_index = event.index
+        self.query_one(SweepTable).set_status(event.index, "loading", "launching")
+        notes = f" ({'; '.join(event.point.notes)})" if event.point.notes else ""
+        self._say(
+            f"Sweep s{self.sweep_id}: point {event.index + 1}/{len(self.points)}, "
+            f"{event.point.label()}{notes}"
+        )
+
+    @on(SweepPointLoading)
+    def _point_loading(self, message: SweepPointLoading) -> None:
+        event = message.event
+        detail = loading_status(event.phase, event.eta_s, event.shards_done, event.shards_total)
+        self.query_one(SweepTable).set_status(event.index, "loading", detail)
+
+    @on(SweepPointBenchmarking)
+    def _point_benchmarking(self, message: SweepPointBenchmarking) -> None:
+        progress = message.event.progress
+        detail = f"benchmarking ({progress.phase} {progress.done}/{progress.total})"
+        self.query_one(SweepTable).set_status(message.event.index, "benchmarking", detail)
+
+    @on(SweepPointRetrying)
+    def _point_retrying(self, message: SweepPointRetrying) -> None:
+        event = message.event
+        self.query_one(SweepTable).set_status(
+            event.index, "retrying", f"connection lost, retrying (attempt {event.attempt})"
+        )
+
+    @on(SweepPointFinished)
+    def _point_finished(self, message: SweepPointFinished) -> None:
+        event = message.event
+        self._finish_point(event.index, event.result, event.baseline, skipped=False)
+
+    @on(SweepBaselineFound)
+    def _baseline_found(self, message: SweepBaselineFound) -> None:
+        self.baseline = message.event.baseline
+        for index, result in message.event.results:  # earlier rows gain their speed-ups
+            self.results[index] = result
+            self._show_result(index, result, skipped=False)
+        self.refresh_baseline_line()
+
+    @on(SweepEnded)
+    def _sweep_ended(self, message: SweepEnded) -> None:
+        event = message.event
+        self.finished = event
+        self.baseline = event.baseline
+        self.query_one(SweepTable).show_final(event.results, event.baseline is not None)
+        self.query_one(SweepPlot).show(event.results, event.baseline, self.x_name)
+        self.refresh_baseline_line()
+        ok = sum(r.status == "ok" for r in event.results)
+        self._say(
+            f"Sweep s{event.sweep_id} finished: {ok} of {len(event.results)} points ok; "
+            "ranked by tok/s."
+        )
+        self.notify(f"Sweep s{event.sweep_id} finished", title="Experiments")
+
+    def _finish_point(
+        self, index: int, result: SweepPointResult, baseline: Baseline | None, *, skipped: bool
+    ) -> None:
+        self.baseline = baseline
+        self.results[index] = result
+        self._show_result(index, result, skipped=skipped)
         ordered = [self.results[i] for i in sorted(self.results)]
         self.query_one(SweepPlot).show(ordered, self.baseline, self.x_name)
         self.refresh_baseline_line()
@@ -488,26 +508,25 @@ class ExperimentsScreen(Screen[None]):
         if answer:
             self.request_cancel()
 
-    def request_cancel(self) -> None:
-        """Cancel now while the point waits for ready or benchmarks; a launch or stop in
-        progress is let finish first (cancelled midway, the host session could keep the host
-        lock), and the sweep is cancelled at the next safe moment."""
+    def request_cancel(self) -> bool:
+        """Ask the runner to cancel (it knows when that is safe); True when done at once."""
         worker = self.sweep_worker
         if worker is None or worker.is_finished:
-            return
-        if self._cancel_safe:
+            return True
+        if self.runner is None:  # not started yet: nothing launched
             worker.cancel()
-            return
-        self._cancel_pending = True
+            return True
+        if self.runner.request_cancel():
+            return True
         self._say("Cancelling once the launch or stop in progress is done…")
+        return False
 
     async def stop_sweep(self) -> None:
         """Cancel a running sweep and wait until it has marked itself interrupted (for quit)."""
         worker = self.sweep_worker
         if worker is None or worker.is_finished:
             return
-        self.request_cancel()
-        if not self._cancel_safe:
+        if not self.request_cancel():
             self.notify("Waiting for the launch or stop in progress, then quitting…")
         with contextlib.suppress(WorkerCancelled, WorkerFailed, asyncio.CancelledError):
             try:

@@ -7,6 +7,7 @@ anything is wrong, so an invalid launch cannot be submitted. A restart costs min
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import replace
 from typing import Any, ClassVar
@@ -19,17 +20,15 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from specmon.backends import DEFAULT_BACKEND, Backend, get_backend
+from specmon.config import Config, Profile
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.launch import (
     FORM_EXTRA_ARGS,
     FORM_EXTRA_ENV,
-    FORM_FIELDS,
-    FORM_FLAG_FIELDS,
-    NCCL_ALGO_VALUES,
-    NCCL_P2P_LEVEL_VALUES,
-    NCCL_PROTO_VALUES,
     LaunchSpec,
+    form_fields,
     form_overrides,
     form_values,
     parse_extra_args,
@@ -38,22 +37,7 @@ from specmon.launch import (
 from specmon.tui.messages import RelaunchRequested
 from specmon.tui.screens.confirm import ConfirmScreen
 
-SELECT_CHOICES: dict[str, tuple[str, ...]] = {
-    "NCCL_PROTO": NCCL_PROTO_VALUES,
-    "NCCL_ALGO": NCCL_ALGO_VALUES,
-    "NCCL_P2P_LEVEL": NCCL_P2P_LEVEL_VALUES,
-}
-FIELD_LABELS: dict[str, str] = {
-    "speculative-num-steps": "num steps",
-    "speculative-eagle-topk": "eagle topk",
-    "speculative-num-draft-tokens": "draft tokens",
-    "mem-fraction-static": "mem fraction",
-    "NCCL_PROTO": "NCCL_PROTO",
-    "NCCL_ALGO": "NCCL_ALGO",
-    "NCCL_P2P_LEVEL": "NCCL_P2P_LEVEL",
-    FORM_EXTRA_ARGS: "extra args",
-    FORM_EXTRA_ENV: "extra env",
-}
+EXTRA_LABELS: dict[str, str] = {FORM_EXTRA_ARGS: "extra args", FORM_EXTRA_ENV: "extra env"}
 UNSET = "(unset)"
 
 
@@ -88,7 +72,7 @@ class RelaunchScreen(ModalScreen[None]):
         Binding("ctrl+s", "submit", "Launch…"),
     ]
 
-    def __init__(self, controller: HostController, config: Any) -> None:
+    def __init__(self, controller: HostController, config: Config) -> None:
         super().__init__()
         self.controller = controller
         self.config = config
@@ -103,6 +87,14 @@ class RelaunchScreen(ModalScreen[None]):
             self.profile_name = self.profile_names[0] if self.profile_names else ""
         self.problems: dict[str, str] = {}
         self.spec: LaunchSpec | None = None
+        # The form's fields, labels and select values are the backend's (docs/backends.md).
+        first = config.profiles.get(self.profile_name)
+        self.backend = get_backend(first.backend if first is not None else DEFAULT_BACKEND)
+        fields = self.backend.form_fields()
+        self.fields: tuple[str, ...] = form_fields(self.backend)
+        self.flag_fields = frozenset(f.name for f in fields if not f.is_env)
+        self.select_choices = {f.name: f.choices for f in fields if f.choices}
+        self.labels = {**{f.name: f.shown_as for f in fields}, **EXTRA_LABELS}
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -118,13 +110,13 @@ class RelaunchScreen(ModalScreen[None]):
                     compact=True,
                     id="profile",
                 )
-            for name in FORM_FIELDS:
+            for name in self.fields:
                 with Horizontal(classes="row"):
-                    yield Label(FIELD_LABELS[name], classes="name")
+                    yield Label(self.labels[name], classes="name")
                     with Vertical():
-                        if name in SELECT_CHOICES:
+                        if name in self.select_choices:
                             yield Select(
-                                [(UNSET, "")] + [(v, v) for v in SELECT_CHOICES[name]],
+                                [(UNSET, "")] + [(v, v) for v in self.select_choices[name]],
                                 allow_blank=False,
                                 compact=True,
                                 id=field_id(name),
@@ -171,7 +163,7 @@ class RelaunchScreen(ModalScreen[None]):
             # port) stay, so relaunching changes only what the operator edits
             extra = list(profile.extra_args)
             for item in running.flag_items():
-                if item.name in FORM_FLAG_FIELDS or running.flag(item.name) == spec.flag(item.name):
+                if item.name in self.flag_fields or running.flag(item.name) == spec.flag(item.name):
                     continue
                 value = running.flag(item.name)
                 extra += [f"--{item.name}"] + ([value] if value else [])
@@ -182,19 +174,21 @@ class RelaunchScreen(ModalScreen[None]):
         self.revalidate()
 
     def set_field(self, name: str, value: str) -> None:
-        if name in SELECT_CHOICES:
+        if name in self.select_choices:
             select = self.query_one("#" + field_id(name), Select)
-            if value and value not in SELECT_CHOICES[name]:
+            if value and value not in self.select_choices[name]:
                 # a profile's own value (a comma list, a ^negation) stays selectable as is
-                select.set_options([(UNSET, ""), (value, value), *_pairs(SELECT_CHOICES[name])])
+                select.set_options(
+                    [(UNSET, ""), (value, value), *_pairs(self.select_choices[name])]
+                )
             select.value = value
         else:
             self.query_one("#" + field_id(name), Input).value = value
 
     def values(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for name in FORM_FIELDS:
-            if name in SELECT_CHOICES:
+        for name in self.fields:
+            if name in self.select_choices:
                 value = self.query_one("#" + field_id(name), Select).value
                 out[name] = "" if value is Select.NULL else str(value)
             else:
@@ -220,7 +214,7 @@ class RelaunchScreen(ModalScreen[None]):
             except SpecmonError as exc:
                 spec_problems = [str(exc)]
         self.problems = problems
-        for name in FORM_FIELDS:
+        for name in self.fields:
             label = self.query_one("#" + field_id(name) + "-problem", Static)
             message = problems.get(name, "")
             label.update(message)
@@ -298,16 +292,14 @@ class RelaunchScreen(ModalScreen[None]):
             return
         profile = self.config.profiles[self.profile_name]
         try:
-            new_profile = profile_from_form(profile, name, self.values())
+            new_profile = profile_from_form(profile, name, self.values(), self.backend)
             path = self.config.source if self.config.source is not None else find_config_path()
             save_profile(path, new_profile)
         except SpecmonError as exc:
             self.notify(str(exc), title="Not saved", severity="error", timeout=15)
             return
         self.config.profiles[name] = new_profile
-        offer = getattr(self.controller, "add_profile", None)
-        if offer is not None:  # the host session keeps its own copy of the profiles
-            offer(name, new_profile)
+        self.controller.add_profile(name, new_profile)  # the session keeps its own copy
         if name not in self.profile_names:
             self.profile_names = sorted([*self.profile_names, name])
             select = self.query_one("#profile", Select)
@@ -317,37 +309,51 @@ class RelaunchScreen(ModalScreen[None]):
         self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
 
 
-def profile_from_form(profile: Any, name: str, values: dict[str, str]) -> Any:
-    """A copy of ``profile`` named ``name`` with the form's settings as its own fields."""
+def profile_from_form(
+    profile: Profile, name: str, values: dict[str, str], backend: Backend
+) -> Profile:
+    """A copy of ``profile`` named ``name`` with the form's settings as its own fields (the
+    backend says which profile key each flag field stands for)."""
     from specmon.config import SpeculativeSettings
     from specmon.launch import parse_extra_env
 
-    def number(key: str) -> int | None:
-        text = values.get(key, "").strip()
-        return int(text) if text else None
-
-    speculative = profile.speculative
-    if speculative is not None or values.get("speculative-num-steps", "").strip():
-        speculative = replace(
-            speculative or SpeculativeSettings(algorithm="EAGLE3"),
-            num_steps=number("speculative-num-steps"),
-            eagle_topk=number("speculative-eagle-topk"),
-            num_draft_tokens=number("speculative-num-draft-tokens"),
-        )
+    changes: dict[str, Any] = {}
+    speculative: dict[str, Any] = {}
     env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
-    for key in SELECT_CHOICES:
-        if values.get(key):
-            env[key] = values[key]
-    mem = values.get("mem-fraction-static", "").strip()
+    for field in backend.form_fields():
+        text = values.get(field.name, "").strip()
+        if field.is_env:
+            if text:
+                env[field.name] = text
+            continue
+        key = backend.profile_key_of(f"--{field.name}")
+        if key is None:
+            continue
+        if len(key) == 2 and key[0] == "speculative":
+            speculative[key[1]] = _number(text)
+        else:
+            changes[key[0]] = _number(text)
+    current = profile.speculative
+    if current is not None or speculative.get("num_steps") is not None:
+        algorithm = backend.default_speculative_algorithm or ""
+        changes["speculative"] = replace(
+            current or SpeculativeSettings(algorithm=algorithm), **speculative
+        )
     return replace(
         profile,
         name=name,
-        speculative=speculative,
-        mem_fraction_static=float(mem) if mem else None,
         extra_args=tuple(parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))),
         env=env,
         description=f"saved from the console, based on {profile.name}",
+        **changes,
     )
+
+
+def _number(text: str) -> int | float | None:
+    """A form field's number: whole numbers as int, others as float, blank as None."""
+    if not text:
+        return None
+    return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
 
 
 def _placeholder(name: str) -> str:

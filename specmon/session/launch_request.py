@@ -1,0 +1,86 @@
+"""The request the remote helper's ``launch`` reads: the exact argv and env of a spec, the
+port, the run record's meta (owner, backend, the spec itself), the timing probe's files, the
+simulated GPUs' state file and the demo's tether. Pure, so it is tested without a host."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specmon.backends import get_backend
+from specmon.secrets import redact_env, shown_spec
+
+if TYPE_CHECKING:
+    from specmon.config import Profile
+    from specmon.launch import LaunchSpec
+
+PROBE_FILE = "{run_dir}/probe.jsonl"  # the helper fills in the run dir
+PROBE_DIR = "{run_dir}/probe"
+
+
+def port_of(spec: LaunchSpec, chosen: Profile | None) -> int:
+    """The port the server listens on: its flag, the profile's, else the backend's default."""
+    value: str | int | None = spec.flag("port")
+    if value is None and chosen is not None:
+        value = chosen.port
+    try:
+        return int(value) if value is not None else get_backend(spec.backend).default_port
+    except ValueError:
+        return get_backend(spec.backend).default_port
+
+
+def launch_payload(
+    spec: LaunchSpec,
+    *,
+    profile: str | None,
+    chosen: Profile | None,
+    owner: str,
+    local_python: str | None = None,
+    sim_gpu_state_path: str | None = None,
+    tether_grace_s: float | None = None,
+) -> dict[str, Any]:
+    """The helper's launch request. ``local_python`` replaces a bare python3/python command
+    word (a local host runs the simulator in specmon's own interpreter); ``tether_grace_s``
+    ties the run to this process (the demo's server must not outlive it, even killed)."""
+    argv = list(spec.argv)
+    if local_python and argv and argv[0] in ("python3", "python"):
+        argv[0] = local_python
+    payload: dict[str, Any] = {
+        "argv": argv,
+        "env": spec.env_dict(),
+        "record_env": redact_env(spec.env),  # what run.json keeps: secrets as ***
+        "profile": profile,
+        "port": port_of(spec, chosen),
+        "meta": {"owner": owner, "backend": spec.backend, "spec": shown_spec(spec).to_json()},
+        "run_env": {"SPECMON_PROBE_FILE": PROBE_FILE},
+        "extra_env": {},
+        "prepend_path": {},
+        "files": {},
+    }
+    if tether_grace_s is not None:
+        payload["tether"] = {
+            "pid": os.getpid(),
+            "ticks": start_ticks(os.getpid()),
+            "grace": tether_grace_s,
+        }
+    if sim_gpu_state_path is not None:
+        payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = sim_gpu_state_path
+    targets = get_backend(spec.backend).probe_targets() if chosen and chosen.probe else None
+    if targets is not None and targets.files:
+        payload["files"] = {
+            f"probe/{name}": base64.b64encode(data).decode() for name, data in targets.files.items()
+        }
+        if targets.pythonpath:
+            payload["prepend_path"]["PYTHONPATH"] = PROBE_DIR
+    return payload
+
+
+def start_ticks(pid: int) -> int | None:
+    """This machine's /proc start time of ``pid`` (what the helper compares against)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rfind(")") + 2 :].split()[19])

@@ -1,0 +1,138 @@
+"""Following a run's log and probe files by byte offset, as a pure step: bytes in, events out.
+
+The host session feeds it the chunks the helper's ``follow`` streams (a chunk may repeat bytes
+already seen after a reconnect, or start mid-line on a reattach that skips an old log's head)
+and publishes what comes back; nothing here touches a connection, so it is unit-tested alone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from specmon.backends import LogParser
+from specmon.errors import SpecmonError
+from specmon.events import Event, LogLine, ServerError
+
+MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
+RECENT_LINES = 40  # the last lines kept for a failure's root cause (argparse errors)
+
+
+class LogGapError(SpecmonError):
+    """A chunk started after the bytes read so far: bytes in between were lost."""
+
+
+@dataclass
+class LogFollower:
+    """Where the log tail of one run stands (it survives reconnects) and the parser state.
+
+    ``replay_end``: on reattach, the log size when we came; the bytes before it are a replay
+    (their arrival time is not when they were written).
+    """
+
+    parser: LogParser
+    log_offset: int = 0
+    probe_offset: int = 0
+    line_start: int = 0
+    partial: bytearray = field(default_factory=bytearray)
+    probe_partial: bytearray = field(default_factory=bytearray)
+    errors: deque[ServerError] = field(default_factory=lambda: deque(maxlen=20))
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_LINES))
+    last_output: float = field(default_factory=time.monotonic)
+    skip_to_newline: bool = False
+    replay_end: int = 0
+
+    @classmethod
+    def reattached(cls, parser: LogParser, log_size: int, replay_bytes: int) -> LogFollower:
+        """A follower for a run that was already running: replay at most ``replay_bytes``
+        of its log, starting at a line boundary."""
+        follower = cls(parser=parser, replay_end=log_size)
+        if log_size > replay_bytes:
+            follower.log_offset = follower.line_start = log_size - replay_bytes
+            follower.skip_to_newline = True
+        return follower
+
+    @property
+    def replaying(self) -> bool:
+        return bool(self.replay_end)
+
+    def feed_log(self, offset: int, data: bytes) -> list[Event]:
+        """A chunk of the log starting at byte ``offset``: its complete lines as LogLine
+        events, then the parser's events. LogGapError when bytes were skipped."""
+        if offset > self.log_offset:
+            raise LogGapError(f"log gap at byte {self.log_offset} (got {offset})")
+        if offset < self.log_offset:
+            data = data[self.log_offset - offset :]  # already seen before a reconnect
+        if not data:
+            return []
+        self.log_offset += len(data)
+        self.last_output = time.monotonic()
+        if self.skip_to_newline:
+            cut = data.find(b"\n")
+            if cut < 0:
+                self.line_start += len(data)
+                return []
+            self.line_start += cut + 1
+            data = data[cut + 1 :]
+            self.skip_to_newline = False
+        events: list[Event] = []
+        buf = self.partial
+        buf.extend(data)
+        start = 0
+        while True:
+            end = buf.find(b"\n", start)
+            if end < 0:
+                break
+            text = bytes(buf[start:end]).decode(errors="replace")
+            self.recent.append(text)
+            events.append(LogLine(text=text, offset=self.line_start))
+            self.line_start += end + 1 - start
+            start = end + 1
+        del buf[:start]
+        if len(buf) > MAX_PARTIAL_LINE:
+            events.append(LogLine(text=bytes(buf).decode(errors="replace"), offset=self.line_start))
+            self.line_start += len(buf)
+            buf.clear()
+        events.extend(self._parsed(self.parser.feed(data)))
+        return events
+
+    def replay_finished(self) -> bool:
+        """True once, when the replayed part of a reattached run's log has been read."""
+        if self.replay_end and self.log_offset >= self.replay_end:
+            self.replay_end = 0
+            return True
+        return False
+
+    def feed_probe(self, offset: int, data: bytes) -> list[Event]:
+        """A chunk of the probe's JSONL file: its timing records (warnings dropped)."""
+        from specmon.probe.records import ProbeWarning, parse_probe_line
+
+        if offset < self.probe_offset:
+            data = data[self.probe_offset - offset :]
+        self.probe_offset += len(data)
+        buf = self.probe_partial
+        buf.extend(data)
+        *complete, rest = bytes(buf).split(b"\n")
+        buf[:] = rest[-MAX_PARTIAL_LINE:]
+        events: list[Event] = []
+        for raw in complete:
+            record = parse_probe_line(raw.decode(errors="replace"))
+            if record is not None and not isinstance(record, ProbeWarning):
+                events.append(record)
+        return events
+
+    def finish(self) -> list[Event]:
+        """The end of the log: what the parser held back, then the unterminated last line."""
+        events = self._parsed(self.parser.flush())
+        if self.partial:
+            text = bytes(self.partial).decode(errors="replace")
+            self.recent.append(text)
+            events.append(LogLine(text=text, offset=self.line_start))
+            self.line_start += len(self.partial)
+            self.partial.clear()
+        return events
+
+    def _parsed(self, events: list[Event]) -> list[Event]:
+        self.errors.extend(e for e in events if isinstance(e, ServerError))
+        return events

@@ -1,0 +1,113 @@
+"""A run on the host as the remote helper recorded it, and the report of a stop."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specmon.backends import DEFAULT_BACKEND
+from specmon.secrets import redact_env
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """One run on the host, as the supervisor recorded it."""
+
+    run_id: str
+    profile: str | None
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    pid: int | None
+    pgid: int | None
+    started_at: float | None
+    alive: bool
+    port: int | None
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    ended_at: float | None = None
+    ready_at: float | None = None
+    log_size: int = 0
+    owner: str | None = None
+    run_dir: str | None = None
+    backend: str = DEFAULT_BACKEND  # recorded at launch; runs from before the record: default
+    ready_late: bool = False  # readiness seen after the fact (replayed log, first /health)
+    group_left: int = 0  # live processes of the group once the leader has exited
+
+    @property
+    def load_seconds(self) -> float | None:
+        if self.ready_at is None or self.started_at is None or self.ready_late:
+            return None
+        return self.ready_at - self.started_at
+
+    @property
+    def state(self) -> str:
+        if self.alive and self.group_left:
+            if self.exit_signal is not None:
+                ended = f"killed by signal {self.exit_signal}"
+            else:
+                ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
+            return f"leader {ended}, {self.group_left} processes of its group still alive"
+        if self.alive:
+            return "ready" if self.ready_at is not None else "running"
+        if self.exit_signal is not None:
+            return f"killed by signal {self.exit_signal}"
+        if self.exit_code is not None:
+            return f"exited {self.exit_code}"
+        return "gone"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "profile": self.profile,
+            "state": self.state,
+            "alive": self.alive,
+            "argv": list(self.argv),
+            "env": self.env,
+            "pid": self.pid,
+            "pgid": self.pgid,
+            "port": self.port,
+            "started_at": self.started_at,
+            "ready_at": self.ready_at,
+            "load_seconds": self.load_seconds,
+            "ended_at": self.ended_at,
+            "exit_code": self.exit_code,
+            "exit_signal": self.exit_signal,
+            "owner": self.owner,
+            "run_dir": self.run_dir,
+            "backend": self.backend,
+            "group_left": self.group_left,
+        }
+
+    @classmethod
+    def from_helper(cls, data: Mapping[str, Any]) -> RunStatus:
+        exit_info = data.get("exit") or {}
+        notes = data.get("annotations") or {}
+        meta = data.get("meta") or {}
+        return cls(
+            run_id=str(data["run_id"]),
+            profile=data.get("profile"),
+            argv=tuple(data.get("argv") or ()),
+            env=redact_env(data.get("env") or {}),
+            pid=data.get("pid"),
+            pgid=data.get("pgid"),
+            started_at=data.get("started_at"),
+            alive=bool(data.get("alive")),
+            port=data.get("port"),
+            exit_code=exit_info.get("code"),
+            exit_signal=exit_info.get("signal"),
+            ended_at=exit_info.get("ended_at"),
+            ready_at=notes.get("ready_at"),
+            log_size=int(data.get("log_size") or 0),
+            owner=meta.get("owner"),
+            run_dir=data.get("run_dir"),
+            backend=str(meta.get("backend") or DEFAULT_BACKEND),
+            ready_late=bool(notes.get("ready_late")),
+            group_left=int(data.get("group_left") or 0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    run_id: str
+    steps: tuple[tuple[str, float, str | None], ...]
