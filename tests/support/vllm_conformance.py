@@ -16,7 +16,7 @@ differs between a 2-core CPU and eight GPUs (timings, throughputs) is only type-
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,11 +62,19 @@ class ConformanceReport:
         return [event.kind for event in self.events]
 
 
-def wait_until_ready(base_url: str, timeout: float, report: ConformanceReport) -> None:
-    """Poll until /health is 200; before that every endpoint must refuse the connection."""
+def wait_until_ready(
+    base_url: str,
+    timeout: float,
+    report: ConformanceReport,
+    alive: Callable[[], bool] | None = None,
+) -> None:
+    """Poll until /health is 200; before that every endpoint must refuse the connection.
+    ``alive`` (where the caller owns the process) stops the wait when the server has died."""
     started = time.monotonic()
     deadline = started + timeout
     while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            raise AssertionError("the server exited before it was ready")
         try:
             health = httpx.get(f"{base_url}/health", timeout=5.0)
         except httpx.ConnectError:
@@ -118,8 +126,11 @@ def metric_names(text: str) -> set[str]:
     return names
 
 
-def complete(base_url: str, model: str, prompt: str, max_tokens: int = 48) -> dict[str, object]:
-    """One greedy completion; its response must have vLLM's OpenAI shape."""
+def complete(
+    base_url: str, model: str, prompt: str | list[int], max_tokens: int = 48
+) -> dict[str, object]:
+    """One greedy completion (of text, or of token ids); its response must have vLLM's
+    OpenAI shape."""
     response = httpx.post(
         f"{base_url}/v1/completions",
         json={
@@ -186,11 +197,16 @@ def wait_for_kinds(log_path: Path, kinds: Iterable[str], timeout: float) -> list
 
 
 def check_vllm_conformance(
-    base_url: str, log_path: Path, *, ready_timeout: float = 600.0, spec_tokens: int = 3
+    base_url: str,
+    log_path: Path,
+    *,
+    ready_timeout: float = 600.0,
+    spec_tokens: int = 3,
+    alive: Callable[[], bool] | None = None,
 ) -> ConformanceReport:
     """The whole body, on a server just started (see the module docstring)."""
     report = ConformanceReport()
-    wait_until_ready(base_url, ready_timeout, report)
+    wait_until_ready(base_url, ready_timeout, report, alive)
     check_ready_endpoints(base_url, report)
     for prompt in PROMPTS:
         complete(base_url, report.model, prompt)
