@@ -584,3 +584,21 @@ def test_cpu_load_without_compilation_ends_at_the_kv_cache() -> None:
     assert kinds(events) == ["load_begin", "weights_loaded", "load_end", "kv_cache"]
     assert events[2] == LoadEnd(ts="12-01 14:00:03")
     assert events[3] == KvCache(ts="12-01 14:00:03", tokens=931840, size_gb=2.0)
+
+
+def test_an_ignored_exception_does_not_hide_a_later_failure() -> None:
+    """Python may print the ignored exception without a traceback; a real traceback later in
+    the same (unprefixed) stream is still the failure."""
+    log = (
+        "Exception ignored in: <function Handle.__del__ at 0x7f>\n"
+        "BrokenPipeError: [Errno 32] Broken pipe\n"
+        "(Worker pid=7) INFO 12-01 14:00:01 [cpu_model_runner.py:68] Starting to load model m...\n"
+        "(Worker pid=7) INFO 12-01 14:00:02 [default_loader.py:501] Loading weights took 0.04 s\n"
+        "(Worker pid=7) INFO 12-01 14:00:03 [default_loader.py:501] Loading weights took 0.01 s\n"
+        "(Worker pid=7) INFO 12-01 14:00:04 [default_loader.py:501] Loading weights took 0.01 s\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "RuntimeError: the real failure\n"
+    )
+    errors = of_kind(parse_bytes(log.encode()), ServerError)
+    assert [e.message for e in errors] == ["RuntimeError: the real failure"]  # type: ignore[attr-defined]

@@ -167,6 +167,7 @@ _TRACEBACK_HEAD = "Traceback (most recent call last)"
 # traceback after it did not stop anything. vLLM 0.32's CPU build prints one, a RecursionError
 # from a GEMM handle's __del__, while it compiles on a cold cache.
 _IGNORED_EXCEPTION = "Exception ignored in"
+_IGNORED_WINDOW_LINES = 3  # its traceback (or bare exception line) follows within these lines
 _CHAIN_LINES = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -382,6 +383,7 @@ class VLLMLogParser(LogParser):
         self._last_engine: dict[str, int | None] = {}
         self._tracebacks: dict[str, _Traceback] = {}
         self._chained: set[str] = set()
+        self._ignored: dict[str, int] = {}  # sources that just printed `Exception ignored in`
         self._after_exception: dict[str, int] = {}
         self._queued: list[Event] = []  # events a line gives after the one it returns
         self._new_run()
@@ -515,8 +517,17 @@ class VLLMLogParser(LogParser):
             self._traceback_line(prefix, message, events)
             return events[0] if events else None
         if message.startswith(_IGNORED_EXCEPTION):
-            self._chained.add(prefix.source)  # its traceback is read but not reported
+            self._ignored[prefix.source] = _IGNORED_WINDOW_LINES
             return None
+        if prefix.source in self._ignored:
+            left = self._ignored.pop(prefix.source)
+            if _TRACEBACK_HEAD in message:  # read, not reported
+                self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, False)
+                return None
+            if _BARE_EXCEPTION.match(message.strip()):
+                return None  # the ignored exception itself, printed without a traceback
+            if left > 1:
+                self._ignored[prefix.source] = left - 1
         if _TRACEBACK_HEAD in message:
             report = prefix.source not in self._chained
             self._chained.discard(prefix.source)
