@@ -36,6 +36,7 @@ from support.vllm_conformance import (
 )
 
 from specmon.backends.vllm import metrics as vllm_metrics
+from specmon.backends.vllm.detect import vllm_log_score
 from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.events import (
@@ -236,6 +237,8 @@ def test_specmon_parse_on_the_real_log(server: RealVLLMServer) -> None:
         record = lines[-1]
         assert {line["kind"] for line in lines} >= {"load_begin", "kv_cache", "ready"}
     assert record["ready"] is True and record["errors"] == 0
+    # `specmon parse` without --backend detects vLLM from the log's first 64 KiB.
+    assert vllm_log_score(server.log_text()[: 64 * 1024]) > 0.9
     assert record["load_seconds"] is not None and record["load_seconds"] > 0
     assert record["shards_total"] == 1 and record["unparsed_decode_like"] == 0
 
