@@ -185,7 +185,26 @@ def test_real_cpu_eagle3_log() -> None:
     assert kinds(events)[:4] == ["load_begin", "shard_progress", "shard_progress", "weights_loaded"]
     # The draft's `1/1` bar after the target's weights is not the target's progress.
     assert [(s.done, s.total) for s in of_kind(events, ShardProgress)] == [(0, 1), (1, 1)]  # type: ignore[attr-defined]
-    assert of_kind(events, KvCache) == [KvCache(ts="12-01 13:36:55", tokens=232960)]  # CPU
+    # The CPU build prints no `Model loading took`: the load ends as the warm-up (the CPU
+    # build's compile) begins; each part's AOT artifact ends its compile, with no time.
+    assert kinds(events)[4:12] == [
+        "weights_loaded",
+        "load_end",
+        "compile_begin",
+        "compile",
+        "compile",
+        "kv_cache",
+        "http_up",
+        "ready",
+    ]
+    assert of_kind(events, LoadEnd) == [LoadEnd(ts="12-01 13:36:19")]
+    assert of_kind(events, CompileBegin) == [CompileBegin(ts="12-01 13:36:19", part=None)]
+    assert of_kind(events, CompileEnd) == [
+        CompileEnd(ts="12-01 13:36:50", part="backbone"),
+        CompileEnd(ts="12-01 13:36:55", part="eagle_head"),
+    ]
+    # `CPU KV cache size`, its GiB from `Explicitly set (1.0/14.71) GiB for KV cache`.
+    assert of_kind(events, KvCache) == [KvCache(ts="12-01 13:36:55", tokens=232960, size_gb=1.0)]
     decodes = of_kind(events, Decode)
     assert [(d.gen_throughput, d.engine) for d in decodes] == [(95.9, 0), (0.0, 0)]  # type: ignore[attr-defined]
     spec = of_kind(events, SpecDecode)[0]
@@ -205,6 +224,9 @@ def test_real_cpu_ngram_log() -> None:
         "shard_progress",
         "shard_progress",
         "weights_loaded",
+        "load_end",
+        "compile_begin",
+        "compile",
         "kv_cache",
         "http_up",
         "ready",
@@ -368,6 +390,12 @@ def test_a_pointer_alone_is_still_an_error() -> None:
         ("RuntimeError: pynccl: ncclCommInitRank failed", "nccl"),
         ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)", "nccl"),
         ("TimeoutError: RPC call to sample_tokens timed out.", "other"),
+        # vLLM 0.32's CPU worker, VLLM_CPU_KVCACHE_SPACE beyond the node's free memory
+        (
+            "ValueError: Available memory on node 0 (10.9/11.0 GiB) on kv cache allocation is "
+            "less than requested memory for kv (64.0 GiB). Decrease --kv-cache-memory-bytes",
+            "oom",
+        ),
     ],
 )
 def test_error_categories(text: str, category: str) -> None:
@@ -508,3 +536,69 @@ def test_a_vllm_decode_shows_its_engine_and_an_sglang_one_does_not() -> None:
     )
     assert with_engine.to_dict()["engine"] == 2 and "engine=2" in repr(with_engine)
     assert with_engine != decode
+
+
+def test_an_exception_ignored_in_del_is_not_an_error() -> None:
+    """A real vLLM 0.32 CPU start on a cold compile cache (tests/logs, its 1,650 repeated
+    frames cut): Python reports a RecursionError raised in a GEMM handle's ``__del__``
+    (`Exception ignored in: ...`) and the server carries on to serve. Not a failure."""
+    events = parse_file(LOGS / "vllm-0.32-cpu-exception-ignored.log")
+    assert of_kind(events, ServerError) == []
+    assert kinds(events) == [
+        "load_begin",
+        "shard_progress",
+        "shard_progress",
+        "weights_loaded",
+        "weights_loaded",
+        "load_end",
+        "compile_begin",
+        "compile",
+        "compile",
+        "kv_cache",
+        "http_up",
+        "ready",
+    ]
+    # The same traceback without Python's `Exception ignored in` line is an error.
+    text = (LOGS / "vllm-0.32-cpu-exception-ignored.log").read_text()
+    unignored = "\n".join(
+        line for line in text.splitlines() if not line.startswith("Exception ignored in")
+    )
+    errors = of_kind(parse_bytes(unignored.encode()), ServerError)
+    assert [e.message for e in errors] == [  # type: ignore[attr-defined]
+        "RecursionError: maximum recursion depth exceeded while calling a Python object"
+    ]
+
+
+def test_cpu_load_without_compilation_ends_at_the_kv_cache() -> None:
+    """--enforce-eager on the CPU build: no warm-up line; the load ends when the KV cache is
+    sized (vLLM sizes it only after the model is loaded)."""
+    log = (
+        "(Worker pid=7) INFO 12-01 14:00:01 [cpu_model_runner.py:68] Starting to load model m...\n"
+        "(Worker pid=7) INFO 12-01 14:00:02 [default_loader.py:501] Loading weights took 0.04 seconds\n"
+        "(Worker pid=7) INFO 12-01 14:00:03 [cpu_worker.py:260] Explicitly set (2.0/10.96) GiB "
+        "for KV cache on node 0.\n"
+        "(EngineCore pid=6) INFO 12-01 14:00:03 [kv_cache_utils.py:2327] CPU KV cache size: "
+        "931,840 tokens, Maximum concurrency for 1,024 tokens per request: 910.00x\n"
+    )
+    events = parse_bytes(log.encode())
+    assert kinds(events) == ["load_begin", "weights_loaded", "load_end", "kv_cache"]
+    assert events[2] == LoadEnd(ts="12-01 14:00:03")
+    assert events[3] == KvCache(ts="12-01 14:00:03", tokens=931840, size_gb=2.0)
+
+
+def test_an_ignored_exception_does_not_hide_a_later_failure() -> None:
+    """Python may print the ignored exception without a traceback; a real traceback later in
+    the same (unprefixed) stream is still the failure."""
+    log = (
+        "Exception ignored in: <function Handle.__del__ at 0x7f>\n"
+        "BrokenPipeError: [Errno 32] Broken pipe\n"
+        "(Worker pid=7) INFO 12-01 14:00:01 [cpu_model_runner.py:68] Starting to load model m...\n"
+        "(Worker pid=7) INFO 12-01 14:00:02 [default_loader.py:501] Loading weights took 0.04 s\n"
+        "(Worker pid=7) INFO 12-01 14:00:03 [default_loader.py:501] Loading weights took 0.01 s\n"
+        "(Worker pid=7) INFO 12-01 14:00:04 [default_loader.py:501] Loading weights took 0.01 s\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "RuntimeError: the real failure\n"
+    )
+    errors = of_kind(parse_bytes(log.encode()), ServerError)
+    assert [e.message for e in errors] == ["RuntimeError: the real failure"]  # type: ignore[attr-defined]

@@ -111,13 +111,22 @@ _MODEL_LOADED = re.compile(
 )
 _COMPILE_BEGIN = re.compile(r"(?:\[(\w+)\] )?Starting torch\.compile")
 _COMPILE_END = re.compile(r"(?:\[(\w+)\] )?torch\.compile (?:takes|take|took) (\d+(?:\.\d+)?) s")
-_KV_MEMORY = re.compile(r"Available KV cache memory: (\d+(?:\.\d+)?) GiB")
+_KV_MEMORY = re.compile(
+    r"Available KV cache memory: (\d+(?:\.\d+)?) GiB"
+    r"|(?:Explicitly|Auto) set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache"  # CPU builds
+)
 _KV_SIZE = re.compile(r"\b[A-Z]{2,4} KV cache size: ([\d,]{1,30}) tokens")
 _SHARDS = re.compile(
     r"[Ss]hards(?: \([^)\n]*\))?: *\d+%[^|\n]*\|(?:[^|\n]*\|)? *(\d{1,9})/(\d{1,9})"
     r"(?: \[([\d:?]*)<([\d:?]*), *([^\]\n]*)\])?"
 )
 _TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
+# CPU builds (0.32) compile during a warm-up and print no `torch.compile took` line: the
+# warm-up's start, then each part's compiled function saved to or loaded from vLLM's cache.
+_WARM_UP_BEGIN = "Warming up model for the compilation"
+_AOT_DONE = re.compile(
+    r"(?:\[(\w+)\] )?(?:saved AOT compiled function to|Directly load AOT compilation from path) "
+)
 _GRAPH_BAR = re.compile(r"Capturing (?:CUDA graph|cudagraphs)")
 _GRAPH_END = re.compile(
     r"Graph capturing finished in (\d+(?:\.\d+)?) secs?(?:, took (-?\d+(?:\.\d+)?) GiB)?"
@@ -127,7 +136,7 @@ _READY = "Application startup complete"
 
 # Lines that may be events; any other line is skipped without a dispatch.
 _HINT = re.compile(
-    r"oad|hards|torch\.compile|KV cache|apturing|Starting vLLM|startup complete|Engine"
+    r"oad|hards|torch\.compile|Warming up|AOT|KV cache|apturing|Starting vLLM|startup complete|Engine"
     r"|Avg prompt|metrics:|Traceback|rror|xception|NCCL|nccl|atchdog|emory|ailed|died"
     r"|root cause|\[shutdown\]|received signal"
 )
@@ -137,6 +146,7 @@ _HINT = re.compile(
 _OOM = re.compile(
     r"No available memory for the cache blocks|KV cache is needed, which is larger than"
     r"|less than desired GPU memory utilization|Free memory on device"
+    r"|less than requested memory for kv"  # CPU builds: VLLM_CPU_KVCACHE_SPACE beyond free RAM
     r"|Failed to load model - not enough GPU memory|CUDA out of memory|OutOfMemoryError"
     r"|CUDA error: out of memory"
 )
@@ -153,6 +163,11 @@ _POINTER = re.compile(
 )
 _BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
 _TRACEBACK_HEAD = "Traceback (most recent call last)"
+# Python's report of an exception raised in __del__ (or another place that cannot raise): the
+# traceback after it did not stop anything. vLLM 0.32's CPU build prints one, a RecursionError
+# from a GEMM handle's __del__, while it compiles on a cold cache.
+_IGNORED_EXCEPTION = "Exception ignored in"
+_IGNORED_WINDOW_LINES = 3  # its traceback (or bare exception line) follows within these lines
 _CHAIN_LINES = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -368,13 +383,16 @@ class VLLMLogParser(LogParser):
         self._last_engine: dict[str, int | None] = {}
         self._tracebacks: dict[str, _Traceback] = {}
         self._chained: set[str] = set()
+        self._ignored: dict[str, int] = {}  # sources that just printed `Exception ignored in`
         self._after_exception: dict[str, int] = {}
+        self._queued: list[Event] = []  # events a line gives after the one it returns
         self._new_run()
 
     def _new_run(self) -> None:
         self._run_done = False  # a load ended or the server came up: a next load_begin restarts
         self._weights_loaded: dict[int | None, int] = {}
         self._drafter = False
+        self._load_open = False  # a load began and no `Model loading took` has ended it yet
         self._last_shard: tuple[int, int] | None = None
         self._target_total: int | None = None
         self._kv_gib: float | None = None
@@ -444,6 +462,9 @@ class VLLMLogParser(LogParser):
                 event = self._line(line)
                 if event is not None:
                     append(event)
+                if self._queued:
+                    events += self._queued
+                    self._queued.clear()
         return events
 
     def _fast_decode(self, line: str, mark: int, stats: re.Match[str]) -> Decode:
@@ -495,6 +516,18 @@ class VLLMLogParser(LogParser):
             events: list[Event] = []
             self._traceback_line(prefix, message, events)
             return events[0] if events else None
+        if message.startswith(_IGNORED_EXCEPTION):
+            self._ignored[prefix.source] = _IGNORED_WINDOW_LINES
+            return None
+        if prefix.source in self._ignored:
+            left = self._ignored.pop(prefix.source)
+            if _TRACEBACK_HEAD in message:  # read, not reported
+                self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, False)
+                return None
+            if _BARE_EXCEPTION.match(message.strip()):
+                return None  # the ignored exception itself, printed without a traceback
+            if left > 1:
+                self._ignored[prefix.source] = left - 1
         if _TRACEBACK_HEAD in message:
             report = prefix.source not in self._chained
             self._chained.discard(prefix.source)
@@ -554,6 +587,7 @@ class VLLMLogParser(LogParser):
             if any(text in message for text in _LOAD_BEGIN):
                 if self._run_done or self._stopping:
                     self._new_run()
+                self._load_open = True
                 return LoadBegin(ts=ts, rank=rank)
             if "Loading drafter model" in message:
                 self._drafter = True
@@ -568,10 +602,12 @@ class VLLMLogParser(LogParser):
             v0_weights = _V0_WEIGHTS.search(message)
             if v0_weights is not None:
                 self._run_done = True
+                self._load_open = False
                 return LoadEnd(ts=ts, rank=rank, mem_usage_gb=float(v0_weights.group(1)))
             loaded = _MODEL_LOADED.search(message)
             if loaded is not None:
                 self._run_done = True
+                self._load_open = False
                 return LoadEnd(
                     ts=ts,
                     rank=rank,
@@ -587,15 +623,23 @@ class VLLMLogParser(LogParser):
             begin = _COMPILE_BEGIN.search(message)
             if begin is not None:
                 return CompileBegin(ts=ts, rank=rank, part=begin.group(1))
+        if _WARM_UP_BEGIN in message:
+            return self._after_load(CompileBegin(ts=ts, rank=rank, part=None))
+        if "AOT" in message:
+            aot = _AOT_DONE.search(message)
+            if aot is not None:  # the CPU build prints no compile time
+                return CompileEnd(ts=ts, rank=rank, part=aot.group(1), seconds=None)
         if "KV cache" in message:
             memory = _KV_MEMORY.search(message)
             if memory is not None:
-                self._kv_gib = float(memory.group(1))
+                self._kv_gib = float(memory.group(1) or memory.group(2))
                 return None
             size = _KV_SIZE.search(message)
             if size is not None:
                 tokens = _int(size.group(1).replace(",", ""))
-                return KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
+                return self._after_load(
+                    KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
+                )
         if "apturing" in message:
             if _GRAPH_BAR.search(message) is not None:
                 if self._capturing:
@@ -620,6 +664,17 @@ class VLLMLogParser(LogParser):
             self._run_done = True
             return Ready(ts=ts or self._last_ts, rank=rank)
         return None
+
+    def _after_load(self, event: Event) -> Event:
+        """``event``, preceded by a ``load_end`` where the load is still open: the CPU build
+        prints no `Model loading took` line; its load has ended once the warm-up (or, with
+        no compilation, the KV cache sizing) begins."""
+        if not self._load_open:
+            return event
+        self._load_open = False
+        self._run_done = True
+        self._queued.append(event)
+        return LoadEnd(ts=event.ts, rank=event.rank)
 
     def _shards(self, match: re.Match[str], ts: str | None, rank: int | None) -> Event | None:
         """The target's shard bar; a bar after the target's weights are read is the draft's."""
