@@ -240,6 +240,7 @@ def parse_agent_line(line: str) -> AgentLine:
 # The tick rows' columns (the header's "tick_rows"), as the agent names them.
 _ROW_FIELDS = frozenset(("timestamp", "index", "util_gpu", "util_mem", "power_w"))
 _FAST_FIELDS = ("util_gpu", "util_mem", "power_w")
+_AGENT_LINE_START = '{"type": '  # how every JSON line of the agent begins
 
 
 def _row_number(cell: str) -> float | None:
@@ -260,22 +261,42 @@ class AgentStream:
     last GPU's row (or a row whose index does not follow, when a GPU's row went missing),
     then become one ``GpuSample`` whose readings are the GPUs' last state with the rows'
     utilisation and power, at the rows' timestamp (UTC). A state line updates what later
-    ticks carry and is returned too. Never raises.
+    ticks carry and is returned too. A row that one of the agent's writes cut in two is put
+    back together. Never raises.
     """
 
     def __init__(self) -> None:
         self.header: AgentHeader | None = None
         self._state: dict[int, GpuReading] = {}
         self._rows: list[dict[str, Any]] = []
+        self._fragment = ""  # the start of a row that one of the agent's writes cut off
 
     def feed(self, line: str) -> list[AgentLine]:
         text = line.strip()
         rows = self.header.tick_rows if self.header is not None else None
-        if rows is not None and text and not text.startswith("{"):
-            return self._row(line, text, rows)
+        if rows is None:
+            return self._json(line)
+        # nvidia-smi writes a row cell by cell (one write(2) per cell, seen under strace on
+        # an H200), and the agent writes whole lines: a write of the agent's can land inside
+        # a row, so its first line then starts with the row's beginning, and the row's end
+        # follows the agent's lines. Rows never hold "{", the agent's lines start with it.
+        cut = text.find(_AGENT_LINE_START)
+        if cut > 0:
+            self._fragment += text[:cut]
+            return self._json(text[cut:])
+        if text.startswith("{"):
+            return self._json(line)
+        if self._fragment:
+            text, self._fragment = self._fragment + text, ""
+            line = text
+        if not text:
+            return [AgentUnreadable(line, "empty line")]
+        return self._row(line, text, rows)
+
+    def _json(self, line: str) -> list[AgentLine]:
         parsed = parse_agent_line(line)
         if isinstance(parsed, AgentHeader):
-            self.header, self._state, self._rows = parsed, {}, []
+            self.header, self._state, self._rows, self._fragment = parsed, {}, [], ""
             return [parsed]
         if isinstance(parsed, AgentState):
             for reading in parsed.gpus:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from specmon import agent
-from specmon.agent import PIPE_BUF, TICK_ROW_FIELDS, GpuReading, state_chunks
+from specmon.agent import PIPE_BUF, TICK_ROW_FIELDS, GpuReading, packed_writes, state_lines
 from specmon.events import GpuSample
 from specmon.gpu_stream import AgentHeader, AgentNotice, AgentStream, AgentUnreadable
 
@@ -185,18 +185,18 @@ def test_report_cpu_counts_the_agent_and_its_nvidia_smi():
 
 
 def test_state_writes_stay_within_pipe_buf_and_hold_whole_lines():
-    """Writes of at most PIPE_BUF bytes are atomic on a pipe: nvidia-smi's rows can then only
-    land between two of them, never inside a line."""
+    """Writes of at most PIPE_BUF bytes are atomic on a pipe: nvidia-smi's cells can then
+    only land between two of them, never inside one of the agent's lines."""
     entries = [
         json.dumps(vars(GpuReading(index=i, processes=tuple((p, 1.0) for p in range(i * 9)))))
         for i in range(8)
     ]
-    chunks = state_chunks(1.5, entries)
+    chunks = packed_writes(state_lines(1.5, entries))
     assert len(chunks) > 1
     assert all(len(chunk) <= PIPE_BUF and chunk.endswith(b"\n") for chunk in chunks)
     lines = b"".join(chunks).decode().splitlines()
     assert [json.loads(line)["gpus"][0]["index"] for line in lines] == list(range(8))
     assert all(json.loads(line)["wall"] == 1.5 for line in lines)
     huge = json.dumps(vars(GpuReading(index=0, processes=tuple((p, 1.0) for p in range(999)))))
-    (alone,) = state_chunks(1.0, [huge])
+    (alone,) = packed_writes(state_lines(1.0, [huge]))
     assert len(alone) > PIPE_BUF  # a line is never cut: it goes out in one write of its own

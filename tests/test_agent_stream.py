@@ -307,3 +307,39 @@ def test_arbitrary_rows_never_raise(lines: list[str]):
         for result in stream.feed(line):
             if isinstance(result, GpuSample):
                 assert all(isinstance(r, GpuReading) for r in result.gpus)
+
+
+def _smi_writes(row: str) -> list[str]:
+    """A row as nvidia-smi writes it: one write(2) per cell, then the newline (strace on an
+    H200: "2026/12/01 14:36:03.063", ", 0", ", 0", ", 0", ", 78.28", "\\n")."""
+    first, *rest = row.split(", ")
+    return [first, *(", " + cell for cell in rest), "\n"]
+
+
+def _lines_of(writes: list[str]) -> list[str]:
+    return "".join(writes).splitlines(keepends=True)
+
+
+def test_a_row_cut_by_the_agents_writes_at_any_point_comes_back_whole():
+    """The agent's writes are whole lines, but nvidia-smi's are cells: the agent's lines may
+    land inside a row at any of its write boundaries, once or twice. The ticks and states
+    read are the same as with nothing cut."""
+    rows = [f"{STAMP}, 0, 10, 1, 100.0", f"{STAMP}, 1, 20, 2, 200.0"]
+    newer = GpuReading(index=1, uuid="GPU-1", mem_used_mb=999.0)
+    block = state_line(2.0, [newer]) + "\n" + message_line("notice", "n") + "\n"
+    clean = [w for row in rows for w in _smi_writes(row)]
+    start = [ROWS_HEADER + "\n", state_line(1.0, STATE) + "\n"]
+
+    def read(writes: list[str]) -> list:
+        return feed_all(AgentStream(), [line.rstrip("\n") for line in _lines_of(start + writes)])
+
+    expected = read([*clean[:6], block, *clean[6:]])  # the block between the two rows
+    assert len(samples(expected)) == 1 and samples(expected)[0].gpus[1].mem_used_mb == 999.0
+    for cut in range(1, 6):  # inside the second row, at each boundary
+        got = read([*clean[: 6 + cut], block, *clean[6 + cut :]])
+        assert got == expected, cut
+    first_row_expected = read([*clean[:6], block, *clean[6:]])
+    for cut in range(1, 6):  # inside the first row, then between the rows again
+        got = read([*clean[:cut], block, *clean[cut:6], block, *clean[6:]])
+        assert samples(got) == samples(first_row_expected), cut
+        assert not [r for r in got if isinstance(r, AgentUnreadable)], cut
