@@ -298,6 +298,12 @@ def contenders(args: argparse.Namespace) -> dict[str, tuple[list[str], bool]]:
         "agent": ([python, str(AGENT), *rate], True),
         f"agent_x{REPEAT_GPUS}": (repeated(str(AGENT), rate), True),
         "agent_report_cpu": ([python, str(AGENT), *rate, "--report-cpu"], True),
+        # the same with the PCIe/NVLink reads only in the warm-up (their share of the cost)
+        "agent_no_links": ([python, str(AGENT), *rate, "--pcie-interval", "3600"], True),
+        f"agent_no_links_x{REPEAT_GPUS}": (
+            repeated(str(AGENT), [*rate, "--pcie-interval", "3600"]),
+            True,
+        ),
         "agent_ticking": ([python, str(AGENT), *ticking], True),
         f"agent_ticking_x{REPEAT_GPUS}": (repeated(str(AGENT), ticking), True),
         "smi_console_fields": (smi_loop(SMI_CONSOLE_FIELDS, RATE_HZ), False),
@@ -342,12 +348,12 @@ def summarise(window: dict[str, Any]) -> dict[str, Any]:
             smi_ms = per_s(smi)
             if smi_ms is not None:
                 parts[smi] = {"fixed": index_ms, "per_gpu": smi_ms - index_ms}
-    for agent_name in ("agent", "agent_ticking", "baseline"):
+    for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
         one, many = per_s(agent_name), per_s(f"{agent_name}_x{REPEAT_GPUS}")
         if one is None or many is None:
             continue
         per_gpu = (many - one) / (REPEAT_GPUS - 1)
-        if agent_name == "agent":
+        if agent_name in ("agent", "agent_no_links"):
             if "smi_row_fields" not in parts:
                 continue
             per_gpu += parts["smi_row_fields"]["per_gpu"]
@@ -380,6 +386,9 @@ def table(label: str, window: dict[str, Any], summary: dict[str, Any]) -> str:
             f"{entry['lines']:>6} {per_line:>8.4f}"
         )
     rows.append("")
+    for name, entry in window.items():
+        if "cpu_report" in entry:
+            rows.append(f"{name} --report-cpu: {json.dumps(entry['cpu_report'])}")
     for key, value in summary.items():
         rows.append(f"{key}: {value}")
     return "\n".join(rows)
