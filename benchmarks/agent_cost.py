@@ -1,10 +1,14 @@
 """What the GPU agent costs in CPU, side by side with nvidia-smi's own loop mode.
 
 Every contender runs as its own long-lived process, all of them at once: specmon's agent at
-4 Hz, `nvidia-smi --query-gpu=... -lms 250` (one process, nvidia-smi's loop mode) on the
-fields the console shows each tick, on only the fields the agent reads every tick, and on
-the index alone (nvidia-smi's fixed part), plus the agent with every real GPU repeated to 8
-entries (8 GPUs' reads, encoding and writes per tick: the per-GPU part). A few seconds after
+4 Hz (its ticks written by the nvidia-smi loop it starts, whose CPU is counted with it), the
+agent ticking itself (`--tick-sampler agent`, the design before), `nvidia-smi
+--query-gpu=... -lms 250` (one process, nvidia-smi's loop mode) on the fields the console
+shows each tick, on the agent's own tick-row fields, on the fields the agent used to read
+every tick, and on the index alone (nvidia-smi's fixed part), plus each agent with every
+real GPU repeated to 8 entries (8 GPUs' NVML reads, state lines and link reads: the agent's
+per-GPU part; nvidia-smi's loop still reads the real GPUs, so its own per-GPU part is
+the row fields' loop less the index loop, added to the agent's). A few seconds after
 the start the benchmark reads each process's CPU time (the sum over its threads of
 /proc/PID/task/*/schedstat, in ns, plus what its finished children used), again after the
 window, and counts the lines each wrote in between: same rate, same window, same machine
@@ -37,12 +41,21 @@ RATE_HZ = 4.0
 # the agent itself reads every tick (memory, temperature and clocks it reads every 2 s).
 SMI_CONSOLE_FIELDS = "index,utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm"
 SMI_TICK_FIELDS = "index,utilization.gpu,utilization.memory,power.draw"
+# The agent's own tick rows (specmon/agent.py SMI_TICK_COLUMNS), in the agent's format.
+SMI_ROW_FIELDS = "timestamp,index,utilization.gpu,utilization.memory,power.draw"
+ROW_FORMAT = "csv,noheader,nounits"
 REPEAT_GPUS = 8
 TARGET_8_GPUS_CORE_PERCENT = 0.1
 
 
-def smi_loop(fields: str, rate: float) -> list[str]:
-    return ["nvidia-smi", f"--query-gpu={fields}", "--format=csv", "-lms", str(round(1000 / rate))]
+def smi_loop(fields: str, rate: float, form: str = "csv") -> list[str]:
+    return [
+        "nvidia-smi",
+        f"--query-gpu={fields}",
+        f"--format={form}",
+        "-lms",
+        str(round(1000 / rate)),
+    ]
 
 
 # --- the agent with its GPUs repeated, run as a process of its own -----------------------------
@@ -78,6 +91,10 @@ def run_repeated_agent(agent_path: Path, repeat: int, argv: list[str]) -> int:
         self._links_thread.start()
 
     module.NvmlSampler.open = open_repeated
+    rows = getattr(module, "SmiTickRows", None)
+    if rows is not None:  # nvidia-smi lists the real GPUs once each: compare with those
+        original_unusable = rows.unusable
+        rows.unusable = lambda self, uuids: original_unusable(self, list(dict.fromkeys(uuids)))
     return int(module.main(argv))
 
 
@@ -123,6 +140,14 @@ def tree_cpu_ns(pid: int) -> int:
     return total
 
 
+def is_agent_tick(line: str) -> bool:
+    """A JSON tick, or the first GPU's row of the agent's nvidia-smi loop (a tick's start)."""
+    if line.startswith('{"type": "tick"'):
+        return True
+    cells = line.split(",")
+    return line[:1].isdigit() and len(cells) > 1 and cells[1].strip() == "0"
+
+
 class Contender:
     """One process under measurement; its stdout lines are counted with their arrival time."""
 
@@ -153,7 +178,7 @@ class Contender:
         for line in self.process.stdout:
             if len(self.first_lines) < 3:
                 self.first_lines.append(line.strip()[:400])
-            if self.gpus_per_line and not line.startswith('{"type": "tick"'):
+            if self.gpus_per_line and not is_agent_tick(line):
                 continue
             if not self.gpus_per_line and not line[:1].isdigit():
                 continue  # nvidia-smi's CSV header
@@ -264,63 +289,87 @@ def contenders(args: argparse.Namespace) -> dict[str, tuple[list[str], bool]]:
     python = sys.executable
     this = str(Path(__file__).resolve())
     rate = ["--rate", f"{RATE_HZ:g}"]
-    report = [*rate, "--report-cpu"]
+    ticking = [*rate, "--tick-sampler", "agent"]
+
+    def repeated(agent: str, argv: list[str]) -> list[str]:
+        return [python, this, "--repeat-agent", agent, str(REPEAT_GPUS), "--", *argv]
+
     out: dict[str, tuple[list[str], bool]] = {
         "agent": ([python, str(AGENT), *rate], True),
-        f"agent_x{REPEAT_GPUS}": (
-            [python, this, "--repeat-agent", str(AGENT), str(REPEAT_GPUS), "--", *rate],
-            True,
-        ),
+        f"agent_x{REPEAT_GPUS}": (repeated(str(AGENT), rate), True),
         "agent_report_cpu": ([python, str(AGENT), *rate, "--report-cpu"], True),
-        f"agent_x{REPEAT_GPUS}_report_cpu": (
-            [python, this, "--repeat-agent", str(AGENT), str(REPEAT_GPUS), "--", *report],
+        # the same with the PCIe/NVLink reads only in the warm-up (their share of the cost)
+        "agent_no_links": ([python, str(AGENT), *rate, "--pcie-interval", "3600"], True),
+        f"agent_no_links_x{REPEAT_GPUS}": (
+            repeated(str(AGENT), [*rate, "--pcie-interval", "3600"]),
             True,
         ),
+        "agent_ticking": ([python, str(AGENT), *ticking], True),
+        f"agent_ticking_x{REPEAT_GPUS}": (repeated(str(AGENT), ticking), True),
         "smi_console_fields": (smi_loop(SMI_CONSOLE_FIELDS, RATE_HZ), False),
+        "smi_row_fields": (smi_loop(SMI_ROW_FIELDS, RATE_HZ, ROW_FORMAT), False),
         "smi_tick_fields": (smi_loop(SMI_TICK_FIELDS, RATE_HZ), False),
         "smi_index_only": (smi_loop("index", RATE_HZ), False),
     }
     if args.baseline is not None:
         base = str(args.baseline.resolve())
         out["baseline"] = ([python, base, *rate], True)
-        out[f"baseline_x{REPEAT_GPUS}"] = (
-            [python, this, "--repeat-agent", base, str(REPEAT_GPUS), "--", *rate],
-            True,
-        )
+        out[f"baseline_x{REPEAT_GPUS}"] = (repeated(base, rate), True)
     if args.fallback:
         out["agent_smi_fallback"] = ([python, str(AGENT), *rate, "--source", "nvidia-smi"], True)
     return out
 
 
 def summarise(window: dict[str, Any]) -> dict[str, Any]:
-    """Ratios to the nvidia-smi loops and the agent's fixed and per-GPU parts."""
+    """Ratios to the nvidia-smi loops, and fixed and per-GPU parts of each (ms CPU per s).
+
+    nvidia-smi: per GPU = its loop on the fields less its loop on the index, fixed = the
+    index loop. The agent ticking itself: per GPU = (8 entries - 1 GPU) / 7, fixed = 1 GPU
+    less per GPU. The agent with nvidia-smi's rows: the same from its repeated run (whose
+    nvidia-smi still reads one GPU) plus nvidia-smi's per-GPU part for the row fields."""
 
     def per_s(name: str) -> float | None:
         entry = window.get(name, {})
         return entry.get("cpu_ms_per_s")
 
     out: dict[str, Any] = {}
-    for agent_name in ("agent", "baseline", "agent_smi_fallback"):
+    for agent_name in ("agent", "agent_ticking", "baseline", "agent_smi_fallback"):
         agent_ms = per_s(agent_name)
         if agent_ms is None:
             continue
-        for smi in ("smi_console_fields", "smi_tick_fields", "smi_index_only"):
+        for smi in ("smi_console_fields", "smi_row_fields", "smi_tick_fields", "smi_index_only"):
             smi_ms = per_s(smi)
             if smi_ms:
                 out[f"{agent_name}/{smi}"] = round(agent_ms / smi_ms, 3)
-    for agent_name in ("agent", "baseline"):
+    index_ms = per_s("smi_index_only")
+    parts: dict[str, dict[str, float]] = {}
+    if index_ms is not None:
+        for smi in ("smi_console_fields", "smi_row_fields", "smi_tick_fields"):
+            smi_ms = per_s(smi)
+            if smi_ms is not None:
+                parts[smi] = {"fixed": index_ms, "per_gpu": smi_ms - index_ms}
+    for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
         one, many = per_s(agent_name), per_s(f"{agent_name}_x{REPEAT_GPUS}")
         if one is None or many is None:
             continue
         per_gpu = (many - one) / (REPEAT_GPUS - 1)
-        fixed = one - per_gpu
-        out[f"{agent_name}_parts_ms_per_s"] = {
-            "fixed": round(fixed, 4),
-            "per_gpu": round(per_gpu, 4),
-            f"{REPEAT_GPUS}_gpus": round(many, 4),
-            f"{REPEAT_GPUS}_gpus_core_percent": round(many / 10, 4),
-            f"{REPEAT_GPUS}_gpus_target_met": many / 10 <= TARGET_8_GPUS_CORE_PERCENT,
+        if agent_name in ("agent", "agent_no_links"):
+            if "smi_row_fields" not in parts:
+                continue
+            per_gpu += parts["smi_row_fields"]["per_gpu"]
+        parts[agent_name] = {"fixed": one - per_gpu, "per_gpu": per_gpu}
+    for name, part in parts.items():
+        eight = part["fixed"] + REPEAT_GPUS * part["per_gpu"]
+        out[f"{name}_parts_ms_per_s"] = {
+            "fixed": round(part["fixed"], 4),
+            "per_gpu": round(part["per_gpu"], 4),
+            f"{REPEAT_GPUS}_gpus": round(eight, 4),
+            f"{REPEAT_GPUS}_gpus_core_percent": round(eight / 10, 4),
+            f"{REPEAT_GPUS}_gpus_target_met": eight / 10 <= TARGET_8_GPUS_CORE_PERCENT,
         }
+    if "agent" in parts and "smi_console_fields" in parts:
+        agent_gpu, smi_gpu = parts["agent"]["per_gpu"], parts["smi_console_fields"]["per_gpu"]
+        out["agent_per_gpu_at_or_below_smi_console_fields"] = agent_gpu <= smi_gpu
     return out
 
 
@@ -337,6 +386,9 @@ def table(label: str, window: dict[str, Any], summary: dict[str, Any]) -> str:
             f"{entry['lines']:>6} {per_line:>8.4f}"
         )
     rows.append("")
+    for name, entry in window.items():
+        if "cpu_report" in entry:
+            rows.append(f"{name} --report-cpu: {json.dumps(entry['cpu_report'])}")
     for key, value in summary.items():
         rows.append(f"{key}: {value}")
     return "\n".join(rows)

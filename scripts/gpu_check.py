@@ -36,6 +36,8 @@ from specmon.agent import (  # noqa: E402
     SMI_FORMAT,
     reading_from_dict,
 )
+from specmon.events import GpuSample  # noqa: E402
+from specmon.gpu_stream import AgentStream  # noqa: E402
 
 MIB = 1024.0 * 1024.0
 
@@ -65,11 +67,15 @@ print(json.dumps({"event": "done", "wall": time.time()}), flush=True)
 
 
 class LineCollector:
-    """Reads a child's stdout on a thread, keeping (wall time received, parsed JSON or text)."""
+    """Reads a child's stdout on a thread, keeping (wall time received, parsed JSON or text).
+
+    The agent's nvidia-smi tick rows are kept as text and, once the console's reader
+    (specmon.gpu_stream.AgentStream) completes a tick of them, as that tick's JSON dict."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
         self.process = process
         self.lines: list[tuple[float, Any]] = []
+        self._stream = AgentStream()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -80,7 +86,13 @@ class LineCollector:
                 item: Any = json.loads(line)
             except ValueError:
                 item = line.rstrip("\n")
-            self.lines.append((time.time(), item))
+            now = time.time()
+            self.lines.append((now, item))
+            for parsed in self._stream.feed(line):
+                if isinstance(parsed, GpuSample) and not isinstance(item, dict):
+                    tick = {"type": "tick", "wall": parsed.wall}
+                    tick["gpus"] = [vars(reading) for reading in parsed.gpus]
+                    self.lines.append((now, tick))
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -222,6 +234,14 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
             "median": round(statistics.median(intervals), 4) if intervals else None,
             "max": round(max(intervals), 4) if intervals else None,
         },
+        # a tick's wall (nvidia-smi's UTC timestamp on the rows) against its arrival here
+        "tick_arrival_minus_wall_s_median": median_of(
+            [
+                received - float(i["wall"])
+                for received, i in agent_lines.lines
+                if isinstance(i, dict) and i.get("type") == "tick"
+            ]
+        ),
         "util_idle_median": median_of([gpu0(t)["util_gpu"] for t in idle]),
         "util_load_median": median_of([gpu0(t)["util_gpu"] for t in loaded]),
         "util_load_min": min((gpu0(t)["util_gpu"] for t in loaded), default=None),
@@ -268,6 +288,13 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
         and figures["power_idle_median_w"] is not None
         and figures["power_load_median_w"] >= 1.5 * figures["power_idle_median_w"],
         "agent exits 0 on SIGTERM within 2 s": agent_rc == 0 and agent_stop_s <= 2.0,
+        "tick walls within 1 s of their arrival": abs(
+            figures["tick_arrival_minus_wall_s_median"] or 99.0
+        )
+        <= 1.0,
+        "ticks are nvidia-smi's loop rows (header tick_rows)": bool(
+            (figures["header"] or {}).get("tick_rows")
+        ),
     }
     return {"figures": figures, "checks": checks}
 

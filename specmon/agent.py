@@ -4,12 +4,18 @@ This file is sent alone over SSH and run with the host's ``python3`` (3.8+): it 
 the standard library and ``pynvml`` (nvidia-ml-py). It is also the one home of the sample
 schema, shared by the agent, the console and the simulator.
 
-Wire format, one JSON object per line:
-  {"type": "header", "schema": 1, "source": "nvml"|"nvidia-smi"|"simulated", "driver": str|null,
-   "nvml": str|null, "cuda": str|null, "host": str, "gpus": int}
+Wire format, one line each (schema 2; schema 1 had no "state" lines and no rows):
+  {"type": "header", "schema": 2, "source": "nvml"|"nvidia-smi"|"simulated", "driver": str|null,
+   "nvml": str|null, "cuda": str|null, "host": str, "gpus": int, "tick_rows": [names]|null}
   {"type": "tick", "wall": float, "gpus": [ {<GpuReading fields>}, ... ]}
+  {"type": "state", "wall": float, "gpus": [ {<GpuReading fields>} ]}   (see below)
   {"type": "error", "message": str}            (fatal: the agent then exits non-zero)
   {"type": "notice", "message": str}           (e.g. a field unsupported, logged once)
+With "tick_rows" in the header, the ticks are CSV rows written by nvidia-smi's own loop
+(`nvidia-smi --query-gpu=timestamp,index,... -lms N` sharing the agent's stdout), one row per
+GPU per tick, with the header's column names; "state" lines carry each GPU's other fields
+(every field but utilisation and power), written when they change, at most every 2 s.
+The console merges the two (specmon/gpu_stream.py).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -82,25 +88,35 @@ def header_line(
     driver: str | None = None,
     nvml: str | None = None,
     cuda: str | None = None,
+    tick_rows: tuple[str, ...] | None = None,
 ) -> str:
-    return json.dumps(
-        {
-            "type": "header",
-            "schema": SCHEMA_VERSION,
-            "source": source,
-            "driver": driver,
-            "nvml": nvml,
-            "cuda": cuda,
-            "host": host,
-            "gpus": gpus,
-        }
-    )
+    data: dict[str, Any] = {
+        "type": "header",
+        "schema": SCHEMA_VERSION,
+        "source": source,
+        "driver": driver,
+        "nvml": nvml,
+        "cuda": cuda,
+        "host": host,
+        "gpus": gpus,
+    }
+    if tick_rows is not None:
+        data["tick_rows"] = list(tick_rows)
+    return json.dumps(data)
 
 
 def tick_line(wall: float, readings: list[GpuReading]) -> str:
     """One tick on the wire. A reading's own attribute dict is its wire dict (json writes its
     tuples as lists): dataclasses.asdict's deep copy cost ~6x more per tick."""
     return json.dumps({"type": "tick", "wall": round(wall, 3), "gpus": [vars(r) for r in readings]})
+
+
+def state_line(wall: float, readings: list[GpuReading]) -> str:
+    """GPUs' slowly moving fields, for a stream whose ticks are nvidia-smi's rows: the
+    readings' utilisation and power are null (the rows carry them)."""
+    return json.dumps(
+        {"type": "state", "wall": round(wall, 3), "gpus": [vars(r) for r in readings]}
+    )
 
 
 def message_line(kind: str, message: str) -> str:
@@ -650,6 +666,28 @@ class NvmlSampler:
                 except GpuLost as exc:
                     self._mark_lost(gpu, exc)
 
+    def read_slow_fields(self) -> None:
+        """Every GPU's slowly moving fields, now (the nvidia-smi-rows stream's state)."""
+        for gpu in self.gpus:
+            if gpu.lost is None:
+                try:
+                    self._read_fields(gpu, with_fast=False)
+                except GpuLost as exc:
+                    self._mark_lost(gpu, exc)
+
+    def state_entries(self) -> list[str]:
+        """Each GPU's state entry (its reading, utilisation and power null) as JSON text."""
+        return [
+            json.dumps(
+                vars(
+                    self._reading(gpu, gpu.link_rates)
+                    if gpu.lost is None
+                    else self._lost_reading(gpu)
+                )
+            )
+            for gpu in self.gpus
+        ]
+
     def encode(self, wall: float) -> str:
         """The tick line of the fields read_fields read (sample_line's second half)."""
         entries = [
@@ -709,7 +747,7 @@ class NvmlSampler:
             processes=procs,
         )
 
-    def _read_fields(self, gpu: _Gpu) -> None:
+    def _read_fields(self, gpu: _Gpu, with_fast: bool = True) -> None:
         """One GPU's tick: utilisation and power every tick, the slowly moving fields
         (memory, temperature, clocks, power limit, clock reasons, processes) every
         SLOW_FIELDS_INTERVAL_S, each GPU at its own moment so that their reads spread over
@@ -718,25 +756,30 @@ class NvmlSampler:
         agent's whole budget.
 
         Direct calls where every field answered before; any exception sends the tick down
-        the careful path (one wrapper per query), which sorts out what failed.
+        the careful path (one wrapper per query), which sorts out what failed. Without
+        `with_fast` (nvidia-smi's loop reads utilisation and power), the slow fields only,
+        whatever their due time.
         """
         now = time.monotonic()
-        slow_due = gpu.slow is None or now >= gpu.slow_due
-        fast = None
+        slow_due = gpu.slow is None or now >= gpu.slow_due or not with_fast
+        fast: tuple[float | None, ...] | None = gpu.fast if not with_fast else None
         slow = gpu.slow
+        done = False
         if gpu.direct_memory_args is not None:
             try:
-                fast = self._raw_fast(gpu) if gpu.raw is not None else None
-                if fast is None:
-                    fast = self._direct_fast(gpu.handle)
+                if with_fast:
+                    fast = self._raw_fast(gpu) if gpu.raw is not None else None
+                    if fast is None:
+                        fast = self._direct_fast(gpu.handle)
                 if slow_due:
                     slow = self._direct_slow(gpu.handle, gpu.direct_memory_args)
+                done = True
             except Exception:
-                fast = None
                 gpu.direct_memory_args = None
                 gpu.direct_failures += 1
-        if fast is None:
-            fast = self._careful_fast(gpu)
+        if not done:
+            if with_fast:
+                fast = self._careful_fast(gpu)
             if slow_due:
                 slow = self._careful_slow(gpu)
             if (
@@ -764,7 +807,7 @@ class NvmlSampler:
             # An unchanged re-read keeps the old tuple, so that the entry's template stays.
             if slow != gpu.slow:
                 gpu.slow = slow
-        gpu.fast = fast
+        gpu.fast = fast  # type: ignore[assignment]
 
     def _raw_fast(self, gpu: _Gpu) -> tuple[float | None, ...]:
         """Utilisation and power through the C functions; an NVML error raises, which sends
@@ -1280,6 +1323,158 @@ def _replace_processes(
     return GpuReading(**values)
 
 
+# --- nvidia-smi's loop as the tick sampler, writing straight into the agent's stdout -------------
+
+# The columns of a tick row, as nvidia-smi names them and as the header names them.
+SMI_TICK_COLUMNS = ("timestamp", "index", "utilization.gpu", "utilization.memory", "power.draw")
+TICK_ROW_FIELDS = ("timestamp", "index", "util_gpu", "util_mem", "power_w")
+SMI_TIMESTAMP_FORMAT = "%Y/%m/%d %H:%M:%S.%f"  # nvidia-smi's, in UTC under TZ=UTC
+SMI_CLOCK_SKEW_MAX_S = 60.0  # a probe row stamped further from time.time(): not trusted
+try:
+    import select as _select
+
+    PIPE_BUF = int(getattr(_select, "PIPE_BUF", 512))
+except ImportError:  # pragma: no cover - every POSIX Python has it
+    PIPE_BUF = 512
+
+
+def smi_timestamp(text: str) -> float:
+    """Seconds since the epoch of nvidia-smi's timestamp column written under TZ=UTC."""
+    import datetime
+
+    stamp = datetime.datetime.strptime(text.strip(), SMI_TIMESTAMP_FORMAT)
+    return stamp.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+class SmiTickRows:
+    """`nvidia-smi --query-gpu=timestamp,index,utilization.gpu,utilization.memory,power.draw
+    --format=csv,noheader,nounits -lms N` as the per-tick sampler, its stdout the agent's own.
+
+    Measured on an H200 (docs/gpu-agent.md): nvidia-smi's C loop reads and writes a tick for
+    ~0.08 ms of CPU where a Python process spends 56-96 us only to wake up, so with it the
+    agent itself wakes every SLOW_FIELDS_INTERVAL_S for the other fields and never per tick.
+    nvidia-smi writes a row cell by cell, one write(2) each (strace on an H200), and the
+    agent whole lines in writes of at most PIPE_BUF, so the agent's lines stay whole but
+    may land inside a row; the console's reader puts such a row back together
+    (specmon.gpu_stream.AgentStream). It runs under TZ=UTC, so its timestamp column is the
+    tick's UTC wall time.
+    """
+
+    def __init__(self, rate_hz: float, executable: str = "nvidia-smi") -> None:
+        self.period_ms = max(1, round(1000.0 / rate_hz))
+        self.executable = executable
+        self.process: subprocess.Popen[bytes] | None = None
+        self._env = dict(os.environ, TZ="UTC")
+
+    def _argv(self, *extra: str) -> list[str]:
+        return [self.executable, "--query-gpu=" + ",".join(SMI_TICK_COLUMNS), SMI_FORMAT, *extra]
+
+    def unusable(self, uuids: list[str | None]) -> str | None:
+        """Why nvidia-smi's rows cannot stand for NVML's GPUs here, or None when they can:
+        one probe row per GPU, in NVML's order (matched by uuid), with readable cells."""
+        try:
+            probe = subprocess.run(
+                [
+                    self.executable,
+                    "--query-gpu=uuid," + ",".join(SMI_TICK_COLUMNS),
+                    SMI_FORMAT,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                timeout=SMI_TIMEOUT_S,
+                env=self._env,
+                check=False,
+            )
+        except FileNotFoundError:
+            return "nvidia-smi is not on PATH"
+        except (OSError, subprocess.SubprocessError) as exc:
+            return f"nvidia-smi could not run: {exc}"
+        if probe.returncode != 0:
+            return f"nvidia-smi failed (exit {probe.returncode}): {_first_line(probe.stdout)}"
+        rows = [_smi_cells(line) for line in probe.stdout.splitlines() if line.strip()]
+        if len(rows) != len(uuids):
+            return f"nvidia-smi lists {len(rows)} GPUs, NVML {len(uuids)}"
+        for position, (row, uuid) in enumerate(zip(rows, uuids)):  # noqa: B905 (3.8)
+            if len(row) != 1 + len(SMI_TICK_COLUMNS):
+                return f"nvidia-smi wrote {len(row)} columns, not {1 + len(SMI_TICK_COLUMNS)}"
+            if uuid is None or row[0] != uuid or row[2] != str(position):
+                return f"nvidia-smi's GPU {row[2]} ({row[0]}) is not NVML's GPU {position}"
+            try:
+                skew = abs(smi_timestamp(row[1]) - time.time())
+            except ValueError:
+                return f"nvidia-smi's timestamp {row[1]!r} is not {SMI_TIMESTAMP_FORMAT}"
+            if skew > SMI_CLOCK_SKEW_MAX_S:
+                return f"nvidia-smi's timestamp is {skew:.0f} s off this host's clock in UTC"
+        return None
+
+    def start(self, stdout_fd: int) -> None:
+        """Start the loop, writing to `stdout_fd` (the agent's stdout) from now on."""
+        self.process = subprocess.Popen(
+            self._argv("-lms", str(self.period_ms)),
+            stdout=stdout_fd,
+            stdin=subprocess.DEVNULL,
+            env=self._env,
+        )
+
+    def exit_code(self) -> int | None:
+        """None while the loop runs, else its exit status (one waitpid, no blocking)."""
+        return None if self.process is None else self.process.poll()
+
+    def cpu_s(self) -> float:
+        """The loop's CPU time so far (its threads' schedstat), for --report-cpu; 0 if unknown."""
+        if self.process is None:
+            return 0.0
+        return _threads_cpu_s(self.process.pid)
+
+    def close(self) -> None:
+        """SIGKILL: nvidia-smi leaves its loop on SIGTERM only after its sleep (0.27 s to
+        stop the agent on an H200, against 0.03 s before), and it holds nothing to save."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=3.0)
+
+
+def _threads_cpu_s(pid: int) -> float:
+    total = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as stream:
+                total += int(stream.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+def state_lines(wall: float, entries: list[str]) -> list[str]:
+    """One "state" line per GPU entry (JSON text of its reading)."""
+    head = f'{{"type": "state", "wall": {round(wall, 3)!r}, "gpus": ['
+    return [head + entry + "]}" for entry in entries]
+
+
+def packed_writes(lines: list[str]) -> list[bytes]:
+    """Whole lines packed into writes of at most PIPE_BUF bytes: such a write is atomic on a
+    pipe, so nvidia-smi's cells can land between two of them but never inside one of the
+    agent's lines. A line longer than that (thousands of processes) goes out alone."""
+    chunks: list[bytes] = []
+    current = b""
+    for text in lines:
+        line = (text + "\n").encode("utf-8")
+        if current and len(current) + len(line) > PIPE_BUF:
+            chunks.append(current)
+            current = b""
+        current += line
+    if current:
+        chunks.append(current)
+    return chunks
+
+
 # --- the command line and the main loop -------------------------------------------------------
 
 
@@ -1330,6 +1525,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds between PCIe and NVLink rate reads, which run apart from the tick "
         "(longer where the reads would cost more than 0.02%% of a core)",
+    )
+    parser.add_argument(
+        "--tick-sampler",
+        choices=("auto", "agent", "nvidia-smi"),
+        default="auto",
+        help="with NVML: who reads utilisation and power each tick. nvidia-smi: its own loop "
+        "(-lms) writes them as CSV rows into the agent's stdout and the agent wakes only for "
+        "the slower fields; agent: the agent reads them; auto (default): nvidia-smi where it "
+        "is on PATH and agrees with NVML, for runs without --once/--count",
     )
     parser.add_argument(
         "--processes-interval",
@@ -1524,6 +1728,147 @@ def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) ->
     return smi_sampler
 
 
+def _tick_rows(
+    options: argparse.Namespace, sampler: Any, notices: NoticeLog, count: int | None
+) -> SmiTickRows | None:
+    """nvidia-smi's loop for the ticks where --tick-sampler and the host allow it, else None.
+
+    Not for --once/--count (their ticks are counted by the agent) nor where stdout has no
+    descriptor to hand over."""
+    if not isinstance(sampler, NvmlSampler) or options.tick_sampler == "agent":
+        return None
+    if count is not None:
+        return None
+    try:
+        sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None
+    rows = SmiTickRows(options.rate)
+    reason = rows.unusable([gpu.uuid for gpu in sampler.gpus])
+    if reason is None:
+        return rows
+    if options.tick_sampler == "nvidia-smi" or reason != "nvidia-smi is not on PATH":
+        notices.once(
+            "rows:unusable",
+            f"ticks: read by the agent, not nvidia-smi's loop ({reason})",
+        )
+    return None
+
+
+def _stream_rows(
+    options: argparse.Namespace,
+    sampler: NvmlSampler,
+    rows: SmiTickRows,
+    ticker: NvmlTicker,
+    notices: NoticeLog,
+    stop: threading.Event,
+) -> bool:
+    """The stream with nvidia-smi's rows as ticks: the agent writes each GPU's state line
+    (when it changed) every SLOW_FIELDS_INTERVAL_S and sleeps in between. True when the run
+    is over; False when nvidia-smi's loop ended and the agent must tick itself."""
+    fd = sys.stdout.fileno()
+    written: list[str | None] = [None] * len(sampler.gpus)
+    started = time.monotonic()
+    report = RowsReport(options, sampler, rows) if options.report_cpu else None
+    while True:
+        if rows.process is not None:
+            if options.duration is not None:
+                ticker._next = min(ticker._next or started, started + options.duration)
+            if not ticker._wait(stop):
+                break
+            ticker._advance()
+            if options.duration is not None and time.monotonic() - started >= options.duration:
+                break
+            if options.parent_pid is not None and not _parent_alive(options.parent_pid):
+                break
+            code = rows.exit_code()
+            if code is not None:
+                notices.once(
+                    "rows:exited",
+                    f"ticks: nvidia-smi's loop exited (code {code}); the agent reads "
+                    "utilisation and power itself from now on",
+                )
+                for message in notices.drain():
+                    _write(message_line("notice", message))
+                return False
+        sampler.read_slow_fields()
+        entries = sampler.state_entries()
+        changed = [new for new, old in zip(entries, written) if new != old]  # noqa: B905 (3.8)
+        written = list(entries)
+        out = [message_line("notice", message) for message in notices.drain()]
+        out += state_lines(time.time(), changed)
+        for chunk in packed_writes(out):  # one write a wake-up, as a rule
+            while chunk:
+                chunk = chunk[os.write(fd, chunk) :]
+        if rows.process is None:
+            rows.start(fd)
+            ticker._next = time.monotonic() + SLOW_FIELDS_INTERVAL_S
+        if report is not None:
+            report.woke()
+    if report is not None:
+        sys.stderr.write(json.dumps(report.summary()) + "\n")
+        sys.stderr.flush()
+    return True
+
+
+class RowsReport:
+    """--report-cpu for the nvidia-smi-rows stream: the agent's and its nvidia-smi's CPU
+    between two of the agent's wake-ups, once the links thread made its first two passes."""
+
+    def __init__(self, options: argparse.Namespace, sampler: NvmlSampler, rows: SmiTickRows):
+        self.options = options
+        self.sampler = sampler
+        self.rows = rows
+        self.warm_at = time.monotonic() + CpuReport.WARMUP_S
+        self.first: tuple[float, ...] | None = None
+        self.last: tuple[float, ...] | None = None
+        self.wakes = 0
+
+    def _snapshot(self) -> tuple[float, ...]:
+        with self.sampler._links_lock:
+            link_cpu = self.sampler.link_cpu_s
+        return (
+            time.monotonic(),
+            time.process_time(),
+            time.thread_time(),
+            link_cpu,
+            self.rows.cpu_s(),
+        )
+
+    def woke(self) -> None:
+        if self.first is None:
+            if self.sampler.first_rates.is_set() and time.monotonic() >= self.warm_at:
+                self.first = self._snapshot()
+            return
+        self.wakes += 1
+        self.last = self._snapshot()
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "cpu_report",
+            "source": "nvml",
+            "ticks_by": "nvidia-smi",
+            "gpus": len(self.sampler.gpus),
+            "rate_hz": self.options.rate,
+            "wakes": self.wakes,
+        }
+        if self.first is None or self.last is None:
+            out["error"] = "the run ended before the measuring window had two wake-ups"
+            return out
+        wall, process, main, links, smi = (b - a for a, b in zip(self.first, self.last))  # noqa: B905
+        out.update(
+            {
+                "wall_s": round(wall, 3),
+                "agent_ms_per_s": round(1000.0 * process / wall, 4),
+                "main_thread_ms_per_s": round(1000.0 * main / wall, 4),
+                "links_ms_per_s": round(1000.0 * links / wall, 4),
+                "nvidia_smi_ms_per_s": round(1000.0 * smi / wall, 4),
+                "core_percent": round(100.0 * (process + smi) / wall, 4),
+            }
+        )
+        return out
+
+
 def _write(line: str) -> None:
     """One line to stdout as one write(2) where stdout has a descriptor, past Python's text
     and buffer layers (a tick is one system call); through sys.stdout where it has none."""
@@ -1584,6 +1929,7 @@ def run_agent(options: argparse.Namespace) -> int:
             if signum is not None:
                 previous_handlers[signum] = signal.signal(signum, on_signal)
     sampler: Any = None
+    rows: SmiTickRows | None = None
     try:
         if options.watch_stdin:
             threading.Thread(
@@ -1595,11 +1941,29 @@ def run_agent(options: argparse.Namespace) -> int:
             _write(message_line("error", str(exc)))
             return 1
         gpus = sampler.gpu_count if isinstance(sampler, SmiSampler) else len(sampler.gpus)
-        _write(
-            header_line(
-                sampler.source, host, gpus, sampler.driver, sampler.nvml_version, sampler.cuda
+        rows = _tick_rows(options, sampler, notices, count)
+        if rows is not None:
+            nvml_ticker = NvmlTicker(sampler, 1.0 / SLOW_FIELDS_INTERVAL_S)
+            _write(
+                header_line(
+                    sampler.source,
+                    host,
+                    gpus,
+                    sampler.driver,
+                    sampler.nvml_version,
+                    sampler.cuda,
+                    tick_rows=TICK_ROW_FIELDS,
+                )
             )
-        )
+            if _stream_rows(options, sampler, rows, nvml_ticker, notices, stop):
+                return 0
+            # nvidia-smi's loop ended under a running agent: tick in Python from here on.
+        else:
+            _write(
+                header_line(
+                    sampler.source, host, gpus, sampler.driver, sampler.nvml_version, sampler.cuda
+                )
+            )
         if isinstance(sampler, NvmlSampler):
             nvml_ticker = NvmlTicker(sampler, options.rate, measure=options.report_cpu)
             ticker: Any = nvml_ticker
@@ -1656,6 +2020,8 @@ def run_agent(options: argparse.Namespace) -> int:
         _silence_stdout()
         return 0
     finally:
+        if rows is not None:
+            rows.close()
         if sampler is not None:
             sampler.close()
         for signum, handler in previous_handlers.items():

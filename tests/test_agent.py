@@ -132,7 +132,7 @@ def test_header_then_ticks_carry_every_field_on_a_current_driver():
     assert code == 0, stderr
     assert lines[0] == {
         "type": "header",
-        "schema": 1,
+        "schema": 2,
         "source": "nvml",
         "driver": "580.159.04",
         "nvml": "13.580.159.04",

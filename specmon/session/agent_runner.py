@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from specmon.events import AgentStatus, Event, GpuSample
+from specmon.gpu_stream import AgentStream
 from specmon.session.helper_client import HelperClient
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.transport import ConnectionLost, Transport
@@ -38,18 +39,23 @@ class AgentHost(Protocol):
 AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent.py"
 
 
-def parse_agent_message(line: bytes | str) -> GpuSample | AgentStatus | None:
-    """One agent line as an event (specmon.gpu_stream reads the wire format): ticks become
-    GpuSample, the header and errors AgentStatus; notices and stray lines are dropped."""
-    from specmon.gpu_stream import AgentError, AgentHeader, parse_agent_line
+def parse_agent_message(
+    line: bytes | str, stream: AgentStream | None = None
+) -> list[GpuSample | AgentStatus]:
+    """The events one agent line completes (specmon.gpu_stream reads the wire format): ticks
+    become GpuSample, the header and errors AgentStatus; state lines, notices and stray lines
+    give none. `stream` is the agent run's reader (nvidia-smi's tick rows need the lines
+    before them); without one, the line is read alone."""
+    from specmon.gpu_stream import AgentError, AgentHeader
 
     text = line.decode(errors="replace") if isinstance(line, bytes) else line
-    parsed = parse_agent_line(text)
-    if isinstance(parsed, GpuSample):
-        return parsed
-    if isinstance(parsed, (AgentHeader, AgentError)):
-        return parsed.to_status()
-    return None
+    events: list[GpuSample | AgentStatus] = []
+    for parsed in (stream or AgentStream()).feed(text):
+        if isinstance(parsed, GpuSample):
+            events.append(parsed)
+        elif isinstance(parsed, (AgentHeader, AgentError)):
+            events.append(parsed.to_status())
+    return events
 
 
 class GpuAgentRunner:
@@ -87,23 +93,22 @@ class GpuAgentRunner:
         while True:
             proc = await s.transport.start(await self._argv(kind))
             ticked = False
+            stream = AgentStream()
             try:
                 while True:
                     line = await proc.readline()
                     if not line:
                         break
-                    event = parse_agent_message(line)
-                    if event is None:
-                        continue
-                    if isinstance(event, GpuSample):
-                        ticked = True
-                        self.state = "started"
-                        self.last_sample, self.last_sample_at = event, time.time()
-                    else:
-                        self.state = event.state
-                        if event.state == "error":
-                            self.last_error = event.detail
-                    s.publish(event)
+                    for event in parse_agent_message(line, stream):
+                        if isinstance(event, GpuSample):
+                            ticked = True
+                            self.state = "started"
+                            self.last_sample, self.last_sample_at = event, time.time()
+                        else:
+                            self.state = event.state
+                            if event.state == "error":
+                                self.last_error = event.detail
+                        s.publish(event)
             finally:
                 await proc.kill()
             if not s.transport.connected:
