@@ -302,9 +302,11 @@ def parse_serve(
     checked later (``check_launch``): vLLM checks it after its first log lines."""
     environ = dict(os.environ if env is None else env)
     top, serve = build_parser()
-    namespace = top.parse_args(list(argv))
+    argv = list(argv)
+    if argv[:1] != ["serve"]:
+        top.parse_args(argv)  # no or another subcommand: argparse's error, exit 2
+    args = serve.parse_args(argv[1:])  # unknown flags: "vllm serve: error: ..."
     defaults = vars(serve.parse_args([]))
-    args = namespace
     if args.model_tag and args.model and args.model_tag != args.model:
         serve.error("argument --model: conflicts with the positional model_tag")
     args.model = args.model_tag or args.model or "Qwen/Qwen3-0.6B"  # vLLM's default model

@@ -1,0 +1,395 @@
+"""The simulator's vLLM personality end to end: a real process, real HTTP, vLLM 0.33's log
+read back by specmon's own vLLM parser, /metrics read by specmon's vLLM metrics reader."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from specmon.backends.vllm.metrics import parse_metrics, spec_decode_rates
+from specmon.backends.vllm.parser import VLLMLogParser
+from specmon.backends.vllm.summary import VLLMLogSummary
+from specmon.sim import perf
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = Path("/work/shared/reference/transcripts/vllm-0.33-eagle3-tp8.log")
+FAST = 0.01  # the ~3 min start-up in about 2 s
+EAGLE3 = (
+    '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.3-Instruct-70B","num_speculative_tokens":3}'
+)
+MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class VllmSim:
+    """``python -m specmon.sim.vllm serve ...`` with stdout and stderr in one log file."""
+
+    def __init__(
+        self, tmp: Path, args: list[str], env: dict[str, str] | None = None, scale: float = FAST
+    ) -> None:
+        self.port = free_port()
+        self.log = tmp / "vllm.log"
+        environ = dict(os.environ)
+        environ.update(
+            SPECMON_SIM_TIME_SCALE=str(scale),
+            SPECMON_SIM_GPU_STATE=str(tmp / "gpus.json"),
+            VLLM_LOG_STATS_INTERVAL="1",
+        )
+        environ.update(env or {})
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "specmon.sim.vllm",
+                    "serve",
+                    *args,
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=environ,
+                cwd=tmp,
+            )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while "Application startup complete." not in self.text():
+            assert self.proc.poll() is None, self.text()[-3000:]
+            assert time.monotonic() < deadline, self.text()[-3000:]
+            time.sleep(0.05)
+
+    def wait_exit(self, timeout: float = 30) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def events_of(text: str, parser: VLLMLogParser | None = None) -> list:
+    parser = parser or VLLMLogParser()
+    return parser.feed(text.encode()) + parser.flush()
+
+
+def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ, SPECMON_SIM_TIME_SCALE="0.002", **env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "specmon.sim.vllm",
+            "serve",
+            MODEL,
+            "--port",
+            str(free_port()),
+            "--host",
+            "127.0.0.1",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=environ,
+        cwd=REPO_ROOT,
+    )
+
+
+def _refused(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+async def _load(url: str, requests: int, max_tokens: int) -> list[dict]:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post(
+                    "/v1/completions",
+                    json={
+                        "model": MODEL,
+                        "prompt": "The capital of France is",
+                        "max_tokens": max_tokens,
+                    },
+                )
+                for _ in range(requests)
+            )
+        )
+    return [a.json() for a in answers]
+
+
+def test_serves_like_vllm_and_its_log_reads_as_vllm(tmp_path):
+    sim = VllmSim(tmp_path, [MODEL, "-tp", "2", "--speculative-config", EAGLE3], scale=0.03)
+    try:
+        refused_while_loading = False
+        deadline = time.monotonic() + 60
+        while "Application startup complete." not in sim.text():
+            assert sim.proc.poll() is None and time.monotonic() < deadline, sim.text()[-3000:]
+            if "Loading safetensors" in sim.text():
+                refused_while_loading = refused_while_loading or _refused(sim.port)
+            time.sleep(0.05)
+        assert refused_while_loading
+        health = httpx.get(sim.url + "/health")
+        assert (health.status_code, health.content) == (200, b"")
+        assert httpx.post(sim.url + "/ping").status_code == 200
+        assert httpx.get(sim.url + "/version").json() == {"version": "0.33.0"}
+        assert httpx.get(sim.url + "/load").json() == {"server_load": 0}
+        card = httpx.get(sim.url + "/v1/models").json()["data"][0]
+        assert (card["id"], card["owned_by"], card["max_model_len"]) == (MODEL, "vllm", 131072)
+        before = parse_metrics(httpx.get(sim.url + "/metrics").text, time.monotonic())
+        assert before.spec_decode and before.engines["0"].drafts == 0
+        answers = asyncio.run(_load(sim.url, 6, 250))
+        assert all(a["usage"]["completion_tokens"] == 250 for a in answers)
+        assert all(a["object"] == "text_completion" for a in answers)
+        with httpx.stream(
+            "POST",
+            sim.url + "/v1/chat/completions",
+            json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 20,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            },
+        ) as stream:
+            lines = [line for line in stream.iter_lines() if line.startswith("data: ")]
+        assert lines[-1] == "data: [DONE]"
+        assert json.loads(lines[-2][6:])["usage"]["completion_tokens"] == 20
+        after = parse_metrics(httpx.get(sim.url + "/metrics").text, time.monotonic())
+        rates = spec_decode_rates(before, after)
+        assert rates is not None and rates.drafts and rates.drafts > 500
+        settings = perf.SpecSettings.from_launch(3, 1, 4, False, {})
+        chain, expected = 1.0, []
+        for position in range(1, 4):
+            chain *= perf.position_accept_probability(position)
+            expected.append(chain)
+        assert rates.per_position is not None
+        for got, want in zip(rates.per_position, expected, strict=True):
+            assert abs(got - want) < 0.07, (rates.per_position, expected)
+        assert rates.mean_accept_len == pytest.approx(
+            perf.expected_accept_length(settings), abs=0.15
+        )
+        assert after.engines["0"].generation_tokens == 6 * 250 + 20
+        time.sleep(3.5)  # idle: one last line, then the stats lines go quiet
+    finally:
+        sim.stop()
+    text = sim.text()
+    assert sim.proc.returncode == 0, text[-2000:]
+    parser = VLLMLogParser()
+    events = events_of(text, parser)
+    kinds = [e.kind for e in events]
+    startup = [k for k in kinds if k not in ("decode", "spec_decode")]
+    order = [
+        "load_begin",
+        "shard_progress",
+        "weights_loaded",
+        "load_end",
+        "compile_begin",
+        "compile",
+        "kv_cache",
+        "graph_begin",
+        "graph_end",
+        "http_up",
+        "ready",
+    ]
+    positions = [startup.index(kind) for kind in order]
+    assert positions == sorted(positions), startup
+    shards = [e for e in events if e.kind == "shard_progress"]
+    assert shards[-1].done == shards[-1].total == 30
+    assert max(e.total for e in shards) == 30  # the draft's 1/1 bar does not reset it
+    assert [e.role for e in events if e.kind == "weights_loaded"] == ["target", "draft"]
+    kv = next(e for e in events if e.kind == "kv_cache")
+    assert kv.tokens and kv.tokens > 131072
+    decodes = [e for e in events if e.kind == "decode"]
+    specs = [e for e in events if e.kind == "spec_decode"]
+    assert decodes and specs
+    busy = [e for e in decodes if e.gen_throughput > 0]
+    assert busy and max(e.running_req for e in busy) >= 1
+    # per request ~ expected_tokens_per_second; 6 in flight at most
+    top = perf.expected_tokens_per_second(settings, 6) * 6
+    assert max(e.gen_throughput for e in busy) < top * 1.3
+    for spec in specs:
+        assert spec.mean_accept_len == pytest.approx(
+            1 + spec.accepted / (spec.drafted / 3), abs=0.01
+        )
+        assert len(spec.per_position) == 3
+    tail = decodes[decodes.index(busy[-1]) + 1 :]
+    assert len(tail) <= 1 and all(e.gen_throughput == 0 for e in tail)
+    summary = VLLMLogSummary()
+    for event in events:
+        summary.add(event)
+    record = summary.finish(parser)
+    assert record["ready"] is True and record["shards_total"] == 30
+    assert record["load_seconds"] and record["load_seconds"] > 0
+    assert record["unparsed_decode_like"] == 0
+    assert record["decode_lines"] == len(decodes) and record["errors"] == 0
+    assert record["mean_accept_len"] == pytest.approx(
+        perf.expected_accept_length(settings), abs=0.25
+    )
+    assert len(record["accept_rate_per_position"]) == 3
+    # conformance: every kind the parser reads from the reference 0.33 transcript
+    reference_kinds = {e.kind for e in events_of(REFERENCE.read_text())}
+    assert reference_kinds <= set(kinds), reference_kinds - set(kinds)
+    probe_free = json.loads((tmp_path / "gpus.json").read_text())
+    assert probe_free["phase"] == "stopped" and len(probe_free["gpus"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("fault", "category", "root", "worker"),
+    [
+        ("oom:kv", "oom", "KV cache is needed, which is larger than the available KV cache", False),
+        ("oom:load", "oom", "Failed to load model - not enough GPU memory.", True),
+        ("nccl", "nccl", "RuntimeError: NCCL error: unhandled cuda error", True),
+    ],
+)
+def test_start_up_faults_end_as_vllm_ends(tmp_path, fault, category, root, worker):
+    sim = VllmSim(
+        tmp_path, [MODEL, "-tp", "2", "-sc", EAGLE3], env={"SPECMON_SIM_FAULT": fault}, scale=0.002
+    )
+    try:
+        code = sim.wait_exit(60)
+    finally:
+        sim.stop()
+    text = sim.text()
+    assert code == 1, text[-3000:]
+    assert text.rstrip().endswith(
+        "RuntimeError: Engine core initialization failed. See root cause above. "
+        "Failed core proc(s): {'EngineCore': 1}"
+    )
+    assert ("WorkerProc failed to start." in text) == worker
+    assert "EngineCore failed to start." in text
+    errors = [e for e in events_of(text) if e.kind == "error"]
+    assert errors and errors[0].category == category and root in errors[0].message, errors
+    assert "Application startup complete" not in text
+
+
+def test_engine_death_mid_decode_answers_503_and_500(tmp_path):
+    sim = VllmSim(
+        tmp_path,
+        [MODEL, "-tp", "2", "-sc", EAGLE3],
+        env={"SPECMON_SIM_FAULT": "crash", "VLLM_KEEP_ALIVE_ON_ENGINE_DEATH": "1"},
+    )
+    try:
+        sim.wait_ready()
+        answer = httpx.post(
+            sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1000}, timeout=60
+        )
+        assert answer.status_code == 500 and answer.json()["error"]["code"] == 500
+        assert httpx.get(sim.url + "/health").status_code == 503
+    finally:
+        sim.stop()
+    errors = [e for e in events_of(sim.text()) if e.kind == "error"]
+    assert errors and "illegal memory access" in errors[0].message
+
+
+def test_engine_death_shuts_the_server_down(tmp_path):
+    sim = VllmSim(
+        tmp_path, [MODEL, "-tp", "2", "-sc", EAGLE3], env={"SPECMON_SIM_FAULT": "crash:segv"}
+    )
+    try:
+        sim.wait_ready()
+        with pytest.raises(httpx.HTTPError):
+            answer = httpx.post(
+                sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1000}, timeout=60
+            )
+            answer.raise_for_status()
+        assert sim.wait_exit(30) == 1
+    finally:
+        sim.stop()
+    assert "died unexpectedly (exit code: -11)" in sim.text()
+
+
+def test_vllm_validation_errors():
+    inside = run(
+        [
+            "-sc",
+            '{"method":"eagle3","model":"d","num_speculative_tokens":3,"tensor_parallel_size":2}',
+        ]
+    )
+    assert inside.returncode == 1
+    assert inside.stderr.rstrip().endswith(
+        "ValueError: 'tensor_parallel_size' is not a valid argument in the speculative_config. "
+        "Please pass 'draft_tensor_parallel_size' instead."
+    )
+    assert "non-default args:" in inside.stdout
+    draft_tp = run(
+        [
+            "-tp",
+            "2",
+            "-sc",
+            '{"method":"eagle3","model":"d",'
+            '"num_speculative_tokens":3,"draft_tensor_parallel_size":3}',
+        ]
+    )
+    assert draft_tp.returncode == 1
+    assert (
+        "draft_tensor_parallel_size=3 cannot be other value than 1 or target model "
+        "tensor_parallel_size=2" in draft_tp.stderr
+    )
+    no_draft = run(["-sc", '{"method":"eagle3","num_speculative_tokens":3}'])
+    assert no_draft.returncode == 1 and "needs a draft model" in no_draft.stderr
+    removed = run(["--speculative-model", "d", "--num-speculative-tokens", "3"])
+    assert removed.returncode == 2
+    assert "vllm serve: error: unrecognized arguments: --speculative-model" in removed.stderr
+    both = run(
+        ["-sc", '{"method":"eagle3","model":"d","num_speculative_tokens":3}', "--spec-tokens", "4"]
+    )
+    assert both.returncode == 2 and "--spec-tokens" in both.stderr
+    bad_json = run(["-sc", "{method: eagle3}"])
+    assert bad_json.returncode == 2 and "argument --speculative-config/-sc" in bad_json.stderr
+    for result in (inside, draft_tp, removed, both, bad_json):
+        assert "Traceback" not in result.stderr.split("Traceback")[0]  # nothing before it
+
+
+def test_shortcut_flags_make_the_speculative_config(tmp_path):
+    sim = VllmSim(
+        tmp_path,
+        [
+            MODEL,
+            "-tp",
+            "2",
+            "--spec-method",
+            "eagle3",
+            "--spec-model",
+            "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B",
+            "--spec-tokens",
+            "2",
+        ],
+        scale=0.002,
+    )
+    try:
+        sim.wait_ready()
+        metrics = httpx.get(sim.url + "/metrics").text
+    finally:
+        sim.stop()
+    assert "num_spec_tokens=2)" in sim.text()
+    assert 'position="1"' in metrics and 'position="2"' not in metrics
