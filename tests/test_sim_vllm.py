@@ -21,7 +21,6 @@ from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.sim import perf
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = Path("/work/shared/reference/transcripts/vllm-0.33-eagle3-tp8.log")
 FAST = 0.01  # the ~3 min start-up in about 2 s
 EAGLE3 = (
@@ -99,8 +98,8 @@ def events_of(text: str, parser: VLLMLogParser | None = None) -> list:
     return parser.feed(text.encode()) + parser.flush()
 
 
-def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
-    environ = dict(os.environ, SPECMON_SIM_TIME_SCALE="0.002", **env)
+def run(cwd: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    environ = dict(os.environ, SPECMON_SIM_TIME_SCALE="0.002")
     return subprocess.run(
         [
             sys.executable,
@@ -118,7 +117,7 @@ def run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         env=environ,
-        cwd=REPO_ROOT,
+        cwd=cwd,
     )
 
 
@@ -149,7 +148,13 @@ async def _load(url: str, requests: int, max_tokens: int) -> list[dict]:
 
 
 def test_serves_like_vllm_and_its_log_reads_as_vllm(tmp_path):
-    sim = VllmSim(tmp_path, [MODEL, "-tp", "2", "--speculative-config", EAGLE3], scale=0.03)
+    probe = tmp_path / "probe.jsonl"
+    sim = VllmSim(
+        tmp_path,
+        [MODEL, "-tp", "2", "--speculative-config", EAGLE3],
+        env={"SPECMON_PROBE_FILE": str(probe)},
+        scale=0.03,
+    )
     try:
         refused_while_loading = False
         deadline = time.monotonic() + 60
@@ -259,6 +264,9 @@ def test_serves_like_vllm_and_its_log_reads_as_vllm(tmp_path):
     # conformance: every kind the parser reads from the reference 0.33 transcript
     reference_kinds = {e.kind for e in events_of(REFERENCE.read_text())}
     assert reference_kinds <= set(kinds), reference_kinds - set(kinds)
+    records = [json.loads(line) for line in probe.read_text().splitlines()]
+    assert len(records) > 100 and {r["draft_tokens"] for r in records} == {4}
+    assert all(r["draft_ms"] > 0 and r["verify_ms"] > r["draft_ms"] for r in records)
     probe_free = json.loads((tmp_path / "gpus.json").read_text())
     assert probe_free["phase"] == "stopped" and len(probe_free["gpus"]) == 2
 
@@ -328,12 +336,13 @@ def test_engine_death_shuts_the_server_down(tmp_path):
     assert "died unexpectedly (exit code: -11)" in sim.text()
 
 
-def test_vllm_validation_errors():
+def test_vllm_validation_errors(tmp_path):
     inside = run(
+        tmp_path,
         [
             "-sc",
             '{"method":"eagle3","model":"d","num_speculative_tokens":3,"tensor_parallel_size":2}',
-        ]
+        ],
     )
     assert inside.returncode == 1
     assert inside.stderr.rstrip().endswith(
@@ -342,29 +351,31 @@ def test_vllm_validation_errors():
     )
     assert "non-default args:" in inside.stdout
     draft_tp = run(
+        tmp_path,
         [
             "-tp",
             "2",
             "-sc",
             '{"method":"eagle3","model":"d",'
             '"num_speculative_tokens":3,"draft_tensor_parallel_size":3}',
-        ]
+        ],
     )
     assert draft_tp.returncode == 1
     assert (
         "draft_tensor_parallel_size=3 cannot be other value than 1 or target model "
         "tensor_parallel_size=2" in draft_tp.stderr
     )
-    no_draft = run(["-sc", '{"method":"eagle3","num_speculative_tokens":3}'])
+    no_draft = run(tmp_path, ["-sc", '{"method":"eagle3","num_speculative_tokens":3}'])
     assert no_draft.returncode == 1 and "needs a draft model" in no_draft.stderr
-    removed = run(["--speculative-model", "d", "--num-speculative-tokens", "3"])
+    removed = run(tmp_path, ["--speculative-model", "d", "--num-speculative-tokens", "3"])
     assert removed.returncode == 2
     assert "vllm serve: error: unrecognized arguments: --speculative-model" in removed.stderr
     both = run(
-        ["-sc", '{"method":"eagle3","model":"d","num_speculative_tokens":3}', "--spec-tokens", "4"]
+        tmp_path,
+        ["-sc", '{"method":"eagle3","model":"d","num_speculative_tokens":3}', "--spec-tokens", "4"],
     )
     assert both.returncode == 2 and "--spec-tokens" in both.stderr
-    bad_json = run(["-sc", "{method: eagle3}"])
+    bad_json = run(tmp_path, ["-sc", "{method: eagle3}"])
     assert bad_json.returncode == 2 and "argument --speculative-config/-sc" in bad_json.stderr
     for result in (inside, draft_tp, removed, both, bad_json):
         assert "Traceback" not in result.stderr.split("Traceback")[0]  # nothing before it
@@ -393,3 +404,52 @@ def test_shortcut_flags_make_the_speculative_config(tmp_path):
         sim.stop()
     assert "num_spec_tokens=2)" in sim.text()
     assert 'position="1"' in metrics and 'position="2"' not in metrics
+
+
+def test_a_taken_port_fails_before_loading(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "specmon.sim.vllm",
+                "serve",
+                MODEL,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            env=dict(os.environ, SPECMON_SIM_TIME_SCALE="0.002"),
+        )
+    assert result.returncode == 1
+    assert result.stderr.rstrip().endswith("OSError: [Errno 98] Address already in use")
+    assert "Loading model" not in result.stdout
+
+
+def test_hang_at_load_keeps_refusing_connections(tmp_path):
+    sim = VllmSim(
+        tmp_path,
+        [MODEL, "-tp", "2", "-sc", EAGLE3],
+        env={"SPECMON_SIM_FAULT": "hang:load"},
+        scale=0.002,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while "Loading safetensors" not in sim.text():
+            assert time.monotonic() < deadline, sim.text()[-2000:]
+            time.sleep(0.05)
+        time.sleep(2.0)
+        size = len(sim.text())
+        time.sleep(1.0)
+        assert sim.proc.poll() is None and _refused(sim.port)
+        assert len(sim.text()) == size and "Loading weights took" not in sim.text()
+    finally:
+        sim.stop()

@@ -61,7 +61,7 @@ environment (as vLLM reads it):
   VLLM_KEEP_ALIVE_ON_ENGINE_DEATH        1: stay up after the engine died (/health 503)
 
 environment (simulator):
-  SPECMON_SIM_TIME_SCALE   start-up time factor (default 1.0 = ~4 min; 0.05 = ~12 s)
+  SPECMON_SIM_TIME_SCALE   start-up time factor (default 1.0 = ~2.8 min; 0.05 = ~10 s)
   SPECMON_SIM_SEED, SPECMON_SIM_SHARDS (default 30), SPECMON_SIM_GPUS (default 8)
   SPECMON_SIM_GPU_STATE    GPU state file for `python -m specmon.sim.gpu_agent`
   SPECMON_SIM_FAULT        oom | oom:kv | oom:load | nccl | hang:load | hang:graphs | hang:decode

@@ -89,7 +89,7 @@ class VllmApi:
     # --- plain endpoints ------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        return Response(status_code=503 if self.host.status == "dead" else 200)
+        return Response(status_code=503 if self.host.engine_dead else 200)
 
     async def load(self, request: Request) -> Response:
         engine = self.host.engine
@@ -175,7 +175,7 @@ class VllmApi:
         }
 
     async def _body(self, http_request: Request, required: str) -> dict[str, Any] | Response:
-        if self.host.status == "dead":
+        if self.host.engine_dead:
             return _engine_dead()
         try:
             data = await json_body(http_request)
@@ -222,7 +222,7 @@ class VllmApi:
 
         if not data.get("stream"):
             await request.done.wait()
-            if self.host.status == "dead":
+            if self.host.engine_dead:
                 return _engine_dead()
             full = body(request.text(), "length")
             full["choices"][0]["prompt_logprobs"] = None
@@ -239,7 +239,7 @@ class VllmApi:
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             sent = ""
             async for finished in self._updates(request):
-                if self.host.status == "dead":
+                if self.host.engine_dead:
                     yield {
                         "error": {
                             "message": "EngineCore encountered an issue.",
@@ -296,7 +296,7 @@ class VllmApi:
 
         if not data.get("stream"):
             await request.done.wait()
-            if self.host.status == "dead":
+            if self.host.engine_dead:
                 return _engine_dead()
             return JSONResponse(
                 {
@@ -334,7 +334,7 @@ class VllmApi:
             yield chunk({"role": "assistant", "content": ""}, None)
             sent = ""
             async for finished in self._updates(request):
-                if self.host.status == "dead":
+                if self.host.engine_dead:
                     return
                 text = request.text()
                 delta, sent = text[len(sent) :], text

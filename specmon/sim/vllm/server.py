@@ -61,11 +61,12 @@ class Durations:
     per_shard: float = 1.45
     draft_load: float = 0.6
     after_load: float = 1.5
+    before_compile: float = 11.0
     dynamo: float = 6.1
     compile_graph: float = 27.4
     compile_rest: float = 3.3
     warmup: float = 1.8
-    draft_compile: float = 9.7
+    draft_compile: float = 13.0
     kv_profile: float = 5.0
     piecewise_graphs: float = 9.0
     full_graphs: float = 5.5
@@ -122,7 +123,8 @@ class VllmServer:
             self.seed,
             host_gpus=int(env.get("SPECMON_SIM_GPUS", "8") or 8),
         )
-        self.status = "starting"  # starting -> ready -> dead / shutting_down
+        self.status = "starting"  # starting -> ready -> shutting_down
+        self.engine_dead = False  # /health answers 503 from then on
         self.started_at = time.time()
         self.kv_tokens = 0
         self.compile_seconds = 0.0
@@ -332,6 +334,7 @@ class VllmServer:
 
     async def _compile(self) -> None:
         d = self.durations
+        await self.pause(d.before_compile)
         started = time.time()
         self.gpus.write("torch.compile")
         self.worker(0, "compile_start", "[backbone] Starting torch.compile")
@@ -368,11 +371,12 @@ class VllmServer:
                 f"{backbone + self.rng.uniform(0, 0.2):.2f} s in total"
             ),
         )
+        warmup_started = time.time()
         await self.pause(d.warmup)
         self.worker(
             0,
             "warmup",
-            f"[backbone] Initial profiling/warmup run took {d.warmup * self.scale:.2f} s",
+            f"[backbone] Initial profiling/warmup run took {time.time() - warmup_started:.2f} s",
         )
         self.compile_seconds = backbone
         spec = self.launch.spec
@@ -513,7 +517,7 @@ class VllmServer:
         while True:
             started = time.monotonic()
             await asyncio.sleep(self.stats_interval)
-            if self.engine.hung or self.status == "dead":
+            if self.engine.hung:
                 continue
             seconds = time.monotonic() - started
             now = (
@@ -590,7 +594,7 @@ class VllmServer:
         """A worker failed mid-decode: the chain of errors vLLM prints, requests fail with
         500, /health answers 503, and the server shuts down (unless told to keep alive)."""
         self.engine.hung = True
-        self.status = "dead"
+        self.engine_dead = True
         if segv:
             for pid in self.worker_pids[:1]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -619,7 +623,7 @@ class VllmServer:
         self.engine.flush_probe()
         self.gpus.set_util(0.0)
         self.gpus.write("failed")
-        self.engine.abort_all()  # their handlers see status "dead" and answer 500
+        self.engine.abort_all()  # their handlers see engine_dead and answer 500
         if not self.keep_alive_on_death:
             self._exit_code = 1
             asyncio.get_running_loop().call_later(0.2, self._begin_shutdown)
