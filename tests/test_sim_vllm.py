@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,12 +22,71 @@ from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.sim import perf
 
-REFERENCE = Path("/work/shared/reference/transcripts/vllm-0.33-eagle3-tp8.log")
+_SHARED = Path("/work/shared/reference/transcripts")
+TRANSCRIPTS = (
+    _SHARED
+    if _SHARED.exists()
+    else Path(__file__).resolve().parent.parent / "shared/reference/transcripts"  # CI checkouts
+)
+REFERENCE = TRANSCRIPTS / "vllm-0.33-eagle3-tp8.log"  # reference-shaped 0.33
+REAL = sorted(TRANSCRIPTS.glob("real-vllm-0.32-cpu-*.log"))  # real vLLM runs on a CPU
+# vllm.md §1's parsing rule: every prefixed line must match it.
+HEADER = re.compile(
+    r"^(?:\((?P<proc>[^)]*?) pid=(?P<pid>\d+)\) )?(?P<lvl>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d) \[?(?P<file>[^:\]]+):(?P<line>\d+)\] (?P<msg>.*)$"
+)
+# Messages whose wording is fixed apart from numbers: the simulator's must be the real ones'.
+MARKERS = (
+    "Engine 000:",
+    "SpecDecoding metrics:",
+    "KV cache size:",
+    "init engine (",
+    "Loading weights took",
+    "Model loading took",
+    "torch.compile took",
+    "Graph capturing finished",
+    "Available KV cache memory",
+    "Using max model len",
+    "Chunked prefill is enabled",
+    "Starting vLLM server on",
+    "Loading model from scratch",
+)
 FAST = 0.01  # the ~3 min start-up in about 2 s
 EAGLE3 = (
     '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.3-Instruct-70B","num_speculative_tokens":3}'
 )
 MODEL = "meta-llama/Llama-3.3-70B-Instruct"
+
+
+def message_templates(text: str) -> dict[str, set[str]]:
+    """Per marker, the messages with numbers (and URLs, the CPU/GPU device) replaced."""
+    found: dict[str, set[str]] = {}
+    for line in text.replace("\r\n", "\n").splitlines():
+        match = HEADER.match(line)
+        if match is None:
+            continue
+        for marker in MARKERS:
+            if marker in match["msg"]:
+                template = re.sub(r"https?://\S+", "URL", match["msg"])
+                template = re.sub(r"\b[CG]PU KV", "X KV", template)
+                template = re.sub(r"\d[\d,]*(?:\.\d+)?", "N", template)
+                found.setdefault(marker, set()).add(re.sub(r"N(?:, N)+", "N...", template))
+    return found
+
+
+def assert_conforms_to_real_vllm(text: str) -> None:
+    """Prefixed lines follow vLLM's header rule, fixed messages read as real vLLM's do."""
+    for line in text.replace("\r\n", "\n").splitlines():
+        if line.startswith("("):
+            assert HEADER.match(line), line
+    real: dict[str, set[str]] = {}
+    for path in [REFERENCE, *REAL]:
+        for marker, templates in message_templates(path.read_text(errors="replace")).items():
+            real.setdefault(marker, set()).update(templates)
+    simulated = message_templates(text)
+    assert set(simulated) == set(MARKERS), set(MARKERS) - set(simulated)
+    for marker, templates in simulated.items():
+        assert templates <= real[marker], (marker, templates - real[marker])
 
 
 def free_port() -> int:
@@ -261,6 +321,7 @@ def test_serves_like_vllm_and_its_log_reads_as_vllm(tmp_path):
         perf.expected_accept_length(settings), abs=0.25
     )
     assert len(record["accept_rate_per_position"]) == 3
+    assert_conforms_to_real_vllm(text)
     # conformance: every kind the parser reads from the reference 0.33 transcript
     reference_kinds = {e.kind for e in events_of(REFERENCE.read_text())}
     assert reference_kinds <= set(kinds), reference_kinds - set(kinds)
