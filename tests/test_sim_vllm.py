@@ -514,3 +514,19 @@ def test_hang_at_load_keeps_refusing_connections(tmp_path):
         assert len(sim.text()) == size and "Loading weights took" not in sim.text()
     finally:
         sim.stop()
+
+
+def test_a_70b_target_does_not_fit_one_gpu_and_an_8b_does(tmp_path):
+    for name in ("big", "small"):
+        (tmp_path / name).mkdir()
+    big = VllmSim(tmp_path / "big", [MODEL], scale=0.002)
+    small = VllmSim(tmp_path / "small", ["meta-llama/Llama-3.1-8B-Instruct"], scale=0.002)
+    try:
+        assert big.wait_exit(60) == 1
+        small.wait_ready()
+    finally:
+        big.stop()
+        small.stop()
+    errors = [e for e in events_of(big.text()) if e.kind == "error"]
+    assert errors[0].category == "oom" and "Failed to load model" in errors[0].message
+    assert "Model loading took 15.84 GiB memory" in small.text()

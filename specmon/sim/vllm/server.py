@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -39,6 +40,18 @@ DEFAULT_SHARDS = 30
 NCCL_VERSION = "2.28.9"
 # A Llama-3.3-70B-shaped target: weights and KV per token split over the TP ranks.
 TARGET_WEIGHTS_TOTAL_GIB = 138.64  # 17.33 GiB per rank at TP8
+TARGET_PARAMS_B = 70.0
+_PARAMS = re.compile(r"(?<![\w.])(\d{1,4}(?:\.\d{1,2})?)[bB](?![a-zA-Z])")
+
+
+def weights_total_gib(model: str) -> float:
+    """The target's bf16 weights: the 70B reference's, scaled by a size in the model's name
+    (`Qwen3-0.6B`, `Llama-3.1-8B-Instruct`); the 70B's when the name gives none."""
+    match = _PARAMS.search(model.rsplit("/", 1)[-1])
+    params = float(match.group(1)) if match else TARGET_PARAMS_B
+    return TARGET_WEIGHTS_TOTAL_GIB * max(params, 0.01) / TARGET_PARAMS_B
+
+
 DRAFT_WEIGHTS_GIB = 0.24  # the EAGLE-3 head (one layer), per rank
 KV_BYTES_PER_TOKEN_TOTAL = 81 * 8 * 128 * 2 * 2  # 80 target + 1 draft layers, 8 KV heads, K+V
 ACTIVATION_PEAK_GIB = 2.6  # the profiling run's peak, kept out of the KV budget
@@ -284,7 +297,7 @@ class VllmServer:
         self.gpus.write("loading weights")
         self.load_started = started = time.time()
         budget = TOTAL_GIB * self.args.gpu_memory_utilization
-        per_rank = TARGET_WEIGHTS_TOTAL_GIB / self.tp
+        per_rank = weights_total_gib(self.launch.model) / self.tp
         fits = self.mem(0).used_gib + per_rank + ACTIVATION_PEAK_GIB < budget
         fail_at = self.shards * 3 // 5 if (self.fault and self.fault.at("oom", "load")) else None
         if fail_at is None and not fits:  # the weights alone exceed the budget
