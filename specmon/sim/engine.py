@@ -110,11 +110,17 @@ class Engine:
         on_busy: Callable[[float], None] | None = None,
         on_latency: Callable[[str, float], None] | None = None,
         log_batches: bool = True,
+        vllm_probe_records: bool = False,
     ) -> None:
         """``log_batches`` False: no SGLang ``Prefill batch`` / ``Decode batch`` lines (the
-        vLLM personality logs its own periodic stats from ``stats`` instead)."""
+        vLLM personality logs its own periodic stats from ``stats`` instead).
+        ``vllm_probe_records``: probe records as the vLLM probe writes them
+        (specmon/probe/records.py): ``extend_ms`` 0.0 with the draft extend inside
+        ``verify_ms``, ``draft_tokens`` the batch's scheduled draft tokens, and per-position
+        ``accepted_per_position`` / ``drafted_per_position`` request counts."""
         self.settings = settings
         self.log_batches = log_batches
+        self.vllm_probe_records = vllm_probe_records
         self.writer = writer
         self.log_rank = log_rank
         self.decode_log_interval = decode_log_interval
@@ -239,6 +245,7 @@ class Engine:
         stats = self.stats
         if len(stats.accepted_per_position) < depth:
             stats.accepted_per_position.extend([0] * (depth - len(stats.accepted_per_position)))
+        cycle_positions = [0] * depth
         for request in batch:
             accepted = perf.sample_accepted(settings, self.rng) if settings.speculative else 0
             tokens = min(accepted + 1, request.remaining)
@@ -251,6 +258,7 @@ class Engine:
                 stats.accepted_drafts_total += max(0, tokens - 1)
                 for position in range(tokens - 1):
                     stats.accepted_per_position[position] += 1
+                    cycle_positions[position] += 1
             self._window_tokens += tokens
             self._window_accepted += tokens
             self._window_verifies += 1
@@ -262,7 +270,13 @@ class Engine:
         self.stats.cuda_graph_passes += 1
         if settings.speculative:
             self._probe_record(
-                draft_ms, verify_ms, extend_ms, cycle_ms, len(batch), accepted_in_batch
+                draft_ms,
+                verify_ms,
+                extend_ms,
+                cycle_ms,
+                len(batch),
+                accepted_in_batch,
+                cycle_positions,
             )
         self.forward_ct_decode += 1
         if any(r.count_in_metrics for r in batch):
@@ -352,23 +366,29 @@ class Engine:
         cycle_ms: float,
         batch_size: int,
         accepted: int,
+        accepted_per_position: list[int],
     ) -> None:
         if self._probe_path is None:
             return
-        self._probe_buffer.append(
-            json.dumps(
-                {
-                    "wall": round(time.time(), 6),
-                    "draft_ms": round(draft_ms, 4),
-                    "verify_ms": round(verify_ms, 4),
-                    "extend_ms": round(extend_ms, 4),
-                    "cycle_ms": round(cycle_ms, 4),
-                    "batch_size": batch_size,
-                    "draft_tokens": self.settings.num_draft_tokens,
-                    "accepted_tokens": accepted,
-                }
+        record: dict[str, object] = {
+            "wall": round(time.time(), 6),
+            "draft_ms": round(draft_ms, 4),
+            "verify_ms": round(verify_ms, 4),
+            "extend_ms": round(extend_ms, 4),
+            "cycle_ms": round(cycle_ms, 4),
+            "batch_size": batch_size,
+            "draft_tokens": self.settings.num_draft_tokens,
+            "accepted_tokens": accepted,
+        }
+        if self.vllm_probe_records:
+            record.update(
+                verify_ms=round(verify_ms + extend_ms, 4),
+                extend_ms=0.0,
+                draft_tokens=perf.draft_depth(self.settings) * batch_size,
+                accepted_per_position=accepted_per_position,
+                drafted_per_position=[batch_size] * len(accepted_per_position),
             )
-        )
+        self._probe_buffer.append(json.dumps(record))
         if len(self._probe_buffer) >= PROBE_FLUSH_RECORDS:
             self.flush_probe()
 

@@ -155,6 +155,7 @@ class VllmServer:
             on_busy=self._on_busy,
             on_latency=self._on_latency,
             log_batches=False,
+            vllm_probe_records=True,
         )
         self.metrics: VllmMetrics | None = None
         if not self.args.disable_log_stats:
