@@ -22,6 +22,7 @@ from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.probe.records import ProbeTiming, parse_probe_line
 from specmon.sim import perf
+from specmon.sim.vllm.stats import Totals, spec_decode_line
 
 _SHARED = Path("/work/shared/reference/transcripts")
 TRANSCRIPTS = (
@@ -558,3 +559,19 @@ def test_hang_in_decode_stalls_requests_but_health_stays_200(tmp_path):
     finally:
         sim.stop()
     assert sim.proc.returncode == 0
+
+
+def test_spec_decoding_line_holds_vllms_arithmetic():
+    before = Totals(0, 0, 100, 300, 150, (70, 50, 30))
+    after = Totals(10, 500, 2501, 7503, 4772, (2018, 1521, 1233))
+    line = spec_decode_line(before, after, 10.0)
+    assert line is not None and spec_decode_line(after, after, 10.0) is None
+    (event,) = VLLMLogParser().feed(
+        f"(APIServer pid=1) INFO 12-01 10:00:00 [metrics.py:120] {line}\n".encode()
+    )
+    drafts, accepted = 2401, 4622
+    assert (event.accepted, event.drafted) == (accepted, 7203)
+    assert event.mean_accept_len == pytest.approx(1 + accepted / drafts, abs=0.005)
+    assert sum(event.per_position) == pytest.approx(accepted / drafts, abs=0.002)
+    assert event.per_position[0] == pytest.approx(1948 / drafts, abs=0.0005)
+    assert event.draft_acceptance_rate == pytest.approx(accepted / 7203, abs=0.0005)  # 0..1

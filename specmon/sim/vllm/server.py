@@ -1,6 +1,6 @@
 """The simulated vLLM 0.33 server: start-up with vLLM's lines in order (vllm.md §2), the
-periodic stats and ``SpecDecoding metrics:`` lines, faults ending as vLLM ends, readiness
-(the port refuses connections until the engine is up), and the exit paths.
+periodic stats lines (specmon.sim.vllm.stats), faults ending as vLLM ends, readiness (the port
+refuses connections until the engine is up), and the exit paths.
 
 Start-up durations are the reference transcript's (Llama-3.3-70B + EAGLE-3, TP8: about three
 minutes) times ``SPECMON_SIM_TIME_SCALE``; decode and the stats interval are real-time, and
@@ -29,6 +29,7 @@ from specmon.sim.vllm import failures
 from specmon.sim.vllm.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
 from specmon.sim.vllm.logs import VllmLogWriter
 from specmon.sim.vllm.metrics import VllmMetrics
+from specmon.sim.vllm.stats import log_stats
 
 if TYPE_CHECKING:
     from specmon.sim.asgi import UvicornServing
@@ -57,7 +58,6 @@ KV_BYTES_PER_TOKEN_TOTAL = 81 * 8 * 128 * 2 * 2  # 80 target + 1 draft layers, 8
 ACTIVATION_PEAK_GIB = 2.6  # the profiling run's peak, kept out of the KV budget
 GRAPH_POOL_GIB = 1.12
 BLOCK_SIZE = 16
-STATS_INTERVAL_S = 10.0
 CRASH_AFTER_ITERATIONS = 40
 SHM_WARNING_S = 60.0
 
@@ -507,77 +507,15 @@ class VllmServer:
         self.writer.uvicorn("Waiting for application startup.")
         self._tasks.append(asyncio.create_task(self.engine.run()))
         if self.metrics is not None:
-            self._tasks.append(asyncio.create_task(self._log_stats()))
+            self._tasks.append(
+                asyncio.create_task(log_stats(self.engine, self.stats_interval, self.writer.api))
+            )
         assert self.http is not None
         await self.http.start()
         self.writer.uvicorn("Application startup complete.")
         self.status = "ready"
         self.gpus.write("ready")
         await self._stop.wait()
-
-    async def _log_stats(self) -> None:
-        """The frontend's stats logger: every interval, quiet after two idle ones."""
-        stats = self.engine.stats
-        last = (
-            stats.prefill_tokens_total,
-            stats.emitted_tokens_total,
-            stats.drafts_total,
-            stats.draft_tokens_total,
-            stats.accepted_drafts_total,
-            list(stats.accepted_per_position),
-        )
-        last_busy = False
-        seen_request = False
-        while True:
-            started = time.monotonic()
-            await asyncio.sleep(self.stats_interval)
-            if self.engine.hung:
-                continue
-            seconds = time.monotonic() - started
-            now = (
-                stats.prefill_tokens_total,
-                stats.emitted_tokens_total,
-                stats.drafts_total,
-                stats.draft_tokens_total,
-                stats.accepted_drafts_total,
-                list(stats.accepted_per_position),
-            )
-            prompt = (now[0] - last[0]) / seconds
-            generation = (now[1] - last[1]) / seconds
-            busy = prompt > 0 or generation > 0
-            seen_request = seen_request or busy
-            if busy or last_busy:
-                line = (
-                    f"Engine 000: Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation "
-                    f"throughput: {generation:.1f} tokens/s, Running: {len(self.engine.running)} "
-                    f"reqs, Waiting: {len(self.engine.waiting)} reqs, GPU KV cache usage: "
-                    f"{100 * self.engine.token_usage:.1f}%"
-                )
-                if seen_request:
-                    line += ", Prefix cache hit rate: 0.0%"
-                self.writer.api("stats", line)
-                drafts = now[2] - last[2]
-                if drafts > 0:
-                    self.writer.api("spec", self._spec_line(last, now, seconds))
-            last_busy = busy
-            last = now
-
-    @staticmethod
-    def _spec_line(last: tuple[Any, ...], now: tuple[Any, ...], seconds: float) -> str:
-        drafts = now[2] - last[2]
-        drafted = now[3] - last[3]
-        accepted = now[4] - last[4]
-        before = last[5] + [0] * (len(now[5]) - len(last[5]))
-        per_position = ", ".join(
-            f"{(after - prior) / drafts:.3f}" for prior, after in zip(before, now[5], strict=True)
-        )
-        return (
-            f"SpecDecoding metrics: Mean acceptance length: {1 + accepted / drafts:.2f}, "
-            f"Accepted throughput: {accepted / seconds:.2f} tokens/s, Drafted throughput: "
-            f"{drafted / seconds:.2f} tokens/s, Accepted: {accepted} tokens, Drafted: "
-            f"{drafted} tokens, Per-position acceptance rate: {per_position}, Avg Draft "
-            f"acceptance rate: {100 * accepted / drafted if drafted else 0.0:.1f}%"
-        )
 
     # --- engine callbacks ----------------------------------------------------------------
 
