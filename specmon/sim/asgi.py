@@ -169,10 +169,18 @@ class UvicornServing:
         error_logger.propagate = False
         self._server: uvicorn.Server | None = None
         self._task: asyncio.Task[None] | None = None
+        self._sock: socket.socket | None = None
+
+    def bind(self) -> None:
+        """Bind the port now without listening (connections are refused until start()), as
+        vLLM does before loading; OSError when the port is taken."""
+        if self._sock is None:
+            self._sock = _bind(self.host, self.port)
 
     async def start(self) -> None:
-        """Bind and serve; returns once connections are accepted. OSError: port taken."""
-        sock = _bind(self.host, self.port)
+        """Bind (unless bind() did) and serve; returns once connections are accepted.
+        OSError: port taken."""
+        sock, self._sock = self._sock or _bind(self.host, self.port), None
         server = _SignalFreeServer(self.config)
         self._server = server
         self._task = asyncio.create_task(server.serve(sockets=[sock]))

@@ -79,6 +79,13 @@ class EngineStats:
     generation_tokens_total: int = 0
     requests_total: int = 0
     cuda_graph_passes: int = 0
+    # Counted as vLLM counts them (all requests, from the first forward pass on).
+    prefill_tokens_total: int = 0
+    emitted_tokens_total: int = 0
+    drafts_total: int = 0  # one per request per verify
+    draft_tokens_total: int = 0  # draft positions proposed
+    accepted_drafts_total: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
 
     @property
     def avg_accept_length(self) -> float:
@@ -102,8 +109,18 @@ class Engine:
         on_decode_iteration: Callable[[int], None] | None = None,
         on_busy: Callable[[float], None] | None = None,
         on_latency: Callable[[str, float], None] | None = None,
+        log_batches: bool = True,
+        vllm_probe_records: bool = False,
     ) -> None:
+        """``log_batches`` False: no SGLang ``Prefill batch`` / ``Decode batch`` lines (the
+        vLLM personality logs its own periodic stats from ``stats`` instead).
+        ``vllm_probe_records``: probe records as the vLLM probe writes them
+        (specmon/probe/records.py): ``extend_ms`` 0.0 with the draft extend inside
+        ``verify_ms``, ``draft_tokens`` the batch's scheduled draft tokens, and per-position
+        ``accepted_per_position`` / ``drafted_per_position`` request counts."""
         self.settings = settings
+        self.log_batches = log_batches
+        self.vllm_probe_records = vllm_probe_records
         self.writer = writer
         self.log_rank = log_rank
         self.decode_log_interval = decode_log_interval
@@ -186,10 +203,19 @@ class Engine:
         await asyncio.sleep(seconds)
         self._busy_s += time.monotonic() - started
         now = time.time()
+        self.stats.prefill_tokens_total += new_tokens
         for request in batch:
             request.queue_time = max(0.0, now - seconds - request.created)
             if request.remaining > 0:  # prefill yields the first token
                 self._emit(request, 1)
+        if self.log_batches:
+            self._log_prefill(batch, new_tokens, seconds)
+        self.running.extend(r for r in batch if r.remaining > 0)
+        for request in batch:
+            if request.remaining == 0:
+                self._finish(request)
+
+    def _log_prefill(self, batch: list[SimRequest], new_tokens: int, seconds: float) -> None:
         self.writer.rank(
             self.log_rank,
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {new_tokens}, "
@@ -197,10 +223,6 @@ class Engine:
             f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
             f"input throughput (token/s): {new_tokens / seconds:.2f}, cuda graph: False",
         )
-        self.running.extend(r for r in batch if r.remaining > 0)
-        for request in batch:
-            if request.remaining == 0:
-                self._finish(request)
 
     async def _decode_cycle(self, deadline: float) -> float:
         settings = self.settings
@@ -219,12 +241,24 @@ class Engine:
             return deadline
         self._busy_s += cycle_ms / 1000.0
         accepted_in_batch = 0
+        depth = perf.draft_depth(settings) if settings.speculative else 0
+        stats = self.stats
+        if len(stats.accepted_per_position) < depth:
+            stats.accepted_per_position.extend([0] * (depth - len(stats.accepted_per_position)))
+        cycle_positions = [0] * depth
         for request in batch:
             accepted = perf.sample_accepted(settings, self.rng) if settings.speculative else 0
             tokens = min(accepted + 1, request.remaining)
             request.verify_ct += 1
             request.accepted_drafts += max(0, tokens - 1)
             accepted_in_batch += max(0, tokens - 1)
+            if depth:
+                stats.drafts_total += 1
+                stats.draft_tokens_total += depth
+                stats.accepted_drafts_total += max(0, tokens - 1)
+                for position in range(tokens - 1):
+                    stats.accepted_per_position[position] += 1
+                    cycle_positions[position] += 1
             self._window_tokens += tokens
             self._window_accepted += tokens
             self._window_verifies += 1
@@ -236,7 +270,13 @@ class Engine:
         self.stats.cuda_graph_passes += 1
         if settings.speculative:
             self._probe_record(
-                draft_ms, verify_ms, extend_ms, cycle_ms, len(batch), accepted_in_batch
+                draft_ms,
+                verify_ms,
+                extend_ms,
+                cycle_ms,
+                len(batch),
+                accepted_in_batch,
+                cycle_positions,
             )
         self.forward_ct_decode += 1
         if any(r.count_in_metrics for r in batch):
@@ -250,6 +290,7 @@ class Engine:
 
     def _emit(self, request: SimRequest, tokens: int) -> None:
         now = time.time()
+        self.stats.emitted_tokens_total += tokens
         for _ in range(tokens):
             request.output_ids.append(self.rng.randrange(len(_WORDS) * 1000))
         if request.first_token_at is None:
@@ -295,7 +336,8 @@ class Engine:
             f"cuda graph: True, gen throughput (token/s): {self.stats.last_gen_throughput:.2f}, "
             f"#queue-req: {len(self.waiting)}"
         )
-        self.writer.rank(self.log_rank, message)
+        if self.log_batches:
+            self.writer.rank(self.log_rank, message)
         self._reset_window()
 
     def _reset_window(self) -> None:
@@ -324,23 +366,29 @@ class Engine:
         cycle_ms: float,
         batch_size: int,
         accepted: int,
+        accepted_per_position: list[int],
     ) -> None:
         if self._probe_path is None:
             return
-        self._probe_buffer.append(
-            json.dumps(
-                {
-                    "wall": round(time.time(), 6),
-                    "draft_ms": round(draft_ms, 4),
-                    "verify_ms": round(verify_ms, 4),
-                    "extend_ms": round(extend_ms, 4),
-                    "cycle_ms": round(cycle_ms, 4),
-                    "batch_size": batch_size,
-                    "draft_tokens": self.settings.num_draft_tokens,
-                    "accepted_tokens": accepted,
-                }
+        record: dict[str, object] = {
+            "wall": round(time.time(), 6),
+            "draft_ms": round(draft_ms, 4),
+            "verify_ms": round(verify_ms, 4),
+            "extend_ms": round(extend_ms, 4),
+            "cycle_ms": round(cycle_ms, 4),
+            "batch_size": batch_size,
+            "draft_tokens": self.settings.num_draft_tokens,
+            "accepted_tokens": accepted,
+        }
+        if self.vllm_probe_records:
+            record.update(
+                verify_ms=round(verify_ms + extend_ms, 4),
+                extend_ms=0.0,
+                draft_tokens=perf.draft_depth(self.settings) * batch_size,
+                accepted_per_position=accepted_per_position,
+                drafted_per_position=[batch_size] * len(accepted_per_position),
             )
-        )
+        self._probe_buffer.append(json.dumps(record))
         if len(self._probe_buffer) >= PROBE_FLUSH_RECORDS:
             self.flush_probe()
 

@@ -23,8 +23,9 @@ def _prctl(option: int, value: int | bytes) -> None:
         libc.prctl(option, value, 0, 0, 0)
 
 
-def spawn_rank_processes(tp_size: int) -> list[int]:
-    """Fork one child per TP rank; call before any thread or event loop exists."""
+def spawn_rank_processes(tp_size: int, name: str = "sglang::sched") -> list[int]:
+    """Fork one child per TP rank (process name ``name`` + rank, cut at 15 bytes); call
+    before any thread or event loop exists."""
     pids: list[int] = []
     read_end, write_end = os.pipe()
     for rank in range(tp_size):
@@ -33,7 +34,7 @@ def spawn_rank_processes(tp_size: int) -> list[int]:
             try:
                 os.close(write_end)
                 _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
-                _prctl(_PR_SET_NAME, f"sglang::sched{rank}".encode()[:15])
+                _prctl(_PR_SET_NAME, f"{name}{rank}".encode()[:15])
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C
                 devnull = os.open(os.devnull, os.O_RDWR)
                 for fd in (0, 1, 2):
