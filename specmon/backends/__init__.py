@@ -43,6 +43,11 @@ class LogSummary(ABC):
     def add(self, event: Event) -> None:
         """Take one event into the totals."""
 
+    def add_all(self, events: list[Event]) -> None:
+        """Take a chunk's events, in order; a backend may read runs of decodes in bulk."""
+        for event in events:
+            self.add(event)
+
     @abstractmethod
     def finish(self, parser: LogParser) -> dict[str, Any]:
         """The summary record (``"kind": "summary"``), with what ``parser`` counted."""

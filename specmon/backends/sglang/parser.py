@@ -845,7 +845,7 @@ _CANONICAL_ROLES = (
     "queue",
 )
 _INT_VALUE = r"(\d{1,19})"
-_FLOAT_VALUE = r"(\d+\.?\d*)"
+_FLOAT_VALUE = r"(\d+\.\d+)"  # a dot between digits: the text is a JSON float as it is
 _DECIMALS = re.compile(r"\d+\.(\d{1,6})", re.ASCII)
 _ROLE_VALUE_PATTERNS = {
     "running": _INT_VALUE,
