@@ -27,6 +27,14 @@ class LogParser(ABC):
     def flush(self) -> list[Event]:
         """Parse whatever partial line is held back (end of stream)."""
 
+    def summarize(self, chunk: str | bytes, summary: LogSummary) -> int:
+        """Take a chunk into ``summary`` alone (`specmon parse --no-events`); an empty chunk
+        ends the stream (flush). Returns how many events it held. A backend may skip making
+        the events its summary only counts."""
+        events = self.feed(chunk) if chunk else self.flush()
+        summary.add_all(events)
+        return len(events)
+
     def parse_lines(self, lines: Iterable[str]) -> list[Event]:
         events: list[Event] = []
         for line in lines:

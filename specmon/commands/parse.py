@@ -227,8 +227,13 @@ def run(args: argparse.Namespace) -> int:
         summary = backend.new_log_summary()
         while True:
             chunk = held.pop(0) if held else _read(read, args.logfile)
-            events = parser.feed(chunk) if chunk else parser.flush()
             bytes_read += len(chunk)
+            if args.no_events and window is None:
+                events_seen += parser.summarize(chunk, summary)
+                if not chunk:
+                    break
+                continue
+            events = parser.feed(chunk) if chunk else parser.flush()
             events_seen += len(events)
             if window is not None:
                 events = window.keep(events)

@@ -90,15 +90,18 @@ class SGLangLogSummary(LogSummary):
             for event in events:
                 self.add(event)
             return
-        bulk = list(filter(None, rows)) if plain else rows
-        self.decode_lines += len(bulk)
-        self._gen_sum = sum(map(float, map(_GEN, bulk)), self._gen_sum)  # type: ignore[arg-type]
-        accepts = list(filter(None, map(_ACCEPT_LEN, bulk)))  # type: ignore[arg-type]
-        self._accept_sum = sum(map(float, accepts), self._accept_sum)
-        self._accept_count += len(accepts)
+        self.add_rows(list(filter(None, rows)) if plain else rows)  # type: ignore[arg-type]
         if plain:
             for event in compress(events, map(is_, rows, repeat(None))):
                 self.add(event)
+
+    def add_rows(self, rows: list[tuple[str, ...]]) -> None:
+        """Decode lines as ``Decode.from_texts`` rows of texts: counted and summed in C."""
+        self.decode_lines += len(rows)
+        self._gen_sum = sum(map(float, map(_GEN, rows)), self._gen_sum)
+        accepts = list(filter(None, map(_ACCEPT_LEN, rows)))
+        self._accept_sum = sum(map(float, accepts), self._accept_sum)
+        self._accept_count += len(accepts)
 
     def load_seconds(self) -> float | None:
         begin, ready = _timestamp(self.first_load_begin), _timestamp(self.ready_ts)
