@@ -43,6 +43,10 @@ print(found)
 """
 
 
+# As a user runs it: stdout buffered as Python buffers it for a file or pipe.
+USER_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+
+
 class Run(NamedTuple):
     wall_s: float
     cpu_s: float
@@ -59,7 +63,7 @@ def timed(argv: list[str], out: Path) -> Run:
     cpu = _children_cpu()
     started = time.perf_counter()
     with out.open("wb") as sink:
-        done = subprocess.run(argv, stdout=sink, stderr=subprocess.PIPE, check=False)
+        done = subprocess.run(argv, stdout=sink, stderr=subprocess.PIPE, env=USER_ENV, check=False)
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed: {done.stderr.decode()[-500:]}")
