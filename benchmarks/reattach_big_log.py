@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import os
 import sys
+import sysconfig
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +25,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+# The "remote" python over the test sshd: this checkout and this interpreter's packages (the
+# simulator needs prometheus_client, which a bare system python may lack).
+REMOTE_PYTHONPATH = f"{ROOT}:{sysconfig.get_paths()['purelib']}"
 
 from support.hosts import (  # noqa: E402
     Recorder,
@@ -136,7 +140,7 @@ async def main_async(args: argparse.Namespace) -> int:
         if args.ssh:
             from support.sshd import start_sshd, stop_sshd
 
-            server = start_sshd(Path(scratch) / "sshd")
+            server = start_sshd(Path(scratch) / "sshd", python_path=REMOTE_PYTHONPATH)
 
             def make_session() -> Any:
                 return ssh_session(server, state, profiles)
