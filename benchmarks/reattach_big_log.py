@@ -85,6 +85,7 @@ async def reattach(make_session: Any, log: Path, *, grown: bool) -> dict[str, An
     await session.start()
     marks: dict[str, float] = {"start() returned": time.monotonic() - started}
     deadline = started + 120
+    wanted = {"run", "state", "log tail", "gpu"} | ({"last tok/s"} if grown else set())
     try:
         while time.monotonic() < deadline:
             now = time.monotonic() - started
@@ -107,7 +108,6 @@ async def reattach(make_session: Any, log: Path, *, grown: bool) -> dict[str, An
                 marks["last tok/s"] = now
             if "gpu" not in marks and any(isinstance(e, GpuSample) for _, e in recorder.events):
                 marks["gpu"] = now
-            wanted = {"run", "state", "log tail", "gpu"} | ({"last tok/s"} if grown else set())
             if wanted <= marks.keys():
                 break
             await asyncio.sleep(0.01)
@@ -116,9 +116,7 @@ async def reattach(make_session: Any, log: Path, *, grown: bool) -> dict[str, An
         run = session.current_run
         return {
             "marks": marks,
-            "live_s": max(
-                marks.get(k, float("inf")) for k in ("run", "state", "last tok/s", "gpu")
-            ),
+            "live_s": max(marks.get(k, float("inf")) for k in wanted),
             "transferred": log.stat().st_size - min(offsets) if offsets else 0,
             "events": len(recorder.events),
             "load_shown": store.loading.ready_at is not None
