@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache, partial
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from specmon.agent import GpuReading  # the GPU schema lives with the agent, which ships alone
@@ -28,6 +29,7 @@ class Event:
     """Base of all events. ``ts`` is the log's own timestamp text where the source has one."""
 
     kind: ClassVar[str] = "event"
+    _texts: ClassVar[tuple[str, ...] | None] = None  # Decode's slot shadows it (text_rows)
     ts: str | None = None
     rank: int | None = None
 
@@ -50,6 +52,7 @@ class Event:
         return _encode_json(self.to_dict())
 
 
+_TEXTS = attrgetter("_texts")
 _PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
 
 
@@ -232,7 +235,7 @@ class Decode(Event):
 def text_rows(events: list[Event]) -> list[tuple[str, ...] | None]:
     """Per event, the texts a Decode was made from (``Decode.from_texts``) while it has not
     been read, else None: what a bulk writer formats without converting the numbers."""
-    return list(map(getattr, events, repeat("_texts"), repeat(None)))
+    return list(map(_TEXTS, events))  # no event raises: the class attribute is None
 
 
 class _DecodeNumbers(dict[str, Any]):
