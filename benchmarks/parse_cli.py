@@ -131,11 +131,12 @@ def main() -> int:
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"after: {load_after[0]:.2f}"
     )
-    print(f"{'':36} {'lines/s wall':>13} {'(cpu)':>11} {'x floor':>8} {'out MB':>7}")
+    print(f"{'':36} {'lines/s wall':>13} {'(cpu)':>11} {'x floor':>8} {'(cpu)':>6} {'out MB':>7}")
     for name, run in results.items():
         print(
             f"{name:36} {lines / run.wall_s:13,.0f} {lines / run.cpu_s:11,.0f} "
-            f"{floor.wall_s / run.wall_s:8.2f} {run.out_bytes / 1e6:7.1f}"
+            f"{floor.wall_s / run.wall_s:8.2f} {floor.cpu_s / run.cpu_s:6.2f} "
+            f"{run.out_bytes / 1e6:7.1f}"
         )
     print(f"summary with --no-events equals the one with events: {'yes' if same_summary else 'NO'}")
     return 0 if same_summary else 1
