@@ -99,7 +99,7 @@ def main() -> int:
                 "--kind",
                 "ready",
             ],
-            "--json --since/--until (1 h of 3)": [
+            "--json --since/--until (1 h)": [
                 *specmon,
                 str(log),
                 "--json",
