@@ -12,8 +12,9 @@ import json
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import partial
+from functools import cache, partial
 from itertools import repeat
+from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from specmon.agent import GpuReading  # the GPU schema lives with the agent, which ships alone
@@ -28,22 +29,41 @@ class Event:
     """Base of all events. ``ts`` is the log's own timestamp text where the source has one."""
 
     kind: ClassVar[str] = "event"
+    _texts: ClassVar[tuple[str, ...] | None] = None  # Decode's slot shadows it (text_rows)
     ts: str | None = None
     rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        names = _field_names(type(self))
+        values = list(map(getattr, repeat(self), names))
         out: dict[str, Any] = {"kind": self.kind}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
+        if all(map(_PLAIN_TYPES.__contains__, map(type, values))):  # no tuple, no nested event
+            out.update(zip(names, values, strict=True))
+            return out
+        for name, value in zip(names, values, strict=True):
             if isinstance(value, tuple):
                 value = [v.to_dict() if hasattr(v, "to_dict") else v for v in value]
             elif hasattr(value, "to_dict"):
                 value = value.to_dict()
-            out[f.name] = value
+            out[name] = value
         return out
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(", ", ": "), default=str)
+        return _encode_json(self.to_dict())
+
+
+_TEXTS = attrgetter("_texts")
+_PLAIN_TYPES = frozenset((str, int, float, bool, type(None)))
+
+
+@cache
+def _field_names(cls: type[Event]) -> tuple[str, ...]:
+    """A dataclass's field names, looked up once per class (``fields()`` is slow per call)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+# One encoder for all: json.dumps with non-default options builds a new one on every call.
+_encode_json = json.JSONEncoder(separators=(", ", ": "), default=str).encode
 
 
 # --- events read from the server log (parser output) ----------------------------------------
@@ -166,8 +186,10 @@ class Decode(Event):
         the timestamp, the rank, #running-req, #token, token usage, accept len, accept rate,
         cuda graph, gen throughput and #queue-req, as a log prints them; "" where absent.
         An eleventh item, where present, is the engine index ("" for none); further items
-        are ignored. The caller guarantees that the numbers read: ASCII digits (a dot allowed
-        in floats, ints under 20 digits), so reading them never raises."""
+        are ignored. The caller guarantees that the numbers read: ASCII digits (ints under 20
+        digits, floats with a dot between digits), so reading them never raises, and that the
+        timestamp is printable ASCII without `"` or `\`: the texts can then be written out
+        as they are (``text_rows``, specmon.event_lines)."""
         decodes = list(map(object.__new__, repeat(cls, len(rows))))
         deque(map(_set_texts, decodes, rows), maxlen=0)
         return decodes
@@ -225,6 +247,12 @@ class Decode(Event):
         out: dict[str, Any] = {"kind": self.kind}
         out.update(self._shown_pairs())
         return out
+
+
+def text_rows(events: list[Event]) -> list[tuple[str, ...] | None]:
+    """Per event, the texts a Decode was made from (``Decode.from_texts``) while it has not
+    been read, else None: what a bulk writer formats without converting the numbers."""
+    return list(map(_TEXTS, events))  # no event raises: the class attribute is None
 
 
 class _DecodeNumbers(dict[str, Any]):

@@ -66,6 +66,14 @@ class LogParser(ABC):
     def flush(self) -> list[Event]:
         """Parse whatever partial line is held back (end of stream)."""
 
+    def summarize(self, chunk: str | bytes, summary: LogSummary) -> int:
+        """Take a chunk into ``summary`` alone (`specmon parse --no-events`); an empty chunk
+        ends the stream (flush). Returns how many events it held. A backend may skip making
+        the events its summary only counts."""
+        events = self.feed(chunk) if chunk else self.flush()
+        summary.add_all(events)
+        return len(events)
+
     def parse_lines(self, lines: Iterable[str]) -> list[Event]:
         events: list[Event] = []
         for line in lines:
@@ -80,6 +88,11 @@ class LogSummary(ABC):
     @abstractmethod
     def add(self, event: Event) -> None:
         """Count one event."""
+
+    def add_all(self, events: list[Event]) -> None:
+        """Take a chunk's events, in order; a backend may read runs of decodes in bulk."""
+        for event in events:
+            self.add(event)
 
     @abstractmethod
     def finish(self, parser: LogParser) -> dict[str, Any]:

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from operator import itemgetter
 
-from specmon.backends import LogParser
+from specmon.backends import LogParser, LogSummary
+from specmon.backends.sglang.summary import SGLangLogSummary
 from specmon.events import (
     Decode,
     ErrorCategory,
@@ -546,6 +548,7 @@ class SGLangLogParser(LogParser):
         self._continuation_lines = 0
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
         self._after_frame = False  # the last traceback line was a `File "..."` frame
+        self._decode_sink: Callable[[list[tuple[str, ...]]], None] | None = None
         self.lines_seen = 0
         """Complete lines read so far (each `\\r` redraw counts as one)."""
         self.unparsed_decode_like = 0
@@ -595,6 +598,20 @@ class SGLangLogParser(LogParser):
         if rest:
             self.lines_seen += self._scan(rest + "\n", events)
         return events
+
+    def summarize(self, chunk: str | bytes, summary: LogSummary) -> int:
+        """As LogParser's, but bulk-read decode lines go to an SGLang summary as their
+        texts, never made into events (`specmon parse --no-events`)."""
+        if not isinstance(summary, SGLangLogSummary):
+            return super().summarize(chunk, summary)
+        before = summary.decode_lines
+        self._decode_sink = summary.add_rows
+        try:
+            events = self.feed(chunk) if chunk else self.flush()
+        finally:
+            self._decode_sink = None
+        summary.add_all(events)
+        return len(events) + summary.decode_lines - before
 
     # -- chunk handling ---------------------------------------------------------------------
 
@@ -651,9 +668,14 @@ class SGLangLogParser(LogParser):
         if depth == 0 and template is not self._templates[0]:
             self._templates.remove(template)  # the next chunk most likely has this shape too
             self._templates.insert(0, template)
-        decodes = Decode.from_texts(rows)  # one per row; those at other lines are dropped
+        sink = self._decode_sink
+        # One event per row (those at other lines are dropped), or the rows for a summary.
+        decodes: list[Decode] | list[tuple[str, ...]] = (
+            rows if sink is not None else Decode.from_texts(rows)
+        )
+        take = sink if sink is not None else events.extend
         if others == 0:
-            events.extend(decodes)
+            take(decodes)
             self._continuation_lines = 0  # decode lines are prefixed: whatever came before ended
             self._chained = False
             return count
@@ -665,7 +687,7 @@ class SGLangLogParser(LogParser):
             except ValueError:
                 first = count
             if first > position:
-                events.extend(decodes[position:first])
+                take(decodes[position:first])
                 self._continuation_lines = 0
                 self._chained = False
             if first == count:
@@ -845,7 +867,7 @@ _CANONICAL_ROLES = (
     "queue",
 )
 _INT_VALUE = r"(\d{1,19})"
-_FLOAT_VALUE = r"(\d+\.?\d*)"
+_FLOAT_VALUE = r"(\d+\.\d+)"  # a dot between digits: the text is a JSON float as it is
 _DECIMALS = re.compile(r"\d+\.(\d{1,6})", re.ASCII)
 _ROLE_VALUE_PATTERNS = {
     "running": _INT_VALUE,
