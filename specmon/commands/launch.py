@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 until="ready",
                 duration=args.timeout,
                 queue=queue,
+                run_id=run_id,
             )
         finally:
             await session.close()

@@ -201,11 +201,15 @@ async def stream_events(
     duration: float | None,
     out: IO[str] = sys.stdout,
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
+    run_id: str | None = None,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
-    (0 reached or ran for the duration, 1 the run failed or ended first)."""
+    (0 reached or ran for the duration, 1 the run failed or ended first). With ``run_id``,
+    only that run's events count (and are printed): a relaunch's queue also holds the
+    previous run's replayed ``ready`` and its ``stopped``, which say nothing of the new run."""
     queue = queue if queue is not None else session.bus.subscribe()
     deadline = time.monotonic() + duration if duration is not None else None
+    in_run = run_id is None
     try:
         while True:
             timeout = None if deadline is None else deadline - time.monotonic()
@@ -214,6 +218,12 @@ async def stream_events(
             try:
                 at, event = await asyncio.wait_for(queue.get(), timeout)
             except asyncio.TimeoutError:
+                continue
+            if not in_run:
+                in_run = isinstance(event, RunInfo) and event.run_id == run_id
+                if not in_run:
+                    continue  # the previous run's events, queued before the new run began
+            if run_id is not None and getattr(event, "run_id", None) not in (None, run_id):
                 continue
             print_event(at, event, as_json=as_json, with_log=with_log, out=out)
             reached = until_reached(until, event, session.bus.store)
