@@ -85,6 +85,7 @@ def _show(value: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
     from specmon.backends.sglang.parser import LogSummary
+    from specmon.terminal_text import safe_text
 
     parser = get_backend("sglang").new_log_parser()
     summary = LogSummary()
@@ -109,14 +110,14 @@ def run(args: argparse.Namespace) -> int:
                 summary.add(event)
                 lines.append(event.to_json() if args.json else format_event(event.to_dict()))
             if lines:
-                out.write("\n".join(lines) + "\n")
+                out.write(safe_text("\n".join(lines)) + "\n")  # JSON lines hold no controls
                 out.flush()
                 events_seen += len(lines)
             if not chunk:
                 break
         if args.summary:
             record = summary.result()
-            out.write((json.dumps(record) if args.json else format_summary(record)) + "\n")
+            out.write(safe_text(json.dumps(record) if args.json else format_summary(record)) + "\n")
         out.flush()
     except BrokenPipeError:
         # The reader went away (`| head`); stop quietly and keep Python's exit flush silent.

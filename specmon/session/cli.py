@@ -32,6 +32,7 @@ from specmon.events import (
     ShardProgress,
     StopProgress,
 )
+from specmon.terminal_text import safe_text
 
 T = TypeVar("T")
 
@@ -165,12 +166,12 @@ def print_event(at: float, event: Event, *, as_json: bool, with_log: bool, out: 
         data["at"] = round(at, 3)
         out.write(json.dumps(data, default=str) + "\n")
     elif isinstance(event, LogLine):
-        out.write(f"{_clock(at)}  log         {event.text}\n")
+        out.write(f"{_clock(at)}  log         {safe_text(event.text)}\n")
     else:
         text = describe_event(event)
         if text is None:
             return
-        out.write(f"{_clock(at)}  {text}\n")
+        out.write(f"{_clock(at)}  {safe_text(text)}\n")
     out.flush()
 
 

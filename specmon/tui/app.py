@@ -24,6 +24,7 @@ from textual.widgets import Input
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Event, LogLine, Ready, RunInfo, StopProgress
+from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
@@ -185,6 +186,26 @@ class SpecmonApp(App[int]):
         self.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every toast (screens' and widgets' too, which call this) carries text that may come
+        from a server (an error's root cause): shown without escape sequences and, unless a
+        caller asks, without interpreting ``[...]`` as markup."""
+        super().notify(
+            safe_text(message),
+            title=safe_text(title),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
 
     # --- actions -------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Input, RichLog
 
 from specmon.events import LogLine
+from specmon.terminal_text import safe_text
 
 MAX_LINES = 2000
 ERROR_PATTERN = re.compile(
@@ -28,7 +29,9 @@ def is_intermediate_progress(line: str) -> bool:
 
 
 def style_line(line: str) -> Text:
-    """Errors red and bold, warnings yellow, HTTP access lines dim, the rest plain."""
+    """Errors red and bold, warnings yellow, HTTP access lines dim, the rest plain; escape
+    sequences and control characters removed (a server's log is untrusted text)."""
+    line = safe_text(line)
     if ERROR_PATTERN.search(line):
         return Text(line, style="bold red")
     if WARNING_PATTERN.search(line):
