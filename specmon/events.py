@@ -341,6 +341,16 @@ class LogLine(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Dropped(Event):
+    """``count`` events (log lines, samples: never a state change) that a lossy subscriber, the
+    console's live view, did not receive because it fell behind; it arrives where they were.
+    The store still applied them all."""
+
+    kind: ClassVar[str] = "dropped"
+    count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HealthStatus(Event):
     kind: ClassVar[str] = "health"
     status: int | None  # HTTP status, None when the port refused or timed out

@@ -7,6 +7,7 @@ step by step (comma-separated):
                link, DCS, 8-bit CSI, C0/C1 controls, and Rich markup that must stay literal
   flood:N      N numbered lines ("flood 0" ...), as fast as the pipe takes them
   ready        SGLang's ready line
+  sleep:S      wait S seconds
   fork         a child in the same process group that outlives this leader
   crash:C      a traceback, then exit with code C
   serve        sleep until killed
@@ -42,6 +43,8 @@ def main() -> int:
             out.writelines(f"flood {i}\n" for i in range(int(value)))
         elif name == "ready":
             out.write(READY_LINE + "\n")
+        elif name == "sleep":
+            time.sleep(float(value))
         elif name == "fork":
             out.flush()
             if os.fork() == 0:

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog
 
-from specmon.events import LogLine
+from specmon.events import Dropped, LogLine
 from specmon.terminal_text import safe_text
 
 MAX_LINES = 2000
@@ -39,6 +39,10 @@ def style_line(line: str) -> Text:
     if '" 200 OK' in line:
         return Text(line, style="dim")
     return Text(line)
+
+
+def dropped_marker(count: int) -> str:
+    return f"--- {count} log lines and samples skipped here to keep up ---"
 
 
 class LogPane(Vertical):
@@ -70,12 +74,18 @@ class LogPane(Vertical):
             return False
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
-    def append_lines(self, lines: Iterable[LogLine]) -> None:
-        """One write per batch: RichLog renders a multi-line Text in one pass."""
+    def append_lines(self, lines: Iterable[LogLine | Dropped]) -> None:
+        """One write per batch: RichLog renders a multi-line Text in one pass. A ``Dropped``
+        event shows as a marker line where the console skipped lines to keep up."""
         batch = Text()
         count = 0
         for line in lines:
-            if self.matches(line.text):
+            if isinstance(line, Dropped):
+                if count:
+                    batch.append("\n")
+                batch.append(dropped_marker(line.count), style="reverse")
+                count += 1
+            elif self.matches(line.text):
                 if count:
                     batch.append("\n")
                 batch.append_text(style_line(line.text))
