@@ -45,6 +45,21 @@ def dropped_marker(count: int) -> str:
     return f"--- {count} log lines and samples skipped here to keep up ---"
 
 
+class FollowingLog(RichLog):
+    """A RichLog that follows the tail unless the operator scrolled away from it.
+
+    Whether to follow is decided when the view scrolls, not when lines arrive: a layout
+    change (the loading panel appearing on a relaunch shrinks the pane) moves the bottom away
+    from the view without the operator doing anything, and must not stop the tail.
+    """
+
+    following = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y - 1
+
+
 class LogPane(Vertical):
     """A RichLog of raw server lines; the filter is a plain case-insensitive substring."""
 
@@ -63,11 +78,11 @@ class LogPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
-        yield RichLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
+        yield FollowingLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
 
     @property
-    def log_view(self) -> RichLog:
-        return self.query_one("#log", RichLog)
+    def log_view(self) -> FollowingLog:
+        return self.query_one("#log", FollowingLog)
 
     def matches(self, line: str) -> bool:
         if is_intermediate_progress(line):
@@ -92,9 +107,7 @@ class LogPane(Vertical):
                 count += 1
         if count:
             view = self.log_view
-            # follow the tail only while the operator is at the bottom: reading back stays put
-            at_end = view.max_scroll_y == 0 or view.scroll_y >= view.max_scroll_y - 1
-            view.write(batch, scroll_end=at_end)
+            view.write(batch, scroll_end=view.following)  # reading back stays put
 
     def show_all(self, lines: Iterable[LogLine]) -> None:
         """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""
