@@ -77,7 +77,7 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
     import dataclasses
     import socket
 
-    from specmon.session import SessionOptions
+    from specmon.session import SessionOptions, with_ui_rates
     from specmon.session.demo import DemoSession
     from specmon.session.local import LocalTransport
 
@@ -88,12 +88,15 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
         free_port = s.getsockname()[1]
     profile = dataclasses.replace(config.profiles[profile_name], port=free_port)
     profiles = {**config.profiles, profile_name: profile}
-    options = SessionOptions(
-        state_dir=state_dir,
-        gpu_agent=profile.gpu_agent,
-        stop_grace_s=profile.stop_grace_s,
-        gpu_release_timeout_s=15.0,
-        backoff_max_s=2.0,
+    options = with_ui_rates(
+        SessionOptions(
+            state_dir=state_dir,
+            gpu_agent=profile.gpu_agent,
+            stop_grace_s=profile.stop_grace_s,
+            gpu_release_timeout_s=15.0,
+            backoff_max_s=2.0,
+        ),
+        config,
     )
     session = DemoSession(
         LocalTransport("demo"),

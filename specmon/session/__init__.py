@@ -48,6 +48,7 @@ __all__ = [
     "TransportError",
     "open_session",
     "parse_host",
+    "with_ui_rates",
 ]
 
 _HOST_RE = re.compile(
@@ -86,7 +87,7 @@ def open_session(
 
     hosts = dict(getattr(config, "hosts", {}) or {})
     profiles = dict(getattr(config, "profiles", {}) or {})
-    options = options or SessionOptions()
+    options = with_ui_rates(options or SessionOptions(), config)
     transport: Transport
     host_config = hosts.get(host)
     if host == "local" or (host_config is not None and host_config.transport == "local"):
@@ -127,6 +128,22 @@ def open_session(
         options=options,
         stop_server_on_close=stop_server_on_close,
     )
+
+
+def with_ui_rates(options: SessionOptions, config: Any | None) -> SessionOptions:
+    """``[ui] gpu_sample_hz`` and ``http_poll_s`` from the config, where the caller left the
+    session's own defaults (a caller's explicit choice, e.g. a test's, wins)."""
+    from specmon.session.host import SessionOptions
+
+    ui = getattr(config, "ui", None)
+    if ui is None:
+        return options
+    defaults = SessionOptions()
+    if options.gpu_rate_hz == defaults.gpu_rate_hz:
+        options = replace(options, gpu_rate_hz=float(ui.gpu_sample_hz))
+    if options.health_interval_s == defaults.health_interval_s:
+        options = replace(options, health_interval_s=float(ui.http_poll_s))
+    return options
 
 
 def _state_dir(options: SessionOptions, host_config: Any) -> str:

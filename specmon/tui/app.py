@@ -118,7 +118,11 @@ class SpecmonApp(App[int]):
         # Lossy: when the console falls behind, log lines and samples are skipped with a marker
         # (the store has them all); state changes always arrive.
         self._queue = self.controller.bus.subscribe(lossy=True)
-        self.main.query_one(LogPane).show_all(self.controller.bus.store.log)
+        pane = self.main.query_one(LogPane)
+        log_lines = getattr(getattr(self.config, "ui", None), "log_lines", None)
+        if isinstance(log_lines, int):
+            pane.keep_lines(log_lines)
+        pane.show_all(self.controller.bus.store.log)
         self.tick()
         self.set_interval(1.0 / self.redraw_hz, self.tick)
         if self.start_controller:

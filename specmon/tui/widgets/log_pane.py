@@ -75,6 +75,12 @@ class LogPane(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Server log"
         self.filter_text = ""
+        self.max_lines = MAX_LINES
+
+    def keep_lines(self, count: int) -> None:
+        """Keep the last ``count`` lines (``[ui] log_lines``) instead of MAX_LINES."""
+        self.max_lines = count
+        self.log_view.max_lines = count
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
@@ -110,10 +116,10 @@ class LogPane(Vertical):
             view.write(batch, scroll_end=view.following)  # reading back stays put
 
     def show_all(self, lines: Iterable[LogLine]) -> None:
-        """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""
+        """Redraw from the store's kept lines under the current filter (the last max_lines)."""
         view = self.log_view
         view.clear()
-        kept = [line for line in lines if self.matches(line.text)][-MAX_LINES:]
+        kept = [line for line in lines if self.matches(line.text)][-self.max_lines :]
         for line in kept:
             view.write(style_line(line.text))
         self.border_title = (
