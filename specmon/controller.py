@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from typing import Any
 
 from specmon.store import EventBus
 
@@ -41,3 +42,8 @@ class HostController(ABC):
     @abstractmethod
     def profiles(self) -> list[str]:
         """Launch profile names available for this host."""
+
+    async def status(self) -> list[Any]:
+        """The runs on the host (``RunStatus``: id, owner, alive, exit); a controller that
+        cannot list them knows of none."""
+        return []

@@ -84,6 +84,7 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
                         "host": sweep.host,
                         "profile": sweep.profile,
                         "status": sweep.status,
+                        "note": sweep.note,
                         "points_ok": sum(p.status == "ok" for p in points),
                         "points_failed": sum(p.status == "failed" for p in points),
                     }
@@ -199,6 +200,10 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
         f"prompts {bench.get('prompt_set')}, {bench.get('requests')} requests x "
         f"{bench.get('max_tokens')} tokens, concurrency {bench.get('concurrency')}\n"
     )
+    if sweep.note:
+        from specmon.terminal_text import safe_text
+
+        print(safe_text(f"interrupted: {sweep.note}"))
     print(sweep_table(results, names, baseline))
     return 0
 
