@@ -25,6 +25,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.errors import SpecmonError
+from specmon.process_owner import owner_gone, this_process
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
 LEDGER_FILE = "ledger.sqlite3"
@@ -601,34 +602,6 @@ def _baseline_from_row(row: sqlite3.Row) -> Baseline:
         prompt_set=str(row["prompt_set"]),
         concurrency=int(row["concurrency"]),
     )
-
-
-def this_process() -> dict[str, Any]:
-    """This process as a sweep's owner: host name, pid and the pid's start time (a reused pid
-    is another process)."""
-    import socket
-
-    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid())}
-
-
-def _start_ticks(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return int(stat[stat.rfind(")") + 2 :].split()[19])
-
-
-def owner_gone(owner: Mapping[str, Any] | None) -> bool:
-    """Whether a sweep's owning process is known to be gone: on this host, its pid is not
-    running, or runs another process. Another host's process cannot be checked: not gone."""
-    import socket
-
-    if not owner or owner.get("host") != socket.gethostname() or not owner.get("pid"):
-        return False
-    ticks = _start_ticks(int(owner["pid"]))
-    return ticks is None or (owner.get("start") is not None and ticks != owner["start"])
 
 
 def _sweep_from_row(row: sqlite3.Row) -> SweepRow:

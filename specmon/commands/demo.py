@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> int:
     import os
     import shutil
     import sys
-    import tempfile
 
     from specmon.errors import UsageError
     from specmon.session.cli import load_config_from, watch_headless
+    from specmon.tempdirs import owned_tempdir
 
     if args.time_scale is not None:
         if not 0 < args.time_scale <= 100:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             )
             headless = True
 
-    state_dir = tempfile.mkdtemp(prefix="specmon-demo-")
+    state_dir = str(owned_tempdir("specmon-demo-"))  # stale ones (kill -9) removed first
     session = _demo_session(config, args.profile, state_dir)
     try:
         if headless:

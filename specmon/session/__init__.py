@@ -161,15 +161,16 @@ def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple
     first value it reads), then the given files or ~/.ssh/config."""
     import atexit
     import shutil
-    import tempfile
     from pathlib import Path
+
+    from specmon.tempdirs import owned_tempdir
 
     if not extra:
         return given
     bad = [k for k, v in extra.items() if not re.fullmatch(r"[A-Za-z]+", k) or "\n" in v]
     if bad:
         raise UsageError(f"ssh_options: bad option name or value for {', '.join(bad)}")
-    directory = Path(tempfile.mkdtemp(prefix="specmon-ssh-"))
+    directory = owned_tempdir("specmon-ssh-")  # stale ones (kill -9) removed first
     # Reconnects read it again, so it lives as long as this process, and no longer.
     atexit.register(shutil.rmtree, directory, True)
     path = directory / "config"
