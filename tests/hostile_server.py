@@ -11,10 +11,12 @@ step by step (comma-separated):
   fork         a child in the same process group that outlives this leader
   crash:C      a traceback, then exit with code C
   serve        sleep until killed
+  tick:MS      a numbered line ("tick 0" ...) every MS milliseconds, until killed
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -55,6 +57,11 @@ def main() -> int:
             out.write("RuntimeError: hostile crash \x1b]0;crash title\x07\n")
             out.flush()
             return int(value or 1)
+        elif name == "tick":
+            for i in itertools.count():
+                out.write(f"tick {i}\n")
+                out.flush()
+                time.sleep(float(value) / 1000)
         elif name == "serve":
             out.flush()
             while True:
