@@ -124,3 +124,22 @@ async def test_console_log_pane_and_banner_show_no_raw_bytes(tmp_path: Path) -> 
             assert not RAW.search(shown.replace("\n", "")), shown
             banner = str(app.main.query_one(Banner).render())
             assert "hostile crash" in banner and not RAW.search(banner.replace("\n", ""))
+
+
+async def test_sweep_progress_on_the_experiments_screen_is_plain_text() -> None:
+    from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
+    from textual.widgets import Static
+
+    from specmon.config import load_config
+    from specmon.tui.app import SpecmonApp
+
+    config = load_config(REPO / "specmon.toml")
+    app = SpecmonApp(ReplayController(recorded_session()), config, clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("e")
+        await pilot.pause(0.3)
+        screen = app.screen
+        screen._say("Sweep stopped: [/bold] server said \x1b]0;title\x07[red]x")  # type: ignore[attr-defined]
+        await pilot.pause(0.1)
+        shown = str(screen.query_one("#sweep-state", Static).render())
+        assert shown == "Sweep stopped: [/bold] server said [red]x"

@@ -17,6 +17,7 @@ import re
 import sys
 from typing import Any, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -44,6 +45,7 @@ from specmon.sweep import (
     parse_grid,
     plan_points,
 )
+from specmon.terminal_text import safe_text
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.widgets.sweep_plot import SweepPlot, choose_x_axis
 from specmon.tui.widgets.sweep_table import SweepTable, loading_status
@@ -467,8 +469,9 @@ class ExperimentsScreen(Screen[None]):
         )
 
     def _say(self, text: str) -> None:
+        """Sweep progress and errors (which quote server lines): plain text, never markup."""
         if self.is_mounted:
-            self.query_one("#sweep-state", Static).update(text)
+            self.query_one("#sweep-state", Static).update(Text(safe_text(text)))
 
     # --- cancelling --------------------------------------------------------------------------
 
