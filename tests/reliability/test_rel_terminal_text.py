@@ -143,3 +143,31 @@ async def test_sweep_progress_on_the_experiments_screen_is_plain_text() -> None:
         await pilot.pause(0.1)
         shown = str(screen.query_one("#sweep-state", Static).render())
         assert shown == "Sweep stopped: [/bold] server said [red]x"
+
+
+def test_ledger_show_prints_a_stored_root_cause_without_raw_bytes(tmp_path: Path) -> None:
+    from specmon.ledger import Ledger, RunRecord
+
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        ledger.record_run(
+            RunRecord(
+                host="h",
+                profile="p",
+                argv=("python3", "-m", "x\x1b]0;argv title\x07"),
+                env={},
+                status="failed",
+                error="server failed \x1b[2J",
+                root_cause=("RuntimeError: \x1b]52;c;aGk=\x07 boom",),
+            )
+        )
+    shown = subprocess.run(
+        [sys.executable, "-m", "specmon", "ledger", "--ledger", str(path), "show", "r1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "RuntimeError:  boom" in shown.stdout
+    assert not RAW.search(shown.stdout.replace("\n", "")), shown.stdout
