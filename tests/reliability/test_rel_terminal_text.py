@@ -171,3 +171,24 @@ def test_ledger_show_prints_a_stored_root_cause_without_raw_bytes(tmp_path: Path
     assert shown.returncode == 0, shown.stderr
     assert "RuntimeError:  boom" in shown.stdout
     assert not RAW.search(shown.stdout.replace("\n", "")), shown.stdout
+
+
+async def test_the_loading_panels_last_line_is_safe_text() -> None:
+    from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
+    from textual.widgets import Static
+
+    from specmon.events import LogLine
+    from specmon.tui.app import SpecmonApp
+    from specmon.tui.widgets.loading import LoadingPanel
+
+    app = SpecmonApp(
+        ReplayController(recorded_session(ready=False)), None, clock=lambda: FROZEN_NOW
+    )
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.pause(0.3)
+        app.controller.bus.publish(LogLine(text="loading \x1b]0;title\x07\x1b[2J[b]x", offset=0))
+        await pilot.pause(0.5)
+        panel = app.main.query_one(LoadingPanel)
+        shown = "\n".join(str(w.render()) for w in panel.query(Static))
+        assert "loading [b]x" in shown, shown
+        assert not RAW.search(shown.replace("\n", "")), shown
