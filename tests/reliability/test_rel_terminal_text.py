@@ -192,3 +192,20 @@ async def test_the_loading_panels_last_line_is_safe_text() -> None:
         shown = "\n".join(str(w.render()) for w in panel.query(Static))
         assert "loading [b]x" in shown, shown
         assert not RAW.search(shown.replace("\n", "")), shown
+
+
+async def test_the_header_shows_a_runs_profile_and_flags_as_safe_text() -> None:
+    from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
+
+    from specmon.events import RunInfo
+    from specmon.tui.app import SpecmonApp
+    from specmon.tui.widgets.header import HeaderBar
+
+    app = SpecmonApp(ReplayController(recorded_session()), None, clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.3)
+        argv = ("python3", "--speculative-num-steps", "2\x1b[2J", "--tp", "8")
+        app.controller.bus.publish(RunInfo(run_id="r2", profile="p\x1b]0;t\x07q", argv=argv))
+        await pilot.pause(0.5)
+        shown = str(app.main.query_one(HeaderBar).render())
+        assert "pq" in shown and not RAW.search(shown), shown
