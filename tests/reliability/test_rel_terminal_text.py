@@ -126,13 +126,16 @@ async def test_console_log_pane_and_banner_show_no_raw_bytes(tmp_path: Path) -> 
             assert "hostile crash" in banner and not RAW.search(banner.replace("\n", ""))
 
 
-async def test_sweep_progress_on_the_experiments_screen_is_plain_text() -> None:
+async def test_sweep_progress_on_the_experiments_screen_is_plain_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
     from textual.widgets import Static
 
     from specmon.config import load_config
     from specmon.tui.app import SpecmonApp
 
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(tmp_path / "data"))  # the screen's ledger
     config = load_config(REPO / "specmon.toml")
     app = SpecmonApp(ReplayController(recorded_session()), config, clock=lambda: FROZEN_NOW)
     async with app.run_test(size=(140, 40)) as pilot:
