@@ -71,6 +71,11 @@ class HostController(ABC):
     def current_run(self) -> RunStatus | None:
         """The run this console follows, as the host recorded it (None: no run)."""
 
+    async def status(self) -> list[RunStatus]:
+        """The runs on the host (id, owner, alive, exit); a controller that cannot list them
+        knows of none."""
+        return []
+
     @abstractmethod
     async def http_base_url(self) -> str | None:
         """The current run's HTTP base URL as reachable from here; None when no run."""

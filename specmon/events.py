@@ -182,7 +182,7 @@ class Decode(Event):
 
     @classmethod
     def from_texts(cls, rows: list[tuple[str, ...]]) -> list[Decode]:
-        """One event per row of texts, unconverted until read. A row's first ten items are
+        r"""One event per row of texts, unconverted until read. A row's first ten items are
         the timestamp, the rank, #running-req, #token, token usage, accept len, accept rate,
         cuda graph, gen throughput and #queue-req, as a log prints them; "" where absent.
         An eleventh item, where present, is the engine index ("" for none); further items
@@ -454,6 +454,16 @@ class LogLine(Event):
     kind: ClassVar[str] = "log"
     text: str
     offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dropped(Event):
+    """``count`` events (log lines, samples: never a state change) that a lossy subscriber, the
+    console's live view, did not receive because it fell behind; it arrives where they were.
+    The store still applied them all."""
+
+    kind: ClassVar[str] = "dropped"
+    count: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

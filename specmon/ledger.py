@@ -26,6 +26,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.errors import SpecmonError
+from specmon.process_owner import owner_gone, this_process
 from specmon.secrets import redact_env, redact_settings
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
@@ -115,7 +116,14 @@ _V2 = (
     "CREATE INDEX sweeps_key ON sweeps (sweep_key, status)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Version 3: who runs a sweep (host, pid, process start time: a sweep killed with SIGKILL is
+# seen as interrupted once its process is gone) and why it was interrupted.
+_V3 = (
+    "ALTER TABLE sweeps ADD COLUMN owner_json TEXT",
+    "ALTER TABLE sweeps ADD COLUMN note TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -226,8 +234,9 @@ class SweepRow:
     host: str
     profile: str
     spec: dict[str, Any]
-    status: str  # "running" | "finished" | "interrupted"
+    status: str  # "running" | "finished" | "interrupted" (also a "running" one whose owner died)
     finished_at: float | None
+    note: str | None = None  # why it was interrupted
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,18 +360,30 @@ class Ledger:
     def start_sweep(self, sweep_key: str, host: str, profile: str, spec: Mapping[str, Any]) -> int:
         with self._transaction() as conn:
             cursor = conn.execute(
-                "INSERT INTO sweeps (created_at, sweep_key, host, profile, spec_json, status)"
-                " VALUES (?, ?, ?, ?, ?, 'running')",
-                (time.time(), sweep_key, host, profile, json.dumps(dict(spec), sort_keys=True)),
+                "INSERT INTO sweeps"
+                " (created_at, sweep_key, host, profile, spec_json, status, owner_json)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (
+                    time.time(),
+                    sweep_key,
+                    host,
+                    profile,
+                    json.dumps(dict(spec), sort_keys=True),
+                    json.dumps(this_process()),
+                ),
             )
             return int(cursor.lastrowid or 0)
 
-    def set_sweep_status(self, sweep_id: int, status: str) -> None:
+    def set_sweep_status(self, sweep_id: int, status: str, *, note: str | None = None) -> None:
+        """``running`` makes this process the sweep's owner (a resume); ``note`` says why an
+        interrupted sweep stopped (e.g. which console replaced its server)."""
         finished = time.time() if status == "finished" else None
+        owner = json.dumps(this_process()) if status == "running" else None
         with self._transaction() as conn:
             conn.execute(
-                "UPDATE sweeps SET status = ?, finished_at = ? WHERE id = ?",
-                (status, finished, sweep_id),
+                "UPDATE sweeps SET status = ?, finished_at = ?, note = ?,"
+                " owner_json = COALESCE(?, owner_json) WHERE id = ?",
+                (status, finished, note, owner, sweep_id),
             )
 
     def record_sweep_point(
@@ -608,6 +629,12 @@ def _baseline_from_row(row: sqlite3.Row) -> Baseline:
 
 
 def _sweep_from_row(row: sqlite3.Row) -> SweepRow:
+    status, note = str(row["status"]), row["note"]
+    if status == "running":
+        owner = json.loads(row["owner_json"]) if row["owner_json"] else None
+        if owner_gone(owner):
+            status = "interrupted"
+            note = f"its process (pid {owner['pid']} on {owner['host']}) ended without a word"
     return SweepRow(
         id=int(row["id"]),
         created_at=float(row["created_at"]),
@@ -615,8 +642,9 @@ def _sweep_from_row(row: sqlite3.Row) -> SweepRow:
         host=str(row["host"]),
         profile=str(row["profile"]),
         spec=json.loads(row["spec_json"]),
-        status=str(row["status"]),
+        status=status,
         finished_at=row["finished_at"],
+        note=note,
     )
 
 

@@ -17,17 +17,21 @@ from itertools import accumulate
 from specmon.events import (
     ConnectionState,
     Decode,
+    Dropped,
     Event,
     GpuReading,
     GpuSample,
     GraphBegin,
     GraphEnd,
+    HealthStatus,
     HttpUp,
     KvCache,
     LoadBegin,
     LoadEnd,
     LoadTimes,
     LogLine,
+    MetricsSnapshot,
+    Prefill,
     ProbeTiming,
     Ready,
     RunInfo,
@@ -383,33 +387,98 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
 }  # type: ignore[dict-item]
 
 
-class EventBus:
-    """Fan-out of events to async subscribers, each with its own bounded queue.
+# What a lossy subscriber may lose when it falls behind: high-rate samples and log lines. Every
+# other event (phase, ready, failure, run state, connection, stop steps, errors) changes state
+# and always reaches every subscriber.
+DROPPABLE: tuple[type[Event], ...] = (
+    LogLine,
+    Decode,
+    Prefill,
+    GpuSample,
+    ProbeTiming,
+    HealthStatus,
+    MetricsSnapshot,
+    ShardProgress,
+)
 
-    A slow subscriber drops its oldest events (counted in ``dropped``) rather than stalling
-    the producer: the store, applied synchronously on publish, never misses anything.
+
+class Subscription(asyncio.Queue[tuple[float, Event]]):
+    """One subscriber's queue of ``(arrival time, event)``.
+
+    Lossless (the default: `watch`, `launch --wait`, sweeps, tests): every event is queued, and
+    past ``limit`` the bus's log follower pauses (``EventBus.wait_for_room``), so a slow
+    reader slows the tail and loses nothing. Lossy (the console's live view, which redraws
+    from the store anyway): past ``limit`` droppable events are counted, not queued, and a
+    ``Dropped`` event takes their place once there is room; state changes are always queued.
+    ``limit=None``: lossless and never pausing the follower (a reader that drains only later,
+    e.g. `launch --wait` while the launch itself runs; its growth is bounded by the replay).
     """
+
+    def __init__(self, bus: EventBus, limit: int | None, lossy: bool) -> None:
+        super().__init__()
+        self.bus = bus
+        self.limit = limit
+        self.lossy = lossy
+        self.dropped = 0  # dropped since the last Dropped marker
+
+    @property
+    def full_for_follower(self) -> bool:
+        return not self.lossy and self.limit is not None and self.qsize() >= self.limit
+
+    def offer(self, at: float, event: Event) -> None:
+        if self.lossy and self.limit is not None:
+            if self.qsize() >= self.limit and isinstance(event, DROPPABLE):
+                self.dropped += 1
+                self.bus.dropped += 1
+                return
+            if self.dropped:
+                self.put_nowait((at, Dropped(count=self.dropped)))
+                self.dropped = 0
+        self.put_nowait((at, event))
+
+    def _get(self) -> tuple[float, Event]:  # asyncio.Queue's hook under get()/get_nowait()
+        item = super()._get()
+        if self.limit is None:
+            return item
+        if not self.lossy and self.qsize() < self.limit:
+            self.bus.room.set()
+        elif self.lossy and self.dropped and self.qsize() == 0:
+            # Caught up after a burst with nothing new since: the marker comes now, not later.
+            self._put((time.time(), Dropped(count=self.dropped)))
+            self.dropped = 0
+        return item
+
+
+class EventBus:
+    """Fan-out of events to async subscribers; the store is applied synchronously on publish,
+    so it never misses anything. No subscriber loses an event silently (see Subscription)."""
 
     def __init__(self, store: StateStore | None = None, queue_size: int = 10_000) -> None:
         self.store = store if store is not None else StateStore()
         self.queue_size = queue_size
-        self._subscribers: list[asyncio.Queue[tuple[float, Event]]] = []
-        self.dropped = 0
+        self._subscribers: list[Subscription] = []
+        self.dropped = 0  # by lossy subscribers, each reported to them as a Dropped event
+        self.room = asyncio.Event()
 
     def publish(self, event: Event, at: float | None = None) -> None:
         now = time.time() if at is None else at
         self.store.apply(event, now)
         for queue in self._subscribers:
-            if queue.full():
-                queue.get_nowait()
-                self.dropped += 1
-            queue.put_nowait((now, event))
+            queue.offer(now, event)
 
-    def subscribe(self) -> asyncio.Queue[tuple[float, Event]]:
-        queue: asyncio.Queue[tuple[float, Event]] = asyncio.Queue(self.queue_size)
+    async def wait_for_room(self) -> None:
+        """Back-pressure for the log follower: return once no lossless subscriber holds
+        ``queue_size`` events or more."""
+        while any(queue.full_for_follower for queue in self._subscribers):
+            self.room.clear()
+            await self.room.wait()
+
+    def subscribe(self, *, lossy: bool = False, bounded: bool = True) -> Subscription:
+        queue = Subscription(self, self.queue_size if bounded else None, lossy)
         self._subscribers.append(queue)
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[tuple[float, Event]]) -> None:
         if queue in self._subscribers:
-            self._subscribers.remove(queue)
+            self._subscribers.remove(queue)  # type: ignore[arg-type]
+            self.room.set()  # a follower waiting on this queue goes on

@@ -48,6 +48,8 @@ MAX_ATTEMPTS = 3  # per point, when the connection to the host drops mid-point
 RECONNECT_WAIT_S = 900.0
 DROP_NOTICE_POLLS = 10  # x READY_POLL_S: how long a failed benchmark waits to see a drop
 LOADING_REPORT_S = 1.0
+REPLACEMENT_POLLS = 25  # x READY_POLL_S: how long a stopped point waits to see who replaced it
+SIGTERM = 15  # what a stop sends; a server ending on its own is killed (9) or exits
 
 
 # --- the grid -------------------------------------------------------------------------------
@@ -425,6 +427,11 @@ class SweepAborted(SpecmonError):
     """The sweep cannot go on (the host refuses launches); it stays resumable."""
 
 
+class PointInterrupted(SweepAborted):
+    """Another console stopped or replaced the point's server: no verdict on the combination;
+    the sweep stops, resumable, saying who."""
+
+
 class PointFailed(SpecmonError):
     def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -527,8 +534,9 @@ class SweepRunner:
                 results.append(result)
             if self.stop_at_end and self._launched:
                 await self.controller.stop()
-        except BaseException:
-            self.ledger.set_sweep_status(sweep_id, "interrupted")
+        except BaseException as exc:
+            note = str(exc) if isinstance(exc, PointInterrupted) else None
+            self.ledger.set_sweep_status(sweep_id, "interrupted", note=note)
             raise
         self.ledger.set_sweep_status(sweep_id, "finished")
         baseline = self._baseline_for(results)
@@ -596,6 +604,36 @@ class SweepRunner:
             await asyncio.sleep(READY_POLL_S)
         return False
 
+    async def _replaced_by_someone_else(self, run_id: str | None) -> str | None:
+        """How the point's server ended, when another console ended it: a newer live run on
+        the host (launched by its owner), or a SIGTERM this sweep did not send; None when the
+        server is alive or ended on its own (a verdict on the combination)."""
+        if run_id is None:
+            return None
+        for _ in range(REPLACEMENT_POLLS):  # another console launches right after its stop
+            try:
+                runs = await self.controller.status()
+            except SpecmonError:
+                return None
+            ours = next((r for r in runs if r.run_id == run_id), None)
+            if ours is None or ours.alive:
+                return None
+            newer = [
+                r
+                for r in runs
+                if r.alive and r.run_id != run_id and (r.started_at or 0) >= (ours.started_at or 0)
+            ]
+            if newer:
+                other = newer[-1]
+                return (
+                    f"replaced by run {other.run_id} (profile {other.profile or '-'}) launched "
+                    f"by {other.owner or 'another console'}"
+                )
+            if ours.exit_signal != SIGTERM:
+                return None
+            await asyncio.sleep(READY_POLL_S)
+        return "stopped from outside this sweep (SIGTERM), with no run launched after it"
+
     async def _wait_connected(self) -> None:
         store = self.controller.bus.store
         deadline = time.monotonic() + RECONNECT_WAIT_S
@@ -645,6 +683,12 @@ class SweepRunner:
                 isinstance(exc, BenchError) and await self._dropped_since(connection_at_start)
             ):
                 raise _ConnectionTrouble(str(exc) or type(exc).__name__) from exc
+            replaced = await self._replaced_by_someone_else(run_id)
+            if replaced is not None:
+                raise PointInterrupted(
+                    f"{point.label()}: interrupted, not failed: the server was {replaced}; "
+                    "run the same command again to resume the sweep"
+                ) from exc
             if load_seconds is None:
                 load_seconds = time.monotonic() - launched_at
             root_cause = exc.root_cause if isinstance(exc, PointFailed) else ()

@@ -201,7 +201,7 @@ def test_cli_sweep_records_oom_continues_and_resumes_after_sigkill(testbox, tmp_
     }  # fmt: skip
     with Ledger(ledger_path) as ledger:
         before = {p.params_key: (p.id, p.created_at) for p in ledger.sweep_points(1)}
-        assert ledger.get_sweep(1).status == "running"  # killed: never marked
+        assert ledger.get_sweep(1).status == "interrupted"  # killed: its process is gone
         failed_run = ledger.get_run(ledger.sweep_points(1)[0].run_ref)
         assert failed_run["status"] == "failed"
         assert any("Not enough memory" in line for line in failed_run["root_cause"])

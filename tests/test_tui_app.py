@@ -23,7 +23,7 @@ from specmon.tui.screens.relaunch import RelaunchScreen, field_id
 from specmon.tui.widgets.banner import Banner
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
-from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.log_pane import FollowingLog, LogPane
 from specmon.tui.widgets.timing import TimingPanel
 
 REPO = Path(__file__).resolve().parents[1]
@@ -308,8 +308,6 @@ async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
 
 
 async def test_tab_walks_the_panels_and_the_palette_runs_actions():
-    from textual.widgets import RichLog
-
     from specmon.tui.screens.gpu_detail import GpuDetailScreen
     from specmon.tui.widgets.throughput import ThroughputPanel
 
@@ -320,7 +318,7 @@ async def test_tab_walks_the_panels_and_the_palette_runs_actions():
         for _ in range(5):
             await pilot.press("tab")
             seen.append(type(app.focused))
-        assert {GpuPanel, ThroughputPanel, TimingPanel, RichLog} <= set(seen)
+        assert {GpuPanel, ThroughputPanel, TimingPanel, FollowingLog} <= set(seen)
         await pilot.press("ctrl+p")
         await pilot.pause(0.3)
         await pilot.press(*"GPU detail")

@@ -40,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
     import os
     import shutil
     import sys
-    import tempfile
 
     from specmon.errors import UsageError
     from specmon.session.cli import load_config_from, watch_headless
+    from specmon.tempdirs import owned_tempdir
 
     if args.time_scale is not None:
         if not 0 < args.time_scale <= 100:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             )
             headless = True
 
-    state_dir = tempfile.mkdtemp(prefix="specmon-demo-")
+    state_dir = str(owned_tempdir("specmon-demo-"))  # stale ones (kill -9) removed first
     session = _demo_session(config, args.profile, state_dir)
     try:
         if headless:
@@ -85,7 +85,7 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
     import dataclasses
     import socket
 
-    from specmon.session import SessionOptions
+    from specmon.session import SessionOptions, with_ui_rates
     from specmon.session.demo import DemoSession
     from specmon.session.local import LocalTransport
 
@@ -96,12 +96,15 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
         free_port = s.getsockname()[1]
     profile = dataclasses.replace(config.profiles[profile_name], port=free_port)
     profiles = {**config.profiles, profile_name: profile}
-    options = SessionOptions(
-        state_dir=state_dir,
-        gpu_agent=profile.gpu_agent,
-        stop_grace_s=profile.stop_grace_s,
-        gpu_release_timeout_s=15.0,
-        backoff_max_s=2.0,
+    options = with_ui_rates(
+        SessionOptions(
+            state_dir=state_dir,
+            gpu_agent=profile.gpu_agent,
+            stop_grace_s=profile.stop_grace_s,
+            gpu_release_timeout_s=15.0,
+            backoff_max_s=2.0,
+        ),
+        config,
     )
     session = DemoSession(
         LocalTransport("demo"),

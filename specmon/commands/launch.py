@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> int:
         await session.start()
         try:
-            queue = session.bus.subscribe()
+            queue = session.bus.subscribe(bounded=False)  # drained only after the launch
             run_id = await session.launch(args.profile, flags=flags, env=env)
             run = session.current_run
             if args.json:
@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 until="ready",
                 duration=args.timeout,
                 queue=queue,
+                run_id=run_id,
             )
         finally:
             await session.close()

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from specmon.terminal_text import safe_text
+
 TABLES = ("benchmarks", "sweep_points", "sweeps", "runs")
 
 
@@ -84,6 +86,7 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
                         "host": sweep.host,
                         "profile": sweep.profile,
                         "status": sweep.status,
+                        "note": sweep.note,
                         "points_ok": sum(p.status == "ok" for p in points),
                         "points_failed": sum(p.status == "failed" for p in points),
                     }
@@ -115,7 +118,7 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
                 ]
             )
         header = ["sweep", "when", "host", "profile", "status", "points", "grid"]
-        print(render_table(header, rows, set()))
+        print(safe_text(render_table(header, rows, set())))
         print()
     if benchmarks:
         rows = []
@@ -134,7 +137,7 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
                 ]
             )
         header = ["bench", "when", "host", "profile", "speculation", "tok/s", "accept", "prompts"]
-        print(render_table(header, rows, {5, 6}))
+        print(safe_text(render_table(header, rows, {5, 6})))
     return 0
 
 
@@ -174,13 +177,13 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
         else:
             from specmon.report import benchmark_summary
 
-            print(benchmark_summary(row, baseline))
+            print(safe_text(benchmark_summary(row, baseline)))
         return 0
     if kind == "run":
         run_row = ledger.get_run(number)
         if run_row is None:
             raise SpecmonError(f"no run r{number} in {ledger.path}")
-        print(json.dumps(run_row, default=str) if args.json else _run_text(run_row))
+        print(json.dumps(run_row, default=str) if args.json else safe_text(_run_text(run_row)))
         return 0
     sweep = ledger.get_sweep(number)
     if sweep is None:
@@ -199,7 +202,9 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
         f"prompts {bench.get('prompt_set')}, {bench.get('requests')} requests x "
         f"{bench.get('max_tokens')} tokens, concurrency {bench.get('concurrency')}\n"
     )
-    print(sweep_table(results, names, baseline))
+    if sweep.note:
+        print(safe_text(f"interrupted: {sweep.note}"))
+    print(safe_text(sweep_table(results, names, baseline)))
     return 0
 
 

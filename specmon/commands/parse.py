@@ -193,13 +193,16 @@ def _json_one(event: Event) -> str:
 
 
 def _text_one(event: Event) -> str:
-    return format_event(event.to_dict())
+    from specmon.terminal_text import safe_text
+
+    return safe_text(format_event(event.to_dict()))  # log text reaches the terminal stripped
 
 
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
     from specmon.event_lines import json_lines, text_lines
     from specmon.log_window import TimeWindow
+    from specmon.terminal_text import safe_text
 
     chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     if args.no_events and not args.summary:
@@ -248,7 +251,9 @@ def run(args: argparse.Namespace) -> int:
                 break
         if args.summary:
             record = summary.finish(parser)
-            out.write((json.dumps(record) if args.json else format_summary(record)) + "\n")
+            out.write(
+                (json.dumps(record) if args.json else safe_text(format_summary(record))) + "\n"
+            )
         out.flush()
     except BrokenPipeError:
         # The reader went away (`| head`); stop quietly and keep Python's exit flush silent.

@@ -35,13 +35,17 @@ def run(args: argparse.Namespace) -> int:
         if not runs:
             print(f"no runs on {session.host_label}")
             return 0
+        from specmon.terminal_text import safe_text
+
         for r in runs:
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.started_at or 0))
             load = f"{r.load_seconds:.1f}s" if r.load_seconds is not None else "-"
-            print(f"{r.run_id}  {r.state:<18} profile={r.profile} started={started} load={load}")
-            print(f"    {' '.join(r.argv)}")
+            head = f"{r.run_id}  {r.state:<18} profile={r.profile} started={started} load={load}"
+            print(safe_text(head))
+            print(safe_text(f"    {' '.join(r.argv)}"))
             if r.env:
-                print("    env: " + " ".join(f"{k}={v}" for k, v in sorted(r.env.items())))
+                env = " ".join(f"{k}={v}" for k, v in sorted(r.env.items()))
+                print(safe_text(f"    env: {env}"))
         return 0
 
     return run_async(main)

@@ -210,7 +210,9 @@ class SweepReporter:
         self.out.flush()
 
     def _say(self, text: str) -> None:
-        self.err.write(text + "\n")
+        from specmon.terminal_text import safe_text
+
+        self.err.write(safe_text(text) + "\n")
         self.err.flush()
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "TransportError",
     "open_session",
     "parse_host",
+    "with_ui_rates",
 ]
 
 _HOST_RE = re.compile(
@@ -87,7 +88,7 @@ def open_session(
 
     hosts = dict(config.hosts) if config is not None else {}
     profiles = dict(config.profiles) if config is not None else {}
-    options = options or SessionOptions()
+    options = with_ui_rates(options or SessionOptions(), config)
     transport: Transport
     host_config = hosts.get(host)
     if host == "local" or (host_config is not None and host_config.transport == "local"):
@@ -130,6 +131,22 @@ def open_session(
     )
 
 
+def with_ui_rates(options: SessionOptions, config: Config | None) -> SessionOptions:
+    """``[ui] gpu_sample_hz`` and ``http_poll_s`` from the config, where the caller left the
+    session's own defaults (a caller's explicit choice, e.g. a test's, wins)."""
+    from specmon.session.options import SessionOptions
+
+    if config is None:
+        return options
+    ui = config.ui
+    defaults = SessionOptions()
+    if options.gpu_rate_hz == defaults.gpu_rate_hz:
+        options = replace(options, gpu_rate_hz=float(ui.gpu_sample_hz))
+    if options.health_interval_s == defaults.health_interval_s:
+        options = replace(options, health_interval_s=float(ui.http_poll_s))
+    return options
+
+
 def _state_dir(options: SessionOptions, host_config: HostConfig) -> str:
     """A state dir the caller chose (`--state-dir`, a test's private dir) wins over the host's
     configured one, which wins over the built-in default."""
@@ -145,15 +162,16 @@ def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple
     first value it reads), then the given files or ~/.ssh/config."""
     import atexit
     import shutil
-    import tempfile
     from pathlib import Path
+
+    from specmon.tempdirs import owned_tempdir
 
     if not extra:
         return given
     bad = [k for k, v in extra.items() if not re.fullmatch(r"[A-Za-z]+", k) or "\n" in v]
     if bad:
         raise UsageError(f"ssh_options: bad option name or value for {', '.join(bad)}")
-    directory = Path(tempfile.mkdtemp(prefix="specmon-ssh-"))
+    directory = owned_tempdir("specmon-ssh-")  # stale ones (kill -9) removed first
     # Reconnects read it again, so it lives as long as this process, and no longer.
     atexit.register(shutil.rmtree, directory, True)
     path = directory / "config"

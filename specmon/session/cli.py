@@ -33,6 +33,7 @@ from specmon.events import (
     ShardProgress,
     StopProgress,
 )
+from specmon.terminal_text import safe_text
 
 T = TypeVar("T")
 
@@ -183,12 +184,12 @@ def print_event(at: float, event: Event, *, as_json: bool, with_log: bool, out: 
         data["at"] = round(at, 3)
         out.write(json.dumps(data, default=str) + "\n")
     elif isinstance(event, LogLine):
-        out.write(f"{_clock(at)}  log         {event.text}\n")
+        out.write(f"{_clock(at)}  log         {safe_text(event.text)}\n")
     else:
         text = describe_event(event)
         if text is None:
             return
-        out.write(f"{_clock(at)}  {text}\n")
+        out.write(f"{_clock(at)}  {safe_text(text)}\n")
     out.flush()
 
 
@@ -219,12 +220,16 @@ async def stream_events(
     duration: float | None,
     out: IO[str] = sys.stdout,
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
+    run_id: str | None = None,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
     (0 reached or ran for the duration, 1 the run failed or ended first, or the session gave
-    up on the host: a refused host key, or reconnecting ran out of attempts)."""
+    up on the host: a refused host key, or reconnecting ran out of attempts). With ``run_id``,
+    only that run's events count (and are printed): a relaunch's queue also holds the
+    previous run's replayed ``ready`` and its ``stopped``, which say nothing of the new run."""
     queue = queue if queue is not None else session.bus.subscribe()
     deadline = time.monotonic() + duration if duration is not None else None
+    in_run = run_id is None
     try:
         while True:
             timeout = None if deadline is None else deadline - time.monotonic()
@@ -233,6 +238,12 @@ async def stream_events(
             try:
                 at, event = await asyncio.wait_for(queue.get(), timeout)
             except asyncio.TimeoutError:
+                continue
+            if not in_run:
+                in_run = isinstance(event, RunInfo) and event.run_id == run_id
+                if not in_run:
+                    continue  # the previous run's events, queued before the new run began
+            if run_id is not None and getattr(event, "run_id", None) not in (None, run_id):
                 continue
             print_event(at, event, as_json=as_json, with_log=with_log, out=out)
             if isinstance(event, ConnectionState) and event.state == "disconnected":

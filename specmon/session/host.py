@@ -612,6 +612,7 @@ class HostSession(HostController):
                     continue
                 kind = msg.get("t")
                 if kind == "log":
+                    await self.bus.wait_for_room()  # a slow lossless reader slows the tail
                     self._on_log_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))
                 elif kind == "probe":
                     self._on_probe_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))

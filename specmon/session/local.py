@@ -34,6 +34,21 @@ def _make_private_dirs(path: Path) -> None:
             directory.mkdir(mode=0o700)
 
 
+def kill_child(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL a child of this process without reaping it.
+
+    ``Process.kill()`` goes through ``Popen.send_signal``, which polls first: when the child
+    has just exited, that poll reaps it behind the back of asyncio's child watcher, whose own
+    ``waitpid`` then fails and logs "Unknown child process pid N, will report returncode 255"
+    on stderr. Only the watcher reaps here, and it has not reported while ``returncode`` is
+    None: the pid is still this child (a zombie at worst), short of the instant between the
+    watcher's reap and its report, the same window ``Popen.send_signal`` leaves after its poll.
+    """
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
 class LocalProcess(RemoteProcess):
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self._proc = proc
@@ -58,8 +73,7 @@ class LocalProcess(RemoteProcess):
     async def kill(self) -> None:
         await self.close_stdin()
         if self._proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.send_signal(signal.SIGKILL)
+            kill_child(self._proc)
             await self.wait(5.0)
 
 
@@ -91,8 +105,7 @@ class LocalTransport(Transport):
         self._closed.set()
         for proc in list(self._children):
             if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                kill_child(proc)
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(proc.wait(), 5.0)
         self._children.clear()
@@ -120,8 +133,7 @@ class LocalTransport(Transport):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input or b""), timeout)
         except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            kill_child(proc)
             await proc.wait()
             raise TransportError(
                 f"local command timed out after {timeout:.0f}s: {argv[0]}"

@@ -24,7 +24,8 @@ from textual.widgets import Input
 from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
-from specmon.events import AgentStatus, Event, LogLine, Ready, RunInfo, StopProgress
+from specmon.events import AgentStatus, Dropped, Event, LogLine, Ready, RunInfo, StopProgress
+from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
@@ -44,7 +45,7 @@ from specmon.tui.widgets.log_pane import LogPane
 DEFAULT_REDRAW_HZ = 10.0
 LIVE_PANEL_HZ = 5.0
 GC_GEN0_THRESHOLD = 50_000
-MAX_EVENTS_PER_TICK = 20_000  # the bus queue holds 10,000; draining is bounded either way
+MAX_EVENTS_PER_TICK = 20_000  # the lossy bus queue holds 10,000 (plus state changes)
 CLOSE_TIMEOUT_S = 10.0
 MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
 # Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
@@ -108,7 +109,7 @@ class SpecmonApp(App[int]):
         self._queue: asyncio.Queue[tuple[float, Event]] | None = None
         self._closed = False
         self._ticks = 0
-        self._pending_lines: list[LogLine] = []
+        self._pending_lines: list[LogLine | Dropped] = []
         ui = config.ui if config is not None else None
         self.redraw_hz = float(ui.redraw_hz if ui is not None else DEFAULT_REDRAW_HZ)
         # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
@@ -132,8 +133,14 @@ class SpecmonApp(App[int]):
                     loop.add_signal_handler(signum, self.exit)
         await self.push_screen(self.main)
         # Subscribe and show the kept log in one synchronous step: no line is lost or doubled.
-        self._queue = self.controller.bus.subscribe()
-        self.main.query_one(LogPane).show_all(self.controller.bus.store.log)
+        # Lossy: when the console falls behind, log lines and samples are skipped with a marker
+        # (the store has them all); state changes always arrive.
+        self._queue = self.controller.bus.subscribe(lossy=True)
+        pane = self.main.query_one(LogPane)
+        log_lines = getattr(getattr(self.config, "ui", None), "log_lines", None)
+        if isinstance(log_lines, int):
+            pane.keep_lines(log_lines)
+        pane.show_all(self.controller.bus.store.log)
         self.tick()
         self.set_interval(1.0 / self.redraw_hz, self.tick)
         if self.read_only:
@@ -193,7 +200,7 @@ class SpecmonApp(App[int]):
             at, event = queue.get_nowait()
             drained += 1
             self.session_history.record(at, event)
-            if isinstance(event, LogLine):
+            if isinstance(event, (LogLine, Dropped)):
                 new_lines.append(event)
             elif isinstance(event, StopProgress):
                 self.main.query_one(LoadingPanel).note_stop(event)
@@ -213,6 +220,26 @@ class SpecmonApp(App[int]):
         self.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: Any = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every toast (screens' and widgets' too, which call this) carries text that may come
+        from a server (an error's root cause): shown without escape sequences and, unless a
+        caller asks, without interpreting ``[...]`` as markup."""
+        super().notify(
+            safe_text(message),
+            title=safe_text(title),
+            severity=severity,
+            timeout=timeout,
+            markup=markup,
+        )
 
     # --- actions -------------------------------------------------------------------------------
 

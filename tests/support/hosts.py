@@ -105,6 +105,7 @@ class Recorder:
 
     def __init__(self, session: HostSession) -> None:
         self.events: list[tuple[float, Event]] = []
+        self._bus = session.bus
         self._queue = session.bus.subscribe()
         self._task = asyncio.get_running_loop().create_task(self._drain())
 
@@ -130,7 +131,9 @@ class Recorder:
         return self.kinds(kind)
 
     def close(self) -> None:
+        """Stop recording; unsubscribed, so an undrained queue never holds the log tail back."""
         self._task.cancel()
+        self._bus.unsubscribe(self._queue)
 
 
 def run_pgids(state_dir: Path) -> list[int]:

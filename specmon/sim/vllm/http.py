@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -24,7 +24,23 @@ from specmon.sim.sglang_http import BadBody, json_body, sse
 from specmon.sim.vllm.args import VLLM_VERSION
 
 if TYPE_CHECKING:
-    from specmon.sim.vllm.server import VllmServer
+    from specmon.sim.engine import Engine
+    from specmon.sim.vllm.args import VllmLaunch
+    from specmon.sim.vllm.logs import VllmLogWriter
+    from specmon.sim.vllm.metrics import VllmMetrics
+
+
+class VllmHost(Protocol):
+    """What the handlers read of the simulated server (the server module is not imported:
+    it builds this API, so importing it back would make a cycle)."""
+
+    launch: VllmLaunch
+    args: Any  # the parsed ``vllm serve`` command line
+    engine: Engine
+    engine_dead: bool
+    max_model_len: int
+    metrics: VllmMetrics | None
+    writer: VllmLogWriter
 
 CHAT_ANSWER_TOKENS = 256  # where a simulated chat answer ends (its EOS) without max_tokens
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's (OpenAI's) default for /v1/completions
@@ -59,7 +75,7 @@ def _prompt_tokens(prompt: Any) -> int:
 class VllmApi:
     """The handlers, one instance per simulated server."""
 
-    def __init__(self, host: VllmServer) -> None:
+    def __init__(self, host: VllmHost) -> None:
         self.host = host
 
     def routes(self) -> list[BaseRoute]:

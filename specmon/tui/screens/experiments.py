@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from typing import ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -39,6 +40,7 @@ from specmon.sweep import (
     parse_grid,
     plan_points,
 )
+from specmon.terminal_text import safe_text
 from specmon.tui.messages import (
     SweepBaselineFound,
     SweepBegan,
@@ -487,8 +489,9 @@ class ExperimentsScreen(Screen[None]):
         )
 
     def _say(self, text: str) -> None:
+        """Sweep progress and errors (which quote server lines): plain text, never markup."""
         if self.is_mounted:
-            self.query_one("#sweep-state", Static).update(text)
+            self.query_one("#sweep-state", Static).update(Text(safe_text(text)))
 
     # --- cancelling --------------------------------------------------------------------------
 

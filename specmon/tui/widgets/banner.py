@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specmon.store import StateStore
+from specmon.terminal_text import safe_text
 
 ROOT_CAUSE_LINES = 4
 
@@ -49,13 +50,13 @@ class Banner(Static):
             if failure.last_phase:
                 text.append(f" during {failure.last_phase}")
             for line in failure.root_cause[-ROOT_CAUSE_LINES:]:
-                text.append("\n  " + line)
+                text.append("\n  " + safe_text(line))
             if failure.command:
                 text.append("\ncommand: ", style="bold")
-                text.append(failure.command)
+                text.append(safe_text(failure.command))
         elif reconnecting and connection is not None:
             text.append(f"Connection to {connection.host} lost: ", style="bold")
             text.append(f"{connection.state} (attempt {connection.attempt})")
             if connection.detail:
-                text.append(f" — {connection.detail}")
+                text.append(f" — {safe_text(connection.detail)}")
         self.update(text)

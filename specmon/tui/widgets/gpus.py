@@ -10,6 +10,7 @@ from textual.widgets import Static
 
 from specmon.events import GpuReading
 from specmon.store import StateStore
+from specmon.terminal_text import safe_text
 from specmon.tui.formatting import bar, mini_sparkline
 
 WIDE_AT = 100
@@ -59,7 +60,7 @@ class GpuPanel(Static):
 def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = None) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if agent_problem:
-        text.append(f"GPU agent: {agent_problem}", style="bold red")
+        text.append(f"GPU agent: {safe_text(agent_problem)}", style="bold red")
         if store.gpus:
             text.append("\n")
     if not store.gpus:
@@ -80,7 +81,7 @@ def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = N
 def _gpu_row(text: Text, r: GpuReading, util_history: list[float], width: int, wide: bool) -> None:
     text.append(f"{r.index:>2} ", style="bold")
     if r.error:
-        text.append(f"error: {r.error}", style="bold red")
+        text.append(f"error: {safe_text(r.error)}", style="bold red")
         return
     fixed = 3 + 6 + 14 + 12 + (28 if wide else 0)
     room = max(12, width - fixed)

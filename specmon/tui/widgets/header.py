@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specmon.store import StateStore
+from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration, key_flags
 
 # Run state as an operator reads it, with the CSS-ish style the header paints it in.
@@ -80,7 +81,7 @@ class HeaderBar(Static):
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(self.host_label, style="bold")
         text.append("  ")
-        text.append((run.profile or "-") if run else "no run", style="italic")
+        text.append(safe_text(run.profile or "-") if run else "no run", style="italic")
         text.append("  ")
         text.append(f" {label} ", style=style + " reverse")
         if uptime is not None:
@@ -89,5 +90,6 @@ class HeaderBar(Static):
         text.append("PAUSED" if paused else "live", style="bold reverse" if paused else "dim")
         if flags:
             text.append("  ")
-            text.append("  ".join(f"{name}={value}" for name, value in flags), style="dim")
+            shown = "  ".join(f"{name}={value}" for name, value in flags)
+            text.append(safe_text(shown), style="dim")  # from the run's argv: the host's text
         self.update(text, layout=False)

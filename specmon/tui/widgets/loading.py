@@ -13,6 +13,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.events import StopProgress
 from specmon.store import PHASES, StateStore
+from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration
 
 STOP_STEPS_KEPT = 6
@@ -108,7 +109,7 @@ class LoadingPanel(Vertical):
         if store.run is None and store.run_state == "stopped":
             text.append("No server is running. Press r to launch a profile.", style="italic")
         elif last_line:
-            text.append(last_line[-400:], style="dim")
+            text.append(safe_text(last_line[-400:]), style="dim")  # a server's text
         return text
 
 

@@ -10,7 +10,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog
 
-from specmon.events import LogLine
+from specmon.events import Dropped, LogLine
+from specmon.terminal_text import safe_text
 
 MAX_LINES = 2000
 ERROR_PATTERN = re.compile(
@@ -28,7 +29,9 @@ def is_intermediate_progress(line: str) -> bool:
 
 
 def style_line(line: str) -> Text:
-    """Errors red and bold, warnings yellow, HTTP access lines dim, the rest plain."""
+    """Errors red and bold, warnings yellow, HTTP access lines dim, the rest plain; escape
+    sequences and control characters removed (a server's log is untrusted text)."""
+    line = safe_text(line)
     if ERROR_PATTERN.search(line):
         return Text(line, style="bold red")
     if WARNING_PATTERN.search(line):
@@ -36,6 +39,25 @@ def style_line(line: str) -> Text:
     if '" 200 OK' in line:
         return Text(line, style="dim")
     return Text(line)
+
+
+def dropped_marker(count: int) -> str:
+    return f"--- {count} log lines and samples skipped here to keep up ---"
+
+
+class FollowingLog(RichLog):
+    """A RichLog that follows the tail unless the operator scrolled away from it.
+
+    Whether to follow is decided when the view scrolls, not when lines arrive: a layout
+    change (the loading panel appearing on a relaunch shrinks the pane) moves the bottom away
+    from the view without the operator doing anything, and must not stop the tail.
+    """
+
+    following = True
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.following = new_value >= self.max_scroll_y - 1
 
 
 class LogPane(Vertical):
@@ -53,41 +75,51 @@ class LogPane(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Server log"
         self.filter_text = ""
+        self.max_lines = MAX_LINES
+
+    def keep_lines(self, count: int) -> None:
+        """Keep the last ``count`` lines (``[ui] log_lines``) instead of MAX_LINES."""
+        self.max_lines = count
+        self.log_view.max_lines = count
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
-        yield RichLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
+        yield FollowingLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
 
     @property
-    def log_view(self) -> RichLog:
-        return self.query_one("#log", RichLog)
+    def log_view(self) -> FollowingLog:
+        return self.query_one("#log", FollowingLog)
 
     def matches(self, line: str) -> bool:
         if is_intermediate_progress(line):
             return False
         return not self.filter_text or self.filter_text.lower() in line.lower()
 
-    def append_lines(self, lines: Iterable[LogLine]) -> None:
-        """One write per batch: RichLog renders a multi-line Text in one pass."""
+    def append_lines(self, lines: Iterable[LogLine | Dropped]) -> None:
+        """One write per batch: RichLog renders a multi-line Text in one pass. A ``Dropped``
+        event shows as a marker line where the console skipped lines to keep up."""
         batch = Text()
         count = 0
         for line in lines:
-            if self.matches(line.text):
+            if isinstance(line, Dropped):
+                if count:
+                    batch.append("\n")
+                batch.append(dropped_marker(line.count), style="reverse")
+                count += 1
+            elif self.matches(line.text):
                 if count:
                     batch.append("\n")
                 batch.append_text(style_line(line.text))
                 count += 1
         if count:
             view = self.log_view
-            # follow the tail only while the operator is at the bottom: reading back stays put
-            at_end = view.max_scroll_y == 0 or view.scroll_y >= view.max_scroll_y - 1
-            view.write(batch, scroll_end=at_end)
+            view.write(batch, scroll_end=view.following)  # reading back stays put
 
     def show_all(self, lines: Iterable[LogLine]) -> None:
-        """Redraw from the store's kept lines under the current filter (the last MAX_LINES)."""
+        """Redraw from the store's kept lines under the current filter (the last max_lines)."""
         view = self.log_view
         view.clear()
-        kept = [line for line in lines if self.matches(line.text)][-MAX_LINES:]
+        kept = [line for line in lines if self.matches(line.text)][-self.max_lines :]
         for line in kept:
             view.write(style_line(line.text))
         self.border_title = (

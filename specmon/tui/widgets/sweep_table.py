@@ -15,6 +15,7 @@ from textual.widgets import DataTable
 
 from specmon.report import SWEEP_RESULT_COLUMNS
 from specmon.sweep import SweepPoint, SweepPointResult, rank_results
+from specmon.terminal_text import safe_text
 
 STATUS_STYLES: dict[str, str] = {
     "ok": "bold green",
@@ -48,7 +49,7 @@ def failure_note(result: SweepPointResult) -> str:
     note = result.error or "failed"
     if result.root_cause and result.root_cause[0] not in note:
         note += f" | {result.root_cause[0]}"
-    return note
+    return safe_text(note)
 
 
 class SweepTable(DataTable[Text | str]):

@@ -1,0 +1,26 @@
+"""The hostile server (tests/hostile_server.py) as a launch profile, in specmon.toml text."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HOSTILE_SERVER = Path(__file__).resolve().parents[1] / "hostile_server.py"
+
+
+def hostile_profile_toml(mode: str, *, name: str = "hostile", port: int = 1) -> str:
+    """A profile running the hostile server with SPECMON_HOSTILE_MODE=``mode``, no GPU agent."""
+    command = json.dumps([sys.executable, str(HOSTILE_SERVER)])
+    return f"""
+[profiles.{name}]
+command = {command}
+model_path = "hostile"
+tp = 1
+port = {port}
+gpu_agent = "none"
+stop_grace_s = 2.0
+
+[profiles.{name}.env]
+SPECMON_HOSTILE_MODE = "{mode}"
+"""
