@@ -3,7 +3,9 @@
 Generates a realistic log (a TP8 EAGLE-3 start-up with tqdm bars, then serving: mostly decode
 lines with prefill and HTTP access lines between them, some older and newer decode variants,
 and a crash at the end), parses it with events built, and times `grep -c 'Decode batch'` in
-the same run. Usage: python3 benchmarks/parse_throughput.py [--lines N] [--keep PATH]
+the same run; `--wrap docker` puts a `docker logs -t` timestamp before every line (the parser
+then learns that prefix shape). Usage: python3 benchmarks/parse_throughput.py [--lines N]
+[--keep PATH] [--wrap docker]
 """
 
 from __future__ import annotations
@@ -187,6 +189,16 @@ def write_log(path: Path, total_lines: int, seed: int = 7) -> int:
     return len(head) + serving + len(tail)
 
 
+def wrap_docker(path: Path) -> None:
+    """Prefix every line with an RFC 3339 nanosecond time, as `docker logs -t` does."""
+    wrapped = path.with_suffix(".wrapped")
+    with path.open(encoding="utf-8") as source, wrapped.open("w", encoding="utf-8") as out:
+        for index, line in enumerate(source):
+            out.write(f"2026-02-10T09:{index // 60000 % 60:02d}:{index // 1000 % 60:02d}.")
+            out.write(f"{index % 1000:03d}456789Z {line}")
+    wrapped.replace(path)
+
+
 class Timing(NamedTuple):
     wall_s: float
     cpu_s: float  # this process's (or the child's) CPU time: what one core spent, load or not
@@ -234,6 +246,9 @@ def main() -> int:
     options.add_argument("--keep", metavar="PATH", help="write the log here and keep it")
     options.add_argument("--repeat", type=int, default=3, help="parser runs; the best is shown")
     options.add_argument(
+        "--wrap", choices=("docker",), help="put a wrapper's prefix before every line"
+    )
+    options.add_argument(
         "--read-values",
         action="store_true",
         help="also read every decode's gen throughput and accept len, as --summary does",
@@ -245,6 +260,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(args.keep) if args.keep else Path(scratch) / "sglang-bench.log"
         written = write_log(path, args.lines)
+        if args.wrap == "docker":
+            wrap_docker(path)
         size_mb = path.stat().st_size / 1e6
         load = os.getloadavg()
         greps = [time_grep(path) for _ in range(max(1, args.repeat))]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import ctypes
 import json
 import os
 import queue
@@ -113,8 +114,9 @@ DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
 DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
 # Where one pass over the link counters costs more CPU than this share of a core allows at
-# --pcie-interval, the passes space out further (8 H200s with NVLink: ~28 ms a pass).
-LINK_CPU_SHARE = 0.001
+# --pcie-interval, the passes space out further: one H200's PCIe counters cost 0.7-1.0 ms a
+# read (every ~4-5 s), 8 H200s with NVLink ~28 ms a pass (every ~140 s).
+LINK_CPU_SHARE = 0.0002
 SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
 SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
@@ -173,6 +175,12 @@ class AgentFatal(Exception):
     """A condition the agent cannot stream through: reported as one error line, then exit 1."""
 
 
+class _Utilization(ctypes.Structure):
+    """nvmlUtilization_t, as the raw utilisation call fills it."""
+
+    _fields_ = (("gpu", ctypes.c_uint), ("memory", ctypes.c_uint))
+
+
 class GpuLost(Exception):
     """NVML said the GPU fell off the bus: the reading carries the error, the rest go on."""
 
@@ -197,6 +205,11 @@ class NoticeLog:
             if key not in self._seen:
                 self._seen.add(key)
                 self._pending.append(message)
+
+    @property
+    def pending(self) -> bool:
+        """Whether drain() has anything; without the lock, as a cheap per-tick check."""
+        return bool(self._pending)
 
     def drain(self) -> list[str]:
         with self._lock:
@@ -243,6 +256,14 @@ class _Gpu:
         # The slowly moving fields as the tick writes them, and when they are next read.
         self.slow: tuple[Any, ...] | None = None
         self.slow_due = 0.0
+        # The ctypes buffers the raw utilisation and power calls write into (NvmlSampler.open).
+        self.raw: tuple[Any, ...] | None = None
+        # Utilisation (GPU, memory) and power as the last tick read them.
+        self.fast: tuple[float | None, ...] = (None, None, None)
+        # This GPU's wire entry with "%r" slots for the fast fields (see _entry_template),
+        # and the slow fields and link rates it was built from: rebuilt when either changes.
+        self.template: str | None = None
+        self.template_of: tuple[Any, Any] | None = None
 
 
 class NvmlSampler:
@@ -266,6 +287,7 @@ class NvmlSampler:
         self._links_lock = threading.Lock()
         self.first_rates = threading.Event()  # set once every GPU's link rates had a pass
         self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)
+        self._raw_fast_calls: tuple[Any, Any] | None = None  # set by open()
         # Drivers and bindings before the rename have only the "throttle reasons" name.
         self._reasons_function = (
             "nvmlDeviceGetCurrentClocksEventReasons"
@@ -333,8 +355,26 @@ class NvmlSampler:
                 gpu.uuid = None if uuid is None else _text(uuid)
                 gpu.name = None if name is None else _text(name)
             self.gpus.append(gpu)
+        self._raw_fast_calls = self._raw_functions()
+        if self._raw_fast_calls is not None:
+            for gpu in self.gpus:
+                util, power = _Utilization(), ctypes.c_uint()
+                gpu.raw = (util, ctypes.byref(util), power, ctypes.byref(power))
         self._links_thread = threading.Thread(target=self._links_loop, name="links", daemon=True)
         self._links_thread.start()
+
+    def _raw_functions(self) -> tuple[Any, Any] | None:
+        """The C functions behind the two every-tick reads, called straight through ctypes:
+        pynvml's wrappers build a struct per call and read its fields through a Python
+        __getattribute__, 29-42 us more CPU per tick on an H200 (docs/gpu-agent.md). None
+        where this pynvml has no function lookup: the wrappers are used."""
+        lookup = getattr(self.nvml, "_nvmlGetFunctionPointer", None)
+        if lookup is None:
+            return None
+        try:
+            return lookup("nvmlDeviceGetUtilizationRates"), lookup("nvmlDeviceGetPowerUsage")
+        except Exception:
+            return None
 
     def close(self) -> None:
         self._stop.set()
@@ -591,12 +631,85 @@ class NvmlSampler:
                     continue
                 except GpuLost as exc:
                     self._mark_lost(gpu, exc)
-            readings.append(
-                GpuReading(index=gpu.index, uuid=gpu.uuid, name=gpu.name, error="gpu_is_lost")
-            )
+            readings.append(self._lost_reading(gpu))
         return readings
 
+    def sample_line(self, wall: float) -> str:
+        """One tick's wire line, the same text as tick_line(wall, self.sample()) but without
+        a GpuReading, a dict or a JSON encoding per GPU: each GPU's entry is a template of its
+        slowly changing fields with the three fast ones formatted in (docs/gpu-agent.md)."""
+        self.read_fields()
+        return self.encode(wall)
+
+    def read_fields(self) -> None:
+        """Read every GPU's tick fields into its _Gpu (sample_line's first half)."""
+        for gpu in self.gpus:
+            if gpu.lost is None:
+                try:
+                    self._read_fields(gpu)
+                except GpuLost as exc:
+                    self._mark_lost(gpu, exc)
+
+    def encode(self, wall: float) -> str:
+        """The tick line of the fields read_fields read (sample_line's second half)."""
+        entries = [
+            self._entry(gpu) if gpu.lost is None else json.dumps(vars(self._lost_reading(gpu)))
+            for gpu in self.gpus
+        ]
+        joined = ", ".join(entries)
+        return f'{{"type": "tick", "wall": {round(wall, 3)!r}, "gpus": [{joined}]}}'
+
+    def _entry(self, gpu: _Gpu) -> str:
+        links = gpu.link_rates  # one attribute read: the links thread swaps whole tuples
+        if (
+            gpu.template_of is None
+            or gpu.template_of[0] is not gpu.slow
+            or (gpu.template_of[1] is not links)
+        ):
+            gpu.template = _entry_template(self._reading(gpu, links))
+            gpu.template_of = (gpu.slow, links)
+        fast = gpu.fast
+        if None in fast:
+            return gpu.template % tuple(_JsonNull(v) for v in fast)
+        return gpu.template % fast  # type: ignore[operator]
+
+    @staticmethod
+    def _lost_reading(gpu: _Gpu) -> GpuReading:
+        return GpuReading(index=gpu.index, uuid=gpu.uuid, name=gpu.name, error="gpu_is_lost")
+
     def _read(self, gpu: _Gpu) -> GpuReading:
+        """One GPU's tick as a reading (see _read_fields)."""
+        self._read_fields(gpu)
+        return self._reading(gpu, gpu.link_rates)
+
+    def _reading(self, gpu: _Gpu, links: tuple[float | None, ...]) -> GpuReading:
+        pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = links
+        slow = gpu.slow
+        assert slow is not None
+        mem_used, mem_total, limit, temp, sm_clock, mem_clock, reasons, procs = slow
+        fast = gpu.fast
+        return GpuReading(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=gpu.name,
+            util_gpu=fast[0],
+            util_mem=fast[1],
+            mem_used_mb=mem_used,
+            mem_total_mb=mem_total,
+            power_w=fast[2],
+            power_limit_w=limit,
+            temp_c=temp,
+            sm_clock_mhz=sm_clock,
+            mem_clock_mhz=mem_clock,
+            pcie_tx_kbs=None if pcie_tx is None else round(pcie_tx, 1),
+            pcie_rx_kbs=None if pcie_rx is None else round(pcie_rx, 1),
+            nvlink_tx_kbs=None if nvlink_tx is None else round(nvlink_tx, 1),
+            nvlink_rx_kbs=None if nvlink_rx is None else round(nvlink_rx, 1),
+            throttle_reasons=reasons,
+            processes=procs,
+        )
+
+    def _read_fields(self, gpu: _Gpu) -> None:
         """One GPU's tick: utilisation and power every tick, the slowly moving fields
         (memory, temperature, clocks, power limit, clock reasons, processes) every
         SLOW_FIELDS_INTERVAL_S, each GPU at its own moment so that their reads spread over
@@ -613,7 +726,9 @@ class NvmlSampler:
         slow = gpu.slow
         if gpu.direct_memory_args is not None:
             try:
-                fast = self._direct_fast(gpu.handle)
+                fast = self._raw_fast(gpu) if gpu.raw is not None else None
+                if fast is None:
+                    fast = self._direct_fast(gpu.handle)
                 if slow_due:
                     slow = self._direct_slow(gpu.handle, gpu.direct_memory_args)
             except Exception:
@@ -646,31 +761,19 @@ class NvmlSampler:
                 if behind >= 0:
                     due += (behind // SLOW_FIELDS_INTERVAL_S + 1) * SLOW_FIELDS_INTERVAL_S
                 gpu.slow_due = due
-            gpu.slow = slow
-        assert slow is not None
-        with self._links_lock:
-            pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = gpu.link_rates
-        mem_used, mem_total, limit, temp, sm_clock, mem_clock, reasons, procs = slow
-        return GpuReading(
-            index=gpu.index,
-            uuid=gpu.uuid,
-            name=gpu.name,
-            util_gpu=fast[0],
-            util_mem=fast[1],
-            mem_used_mb=mem_used,
-            mem_total_mb=mem_total,
-            power_w=fast[2],
-            power_limit_w=limit,
-            temp_c=temp,
-            sm_clock_mhz=sm_clock,
-            mem_clock_mhz=mem_clock,
-            pcie_tx_kbs=None if pcie_tx is None else round(pcie_tx, 1),
-            pcie_rx_kbs=None if pcie_rx is None else round(pcie_rx, 1),
-            nvlink_tx_kbs=None if nvlink_tx is None else round(nvlink_tx, 1),
-            nvlink_rx_kbs=None if nvlink_rx is None else round(nvlink_rx, 1),
-            throttle_reasons=reasons,
-            processes=procs,
-        )
+            # An unchanged re-read keeps the old tuple, so that the entry's template stays.
+            if slow != gpu.slow:
+                gpu.slow = slow
+        gpu.fast = fast
+
+    def _raw_fast(self, gpu: _Gpu) -> tuple[float | None, ...]:
+        """Utilisation and power through the C functions; an NVML error raises, which sends
+        the tick down the careful path."""
+        utilization, power_usage = self._raw_fast_calls  # type: ignore[misc]
+        util, util_ref, power, power_ref = gpu.raw  # type: ignore[misc]
+        if utilization(gpu.handle, util_ref) or power_usage(gpu.handle, power_ref):
+            raise RuntimeError("a raw NVML read failed")
+        return (float(util.gpu), float(util.memory), round(power.value / 1000.0, 1))
 
     def _direct_fast(self, h: Any) -> tuple[float | None, ...]:
         utilization, power_usage = self._fast_calls
@@ -727,6 +830,35 @@ class NvmlSampler:
         )
 
 
+_SLOT = "\x01fast%d"  # placeholders for the fast fields while a template is built
+
+
+def _entry_template(reading: GpuReading) -> str:
+    """A GPU's wire entry (json.dumps of its reading) with "%r" where the fast fields go.
+
+    A float's repr is its JSON text (json.dumps writes floats with float.__repr__), so the
+    formatted entry is byte for byte what json.dumps(vars(reading)) writes."""
+    values = dict(vars(reading))
+    for slot, name in enumerate(("util_gpu", "util_mem", "power_w")):
+        values[name] = _SLOT % slot
+    text = json.dumps(values).replace("%", "%%")
+    for slot in range(3):
+        text = text.replace(json.dumps(_SLOT % slot), "%r")
+    return text
+
+
+class _JsonNull:
+    """Formats as its value's JSON text under "%r": null for None."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: float | None) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "null" if self.value is None else repr(self.value)
+
+
 def _number(value: Any) -> float | None:
     if value is None or isinstance(value, bool):
         return None
@@ -770,30 +902,79 @@ def _processes(procs: Any) -> tuple[tuple[int, float | None], ...]:
     return tuple(out)
 
 
+class _Wake(Exception):
+    """Raised by the stop signals' handler to end the ticker's sleep at once."""
+
+
 class NvmlTicker:
     """Paces NVML samples on a monotonic schedule; a late tick never causes a burst."""
 
-    def __init__(self, sampler: NvmlSampler, rate_hz: float) -> None:
+    def __init__(self, sampler: NvmlSampler, rate_hz: float, measure: bool = False) -> None:
         self.sampler = sampler
         self.period = 1.0 / rate_hz
         self._next: float | None = None
-        self.sample_cpu_s = 0.0  # the main thread's CPU in sample(), for --report-cpu
+        self.measure = measure  # --report-cpu: time the reads (two clock calls per tick)
+        self.sleeping = False  # in _wait's sleep, where a stop signal may raise _Wake
+        self.sample_cpu_s = 0.0  # the main thread's CPU in the NVML reads, for --report-cpu
+        self.encode_cpu_s = 0.0  # and in the tick line's encoding
 
-    def next_tick(self, stop: threading.Event) -> tuple[float, list[GpuReading]] | None:
+    def _wait(self, stop: threading.Event) -> bool:
+        """Sleep until the next tick; False once stopped.
+
+        In the main thread this is a plain time.sleep, which the stop signals cut short
+        (run_agent's handler raises _Wake while `sleeping`): Event.wait's timed wait cost
+        15-25 us more CPU per tick (docs/gpu-agent.md). Elsewhere, no handler can wake a
+        sleep, so the stop event is waited on."""
         if self._next is None:
             self._next = time.monotonic()
         delay = self._next - time.monotonic()
-        if delay > 0 and stop.wait(delay):
+        if delay <= 0:
+            return not stop.is_set()
+        if threading.current_thread() is not threading.main_thread():
+            return not stop.wait(delay)
+        try:
+            self.sleeping = True
+            if stop.is_set():  # a signal that came before `sleeping` was set
+                return False
+            time.sleep(delay)
+        except _Wake:
+            return False
+        finally:
+            self.sleeping = False
+        return not stop.is_set()
+
+    def _advance(self) -> None:
+        self._next += self.period  # type: ignore[operator]
+        now = time.monotonic()
+        if self._next < now:
+            self._next = now
+
+    def next_tick(self, stop: threading.Event) -> tuple[float, list[GpuReading]] | None:
+        if not self._wait(stop):
             return None
         wall = time.time()
         started_cpu = time.thread_time()
         readings = self.sampler.sample()
         self.sample_cpu_s += time.thread_time() - started_cpu
-        self._next += self.period
-        now = time.monotonic()
-        if self._next < now:
-            self._next = now
+        self._advance()
         return wall, readings
+
+    def next_line(self, stop: threading.Event) -> str | None:
+        """The next tick's wire line (NvmlSampler.sample_line), None once stopped."""
+        if not self._wait(stop):
+            return None
+        if self.measure:
+            wall = time.time()
+            started_cpu = time.thread_time()
+            self.sampler.read_fields()
+            read_cpu = time.thread_time()
+            line = self.sampler.encode(wall)
+            self.encode_cpu_s += time.thread_time() - read_cpu
+            self.sample_cpu_s += read_cpu - started_cpu
+        else:
+            line = self.sampler.sample_line(time.time())
+        self._advance()
+        return line
 
 
 # --- the nvidia-smi fallback: one long-lived `-lms` process, the same schema -----------------
@@ -1148,7 +1329,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PCIE_INTERVAL_S,
         metavar="S",
         help="seconds between PCIe and NVLink rate reads, which run apart from the tick "
-        "(longer where one read costs more than 0.1%% of a core)",
+        "(longer where the reads would cost more than 0.02%% of a core)",
     )
     parser.add_argument(
         "--processes-interval",
@@ -1203,16 +1384,24 @@ def _parent_alive(pid: int) -> bool:
     return True
 
 
-def _watch_stdin(stop: threading.Event) -> None:
-    stream = getattr(sys.stdin, "buffer", None)
-    if stream is None:
+def _watch_stdin(stop: threading.Event, wake_main: bool) -> None:
+    """Set `stop` at end of input. Reads the raw descriptor: a thread blocked in
+    sys.stdin.buffer holds its lock, and the interpreter's shutdown then aborts on it
+    (SIGABRT, "could not acquire lock for <_io.BufferedReader name='<stdin>'>") whenever the
+    agent is stopped by a signal while stdin is still open."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):
         return
     try:
-        while stream.read1(65536) if hasattr(stream, "read1") else stream.read(65536):
+        while os.read(fd, 65536):
             pass
-    except (OSError, ValueError):
+    except OSError:
         pass
     stop.set()
+    if wake_main:  # the main thread may be asleep until its next tick: SIGTERM wakes it
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
 
 
 class CpuReport:
@@ -1240,6 +1429,7 @@ class CpuReport:
 
     def _snapshot(self) -> tuple[float, ...]:
         sample = self.ticker.sample_cpu_s if self.sampler is not None else 0.0
+        encode = self.encode_s + (self.ticker.encode_cpu_s if self.sampler is not None else 0.0)
         passes, link_cpu, link_reads = 0, 0.0, 0
         if self.sampler is not None:
             with self.sampler._links_lock:
@@ -1251,7 +1441,7 @@ class CpuReport:
             time.process_time(),
             time.thread_time(),
             sample,
-            self.encode_s,
+            encode,
             self.write_s,
             passes,
             link_cpu,
@@ -1335,8 +1525,17 @@ def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) ->
 
 
 def _write(line: str) -> None:
-    sys.stdout.write(line + "\n")
-    sys.stdout.flush()
+    """One line to stdout as one write(2) where stdout has a descriptor, past Python's text
+    and buffer layers (a tick is one system call); through sys.stdout where it has none."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    data = (line + "\n").encode("utf-8")
+    while data:
+        data = data[os.write(fd, data) :]
 
 
 def _silence_stdout() -> None:
@@ -1372,14 +1571,24 @@ def run_agent(options: argparse.Namespace) -> int:
     stop = threading.Event()
     count = 1 if options.once else options.count
     previous_handlers = {}
-    if threading.current_thread() is threading.main_thread():
+    nvml_ticker: NvmlTicker | None = None
+
+    def on_signal(*_: Any) -> None:
+        stop.set()
+        if nvml_ticker is not None and nvml_ticker.sleeping:
+            raise _Wake
+
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
         for signum in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
             if signum is not None:
-                previous_handlers[signum] = signal.signal(signum, lambda *_: stop.set())
+                previous_handlers[signum] = signal.signal(signum, on_signal)
     sampler: Any = None
     try:
         if options.watch_stdin:
-            threading.Thread(target=_watch_stdin, args=(stop,), name="stdin", daemon=True).start()
+            threading.Thread(
+                target=_watch_stdin, args=(stop, in_main), name="stdin", daemon=True
+            ).start()
         try:
             sampler = _open_sampler(options, host, notices)
         except AgentFatal as exc:
@@ -1392,41 +1601,53 @@ def run_agent(options: argparse.Namespace) -> int:
             )
         )
         if isinstance(sampler, NvmlSampler):
-            ticker: Any = NvmlTicker(sampler, options.rate)
+            nvml_ticker = NvmlTicker(sampler, options.rate, measure=options.report_cpu)
+            ticker: Any = nvml_ticker
             if count == 1:  # a single tick waits (boundedly) for the PCIe/NVLink rates
                 sampler.first_rates.wait(1.5)
         else:
             ticker = sampler
         report = CpuReport(options, ticker, gpus) if options.report_cpu else None
         started = time.monotonic()
+        parent_checked = started
         ticks = 0
         while not stop.is_set():
+            encode_s = 0.0
             try:
-                tick = ticker.next_tick(stop)
+                if nvml_ticker is not None:
+                    line = nvml_ticker.next_line(stop)
+                else:
+                    tick = ticker.next_tick(stop)
+                    encode_start = time.thread_time()
+                    line = None if tick is None else tick_line(tick[0], tick[1])
+                    encode_s = time.thread_time() - encode_start
             except AgentFatal as exc:
                 for message in notices.drain():
                     _write(message_line("notice", message))
                 _write(message_line("error", str(exc)))
                 return 1
-            if tick is None:
+            if line is None:
                 break
-            for message in notices.drain():
-                _write(message_line("notice", message))
+            if notices.pending:
+                for message in notices.drain():
+                    _write(message_line("notice", message))
             if report is None:
-                _write(tick_line(tick[0], tick[1]))
+                _write(line)
             else:
-                encode_start = time.thread_time()
-                line = tick_line(tick[0], tick[1])
                 write_start = time.thread_time()
                 _write(line)
-                report.tick_written(write_start - encode_start, time.thread_time() - write_start)
+                report.tick_written(encode_s, time.thread_time() - write_start)
             ticks += 1
             if count is not None and ticks >= count:
                 break
             if options.duration is not None and time.monotonic() - started >= options.duration:
                 break
-            if options.parent_pid is not None and not _parent_alive(options.parent_pid):
-                break
+            if options.parent_pid is not None:
+                now = time.monotonic()  # two system calls: once a second is soon enough
+                if now - parent_checked >= 1.0 or count is not None:
+                    parent_checked = now
+                    if not _parent_alive(options.parent_pid):
+                        break
         if report is not None:
             sys.stderr.write(json.dumps(report.summary()) + "\n")
             sys.stderr.flush()

@@ -25,6 +25,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),
     ("ledger", "ledger", "list, show, export and plot recorded experiments"),
+    ("export", "export", "serve hosts' metrics to Prometheus (headless)"),
+    ("serve", "serve", "serve the console as a web page"),
 )
 
 

@@ -12,6 +12,7 @@ must stay fast.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -201,6 +202,7 @@ class Config:
     state_dir: Path = field(default_factory=lambda: default_state_dir())
     default_host: str | None = None
     default_profile: str | None = None
+    secret_env: tuple[str, ...] = ()  # [security] secret_env: more secret env name patterns
 
     def host(self, name: str) -> HostConfig:
         """The named host, or a ConfigError with a "did you mean" hint."""
@@ -297,6 +299,9 @@ def load_config(
         hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
         profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
         config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
+    from specmon.secrets import set_configured_patterns
+
+    set_configured_patterns(config.secret_env)
     return _apply_environment(config, environ)
 
 
@@ -331,14 +336,20 @@ def parse_config_text(
         import tomllib
     else:  # pragma: no cover - exercised on Python 3.10 only
         import tomli as tomllib
+    text = text.removeprefix("\ufeff")  # a UTF-8 byte order mark (some editors write one)
     try:
         data = tomllib.loads(text)
+        reader = _Reader(label, _TomlPositions(text))
+        return reader.read_config(data, source, environ if environ is not None else os.environ)
     except tomllib.TOMLDecodeError as exc:
         line_match = re.search(r"line (\d+)", str(exc))
         line = int(line_match.group(1)) if line_match else None
         raise ConfigError(f"TOML syntax error: {exc}", path=label, line=line) from None
-    reader = _Reader(label, _TomlPositions(text))
-    return reader.read_config(data, source, environ if environ is not None else os.environ)
+    except RecursionError:
+        # tomllib parses nested arrays and inline tables recursively.
+        raise ConfigError(
+            "TOML syntax error: arrays or inline tables nested too deeply", path=label
+        ) from None
 
 
 # --- where keys are (tomllib has no positions) -------------------------------------------
@@ -476,7 +487,16 @@ PROFILE_KEYS = (
 )
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
-TOP_KEYS = ("state_dir", "default_host", "default_profile", "ui", "hosts", "profiles")
+TOP_KEYS = (
+    "state_dir",
+    "default_host",
+    "default_profile",
+    "ui",
+    "hosts",
+    "profiles",
+    "security",
+)
+SECURITY_KEYS = ("secret_env",)
 
 # Which profile key a launch problem's subject (flag or variable) comes from.
 _SUBJECT_KEYS = {
@@ -545,6 +565,10 @@ class _Reader:
             problem = text_problem("value", value)
             if problem:
                 raise self.error([*path, key], problem.partition(": ")[2])
+        if isinstance(value, float) and not math.isfinite(value):
+            # TOML allows nan and inf; no setting means either (nan compares false with
+            # every bound, so a range check alone lets it through).
+            raise self.error([*path, key], f"{value!r} is not a finite number")
         if float in kinds and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
         return value
@@ -611,6 +635,8 @@ class _Reader:
             elif scalars and isinstance(value, bool):
                 out[name] = "yes" if value else "no"
             elif scalars and isinstance(value, int | float):
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise self.error([*path, key, name], f"{value!r} is not a finite number")
                 out[name] = str(value)
             else:
                 expected = "a string, number or boolean" if scalars else "a string"
@@ -674,6 +700,12 @@ class _Reader:
                 ["default_profile"],
                 f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",
             )
+        security = self.value(data, [], "security", dict, {})
+        self.check_keys(security, ["security"], SECURITY_KEYS)
+        secret_env = self.string_list(security, ["security"], "secret_env")
+        for pattern in secret_env:
+            if not pattern.strip():
+                raise self.error(["security", "secret_env"], "an empty pattern matches nothing")
         return Config(
             source=source,
             hosts=hosts,
@@ -682,6 +714,7 @@ class _Reader:
             state_dir=state_dir,
             default_host=default_host,
             default_profile=default_profile,
+            secret_env=secret_env,
         )
 
     def read_host(self, name: str, table: Mapping[str, Any]) -> HostConfig:

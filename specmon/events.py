@@ -121,18 +121,23 @@ class Decode(Event):
     converted, all at once, on first read. Building one is then a single slot write instead
     of eight conversions and ten writes, which was most of what a log parser spent per line;
     a reader pays about the same again on first read, and nothing when it never reads.
+
+    ``tokens`` is None where the server does not log it (vLLM's stats line); ``engine`` is
+    vLLM's engine index (`Engine 001:`) and is left out of ``to_dict`` and the repr when None,
+    so an SGLang decode reads exactly as before it existed.
     """
 
     __slots__ = ("_texts", "_values")
     kind: ClassVar[str] = "decode"
     running_req: int
-    tokens: int
+    tokens: int | None
     token_usage: float
     accept_len: float | None = None
     accept_rate: float | None = None
     gen_throughput: float
     queue_req: int
     cuda_graph: bool | None = None
+    engine: int | None = None
 
     def __init__(
         self,
@@ -140,16 +145,19 @@ class Decode(Event):
         ts: str | None = None,
         rank: int | None = None,
         running_req: int,
-        tokens: int,
+        tokens: int | None,
         token_usage: float,
         accept_len: float | None = None,
         accept_rate: float | None = None,
         gen_throughput: float,
         queue_req: int,
         cuda_graph: bool | None = None,
+        engine: int | None = None,
     ) -> None:
         values = (ts, rank, running_req, tokens, token_usage, accept_len, accept_rate)
-        object.__setattr__(self, "_values", (*values, gen_throughput, queue_req, cuda_graph))
+        object.__setattr__(
+            self, "_values", (*values, gen_throughput, queue_req, cuda_graph, engine)
+        )
         object.__setattr__(self, "_texts", None)
 
     @classmethod
@@ -157,8 +165,9 @@ class Decode(Event):
         """One event per row of texts, unconverted until read. A row's first ten items are
         the timestamp, the rank, #running-req, #token, token usage, accept len, accept rate,
         cuda graph, gen throughput and #queue-req, as a log prints them; "" where absent.
-        Further items are ignored. The caller guarantees that the numbers read: ASCII digits
-        (a dot allowed in floats, ints under 20 digits), so reading them never raises."""
+        An eleventh item, where present, is the engine index ("" for none); further items
+        are ignored. The caller guarantees that the numbers read: ASCII digits (a dot allowed
+        in floats, ints under 20 digits), so reading them never raises."""
         decodes = list(map(object.__new__, repeat(cls, len(rows))))
         deque(map(_set_texts, decodes, rows), maxlen=0)
         return decodes
@@ -171,16 +180,17 @@ class Decode(Event):
         ts, rank, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = texts[:10]
         ints, floats = _decode_ints, _decode_floats  # few distinct texts: a lookup, mostly
         values = (
-            ts,
+            ts or None,
             ints[rank],
             ints[running],
-            int(tokens),
+            int(tokens) if tokens else None,
             floats[usage],
             floats[accept_len],
             floats[accept_rate],
             float(gen),
             ints[queue],
             graph == "True" if graph else None,
+            ints[texts[10]] if len(texts) > 10 else None,
         )
         _set_values(self, values)
         _set_texts(self, None)
@@ -194,8 +204,15 @@ class Decode(Event):
     def __hash__(self) -> int:
         return hash(self._field_values())
 
+    def _shown_pairs(self) -> list[tuple[str, Any]]:
+        """Field names and values as shown: ``engine`` only where there is one."""
+        pairs = list(zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True))
+        if pairs[-1][1] is None:
+            pairs.pop()
+        return pairs
+
     def __repr__(self) -> str:
-        pairs = zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True)
+        pairs = self._shown_pairs()
         return f"Decode({', '.join(f'{name}={value!r}' for name, value in pairs)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -206,7 +223,7 @@ class Decode(Event):
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
-        out.update(zip(_DECODE_FIELD_NAMES, self._field_values(), strict=True))
+        out.update(self._shown_pairs())
         return out
 
 
@@ -248,6 +265,52 @@ del _position, _name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SpecDecode(Event):
+    """One periodic speculative-decoding summary (vLLM's `SpecDecoding metrics:` line).
+
+    Rates are fractions (0..1) whatever the log printed; a field the line's shape lacks is
+    None. ``mean_accept_len`` counts the bonus token, as vLLM prints it (1 + accepted/drafts).
+    """
+
+    kind: ClassVar[str] = "spec_decode"
+    engine: int | None = None
+    mean_accept_len: float | None = None
+    accepted: int | None = None
+    drafted: int | None = None
+    per_position: tuple[float, ...] | None = None
+    draft_acceptance_rate: float | None = None
+    accepted_throughput: float | None = None
+    drafted_throughput: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WeightsLoaded(Event):
+    """One model's weights are read (vLLM's `Loading weights took N seconds`): the target's
+    first, then the draft's. ``load_end`` follows once for both (vLLM's `Model loading took`)."""
+
+    kind: ClassVar[str] = "weights_loaded"
+    role: ModelRole | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileBegin(Event):
+    """torch.compile starts for one part of the model (vLLM: `[backbone]`, `[eagle_head]`)."""
+
+    kind: ClassVar[str] = "compile_begin"
+    part: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompileEnd(Event):
+    """torch.compile finished for one part (`torch.compile took N s in total`)."""
+
+    kind: ClassVar[str] = "compile"
+    part: str | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Prefill(Event):
     kind: ClassVar[str] = "prefill"
     new_seq: int | None = None
@@ -265,6 +328,17 @@ class ServerError(Event):
     kind: ClassVar[str] = "error"
     category: ErrorCategory
     message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecParams(Event):
+    """Adaptive speculation (SGLang 0.5.11+ `--speculative-adaptive`) changed the number of
+    draft steps per verify; ``steps`` is the count now in force."""
+
+    kind: ClassVar[str] = "spec_params"
+    steps_before: int
+    steps: int
+    ema_accept_len: float | None = None
 
 
 # --- events made by the host session ---------------------------------------------------------

@@ -13,6 +13,7 @@ concurrency as the result it is compared with. There is no way to make one from 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -25,6 +26,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.errors import SpecmonError
+from specmon.secrets import redact_env, redact_settings
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
 LEDGER_FILE = "ledger.sqlite3"
@@ -133,6 +135,21 @@ def default_data_dir() -> Path:
 
 def default_ledger_path() -> Path:
     return default_data_dir() / LEDGER_FILE
+
+
+def _create_private(path: Path) -> None:
+    """Create the ledger's missing directories 0700 and the file 0600 (SQLite gives its -wal
+    and -shm files the database's mode). What exists already keeps its mode."""
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.is_dir():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            directory.mkdir(mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 # --- records --------------------------------------------------------------------------------
@@ -250,7 +267,7 @@ class Ledger:
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else default_ledger_path()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(self.path)
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
         except (OSError, sqlite3.Error) as exc:
             raise LedgerError(f"cannot open ledger {self.path}: {exc}") from None
@@ -399,7 +416,7 @@ class Ledger:
                 run.profile,
                 run.run_id,
                 json.dumps(list(run.argv)),
-                json.dumps(dict(run.env), sort_keys=True),
+                json.dumps(redact_env(run.env), sort_keys=True),
                 __version__,
                 run.status,
                 run.load_seconds,
@@ -433,7 +450,7 @@ class Ledger:
                 run_ref,
                 result.model,
                 json.dumps(list(context.argv)),
-                json.dumps(dict(context.env), sort_keys=True),
+                json.dumps(redact_env(context.env), sort_keys=True),
                 __version__,
                 result.server_version,
                 None if speculative is None else int(speculative),
@@ -456,7 +473,9 @@ class Ledger:
                 phases.verify_ms if phases else None,
                 phases.extend_ms if phases else None,
                 phases.source if phases else None,
-                json.dumps(result.server_info, default=str) if result.server_info else None,
+                json.dumps(redact_settings(result.server_info), default=str)
+                if result.server_info
+                else None,
                 json.dumps(requests),
             ),
         )
@@ -564,7 +583,12 @@ def _decode(row: sqlite3.Row) -> dict[str, Any]:
     for key in row.keys():  # noqa: SIM118 - sqlite3.Row is not iterable by key
         value = row[key]
         if key.endswith("_json") and isinstance(value, str):
-            out[key[: -len("_json")]] = json.loads(value)
+            decoded = json.loads(value)
+            if key == "env_json":  # a ledger written before secrets were masked
+                decoded = redact_env(decoded) if isinstance(decoded, dict) else decoded
+            elif key == "server_args_json":
+                decoded = redact_settings(decoded)
+            out[key[: -len("_json")]] = decoded
         else:
             out[key] = value
     return out

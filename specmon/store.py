@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from specmon.events import (
     ConnectionState,
@@ -32,6 +34,7 @@ from specmon.events import (
     ServerError,
     ServerFailed,
     ShardProgress,
+    SpecParams,
 )
 
 # The loading phases an operator sees ticking, in order.
@@ -46,6 +49,28 @@ PHASES: tuple[str, ...] = (
 )
 
 HISTORY = 3600  # samples kept per series (e.g. 15 min of 4 Hz GPU ticks)
+# Upper bounds (ms) of the per-cycle timing histograms: sub-ms drafts to second-long verifies.
+CYCLE_BUCKETS_MS: tuple[float, ...] = (
+    0.25,
+    0.5,
+    1,
+    2,
+    3,
+    5,
+    7.5,
+    10,
+    15,
+    20,
+    30,
+    50,
+    75,
+    100,
+    150,
+    250,
+    500,
+    1000,
+    2500,
+)
 LOG_LINES = 5000
 ERRORS = 200
 
@@ -84,6 +109,50 @@ class LoadingState:
 
 
 @dataclass(slots=True)
+class CycleHistogram:
+    """Cumulative counts of one probe phase's per-cycle times since specmon started, so
+    percentiles over any window can be computed downstream (e.g. by Prometheus)."""
+
+    bounds_ms: tuple[float, ...] = CYCLE_BUCKETS_MS
+    counts: list[int] = field(default_factory=lambda: [0] * (len(CYCLE_BUCKETS_MS) + 1))
+    count: int = 0
+    sum_ms: float = 0.0
+
+    def observe(self, ms: float) -> None:
+        self.counts[bisect_left(self.bounds_ms, ms)] += 1  # last slot: above every bound
+        self.count += 1
+        self.sum_ms += ms
+
+    def cumulative(self) -> list[int]:
+        """Counts of cycles at or under each bound, then the total (the +Inf bucket)."""
+        return list(accumulate(self.counts))
+
+
+@dataclass(slots=True)
+class PositionAcceptance:
+    """How often each draft position was accepted, over the current run's single-request
+    cycles: there the probe's accepted count is one sequence's, so positions 1..k of a cycle
+    that accepted k tokens were accepted and the rest were not (a chain draft). Cycles of
+    larger batches sum their sequences' counts, which says nothing per position."""
+
+    cycles: list[int] = field(default_factory=list)  # cycles that drafted position i + 1
+    accepted: list[int] = field(default_factory=list)  # ... and accepted it
+
+    def observe(self, accepted_tokens: int, positions: int) -> None:
+        while len(self.cycles) < positions:
+            self.cycles.append(0)
+            self.accepted.append(0)
+        for i in range(positions):
+            self.cycles[i] += 1
+            if accepted_tokens > i:
+                self.accepted[i] += 1
+
+    def ratios(self) -> list[float]:
+        """Accepted share per position (1-based position = index + 1)."""
+        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True)]
+
+
+@dataclass(slots=True)
 class Point:
     at: float
     value: float
@@ -100,6 +169,8 @@ class StateStore:
         self.loading = LoadingState()
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
+        self.spec_steps: int | None = None
+        """Draft steps in force after adaptive speculation changed them; None: as launched."""
         self.throughput: deque[Point] = deque(maxlen=history)
         self.accept_len: deque[Point] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
@@ -110,6 +181,16 @@ class StateStore:
         self.errors: deque[ServerError] = deque(maxlen=ERRORS)
         self.launch_marks: deque[Point] = deque(maxlen=256)  # when each launch began
         self.events_applied = 0
+        # Since specmon started (never cleared by a relaunch): what counters are made of.
+        self.error_counts: dict[str, int] = {}  # category -> errors seen
+        self.cycle_histograms: dict[str, CycleHistogram] = {
+            phase: CycleHistogram() for phase in ("draft", "verify", "extend", "cycle")
+        }
+        self.accept_by_position = PositionAcceptance()  # of the current run
+        self.last_event_at: float | None = None  # arrival time of the latest event
+        # Arrival minus the source's own wall clock for the latest GPU sample or probe cycle:
+        # how far behind the host the store runs (transport, parsing, queueing).
+        self.event_lag_s: float | None = None
         self._clock: Callable[[], float] = time.time
 
     # --- derived figures ---------------------------------------------------------------------
@@ -138,6 +219,7 @@ class StateStore:
     def apply(self, event: Event, at: float | None = None) -> None:
         now = self._clock() if at is None else at
         self.events_applied += 1
+        self.last_event_at = now
         if event.rank not in (None, 0) and isinstance(event, _RANK0_ONLY):
             return  # every TP rank prints its own copy of start-up lines; TP0 speaks for all
         handler = _HANDLERS.get(type(event))
@@ -155,9 +237,11 @@ class StateStore:
             self.loading = LoadingState(previous_load_seconds=previous)
             self.failure = None
             self.last_decode = None
+            self.spec_steps = None
             self.throughput.clear()
             self.accept_len.clear()
             self.probe.clear()
+            self.accept_by_position = PositionAcceptance()
             self.launch_marks.append(Point(now, 0.0))
             if not e.reattached:
                 self.run_state = "loading"
@@ -226,8 +310,12 @@ class StateStore:
         if e.accept_len is not None:
             self.accept_len.append(Point(now, e.accept_len))
 
+    def _on_spec_params(self, e: SpecParams, now: float) -> None:
+        self.spec_steps = e.steps
+
     def _on_error(self, e: ServerError, now: float) -> None:
         self.errors.append(e)
+        self.error_counts[e.category] = self.error_counts.get(e.category, 0) + 1
 
     def _on_failed(self, e: ServerFailed, now: float) -> None:
         self.failure = e
@@ -238,8 +326,18 @@ class StateStore:
 
     def _on_probe(self, e: ProbeTiming, now: float) -> None:
         self.probe.append(e)
+        histograms = self.cycle_histograms
+        histograms["draft"].observe(e.draft_ms)
+        histograms["verify"].observe(e.verify_ms)
+        histograms["extend"].observe(e.extend_ms)
+        histograms["cycle"].observe(e.cycle_ms)
+        self.event_lag_s = now - e.wall
+        if e.batch_size == 1 and e.accepted_tokens is not None and e.draft_tokens:
+            # draft_tokens counts the verified root too: positions 1..draft_tokens - 1
+            self.accept_by_position.observe(e.accepted_tokens, e.draft_tokens - 1)
 
     def _on_gpu(self, e: GpuSample, now: float) -> None:
+        self.event_lag_s = now - e.wall
         for reading in e.gpus:
             self.gpus[reading.index] = reading
             util = self.gpu_util.setdefault(reading.index, deque(maxlen=self.history))
@@ -265,6 +363,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     HttpUp: StateStore._on_http,
     Ready: StateStore._on_ready,
     Decode: StateStore._on_decode,
+    SpecParams: StateStore._on_spec_params,
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,

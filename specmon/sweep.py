@@ -34,6 +34,7 @@ from specmon.ledger import (
     RunRecord,
     params_key,
 )
+from specmon.secrets import shown_command
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
@@ -537,7 +538,7 @@ class SweepRunner:
         )
 
     async def _run_point(self, sweep_id: int, index: int, point: SweepPoint) -> SweepPointResult:
-        self._emit(PointStarted(index, point, point.spec.shell_command()))
+        self._emit(PointStarted(index, point, shown_command(point.spec)))
         store = self.controller.bus.store
         connection_at_start = store.connection
         run_id: str | None = None

@@ -427,6 +427,27 @@ def test_watch_stdin_stops_the_agent_at_end_of_input(spawn):
     assert agent.wait(5) == 0
 
 
+@pytest.mark.parametrize("how", ["sigterm", "stdin"])
+def test_a_stop_cuts_the_sleep_between_ticks_short(spawn, how: str):
+    """Between ticks the agent sleeps in time.sleep, which Python resumes after a signal
+    handler that returns: the handler has to raise out of it (and --watch-stdin's thread has
+    to signal the main thread), or a stop at 0.1 Hz would wait up to 10 s."""
+    agent = spawn(
+        ["--rate", "0.1", "--watch-stdin"], nvml_env("h200x2-r580"), stdin=subprocess.PIPE
+    )
+    assert read_json_line(agent)["type"] == "header"
+    assert read_json_line(agent)["type"] == "tick"
+    time.sleep(0.3)  # into the sleep before the second tick
+    started = time.monotonic()
+    if how == "sigterm":
+        agent.send_signal(signal.SIGTERM)
+    else:
+        agent.stdin.close()
+    assert agent.wait(5) == 0
+    assert time.monotonic() - started < 2.0
+    assert agent.stderr.read() == ""
+
+
 def test_parent_pid_stops_the_agent_when_that_process_is_gone(spawn):
     parent = subprocess.Popen(["sleep", "30"])
     try:

@@ -208,6 +208,10 @@ BAD_CONFIGS = [
     ("nul in value", "[profiles.p]\nmodel_path = \"m\\u0000\"\n", "profiles.p.model_path", None, "NUL"),
     ("multi-line string", '[profiles.p]\ndescription = """\ntp = "x"\n"""\nmodel_path = "m"\ntp = "8"\n', "profiles.p.tp", 6, "expected an integer"),
     ("default profile", 'default_profile = "kimi"\n', "default_profile", 1, "no profile named 'kimi'"),
+    ("nan redraw", "[ui]\nredraw_hz = nan\n", "ui.redraw_hz", 2, "not a finite number"),
+    ("inf http poll", "[ui]\nhttp_poll_s = inf\n", "ui.http_poll_s", 2, "not a finite number"),
+    ("nan stop grace", GOOD_PROFILE.replace("tp = 8", "stop_grace_s = nan"), "profiles.p.stop_grace_s", 4, "not a finite number"),
+    ("-inf mem fraction", GOOD_PROFILE.replace("tp = 8", "mem_fraction_static = -inf"), "profiles.p.mem_fraction_static", 4, "not a finite number"),
 ]  # fmt: skip
 
 
@@ -396,3 +400,26 @@ def test_any_table_of_any_shape_loads_or_gives_a_config_error(section, table):
     else:
         for profile in config.profiles.values():
             profile.to_launch_spec().validate()
+
+
+# --- hostile files: one-line errors, never a traceback --------------------------------------
+
+
+@pytest.mark.parametrize("opening", ["[", "{a = "])
+def test_deeply_nested_toml_is_a_one_line_error(tmp_path, opening):
+    closing = "]" if opening == "[" else "}"
+    path = tmp_path / "specmon.toml"
+    path.write_text("x = " + opening * 5000 + "1" + closing * 5000 + "\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="nested too deeply") as caught:
+        load_config(path, environ=NO_USER_DIR)
+    assert str(caught.value).startswith(f"{path}: ") and "\n" not in str(caught.value)
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "specmon.toml"
+    path.write_bytes(b"\xef\xbb\xbf[ui]\nredraw_hz = 5\n")
+    assert load_config(path, environ=NO_USER_DIR).ui.redraw_hz == 5.0
+    path.write_bytes(b"\xef\xbb\xbf[ui]\nredraw_hz = 0\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, environ=NO_USER_DIR)
+    assert str(caught.value).startswith(f"{path}:2: ui.redraw_hz: ")

@@ -191,6 +191,12 @@ def _helper(state_dir: Path, *args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_supervisor_never_signals_a_process_group_it_did_not_start(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
     bystander = subprocess.Popen(["sleep", "30"], start_new_session=True)
@@ -209,7 +215,8 @@ def test_supervisor_never_signals_a_process_group_it_did_not_start(tmp_path: Pat
         assert replies[-1]["ok"] is False and "no record" in replies[-1]["error"]
         replies = _helper(state_dir, "stop", "--run-id", "../../etc")
         assert replies[-1]["ok"] is False and "bad run id" in replies[-1]["error"]
-        assert oct(state_dir.stat().st_mode & 0o777) == oct(0o700)
+        # The test made the state dir: its mode is the test's, not the helper's to change.
+        assert oct(state_dir.stat().st_mode & 0o777) == oct(0o777 & ~_umask())
     finally:
         os.killpg(bystander.pid, signal.SIGKILL)
         bystander.wait()
@@ -417,3 +424,241 @@ def test_the_demo_console_cleans_up_when_its_terminal_closes_or_it_is_killed(
             os.killpg(proc.pid, signal.SIGKILL)
     assert processes_mentioning(str(tmp_path)) == []
     assert not any(p.name.startswith("specmon-demo-") for p in tmp_path.iterdir())
+
+
+ROOT_GUARD = REPO_ROOT / "tests" / "support" / "root_guard"
+
+
+def _specmon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{ROOT_GUARD}"},
+    )
+
+
+def test_a_state_dir_specmon_did_not_create_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)  # a shared /tmp-like directory: mode and sticky bit must stay
+    result = _specmon("status", "local", "--state-dir", str(shared))
+    assert result.returncode == 0, result.stderr
+    assert oct(shared.stat().st_mode & 0o7777) == oct(0o1777)
+    for own in ("runs", "bin"):  # specmon's own entries are created private
+        assert oct((shared / own).stat().st_mode & 0o777) == oct(0o700)
+    fresh = tmp_path / "fresh" / "state"  # one specmon creates is private
+    assert _specmon("status", "local", "--state-dir", str(fresh)).returncode == 0
+    assert oct(fresh.stat().st_mode & 0o777) == oct(0o700)
+
+
+@pytest.mark.parametrize("path", ["/", "//", "/./", " "])
+def test_the_root_or_an_empty_state_dir_is_refused_before_anything_is_written(
+    path: str, tmp_path: Path
+) -> None:
+    # Every process runs under ROOT_GUARD, so a regression fails here instead of chmod-ing /.
+    before = os.stat("/").st_mode
+    result = _specmon("status", "local", "--state-dir", path, cwd=tmp_path)
+    assert result.returncode == 2 and "refused" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    helper = subprocess.run(  # the helper on a host refuses on its own too
+        [sys.executable, str(HELPER_SOURCE), "hello", "--state-dir", path],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT_GUARD)},
+    )
+    reply = json.loads(helper.stdout.splitlines()[-1])
+    assert reply["ok"] is False and "refused" in reply["error"]
+    assert os.stat("/").st_mode == before and list(tmp_path.iterdir()) == []
+
+
+def test_the_helper_refuses_a_runs_dir_of_another_user(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    (state / "runs").mkdir(parents=True)
+    os.chmod(state / "runs", 0o755)
+    if os.geteuid() == 0:
+        os.chown(state / "runs", 65534, 65534)
+    else:
+        (state / "runs").rmdir()
+        (state / "runs").write_text("not a directory")
+    replies = _helper(state, "hello")
+    assert replies[-1]["ok"] is False and "not a directory of this user" in replies[-1]["error"]
+
+
+def _helper_launch(state: Path, argv: list[str]) -> dict:
+    spec = {"argv": argv, "env": {}, "profile": None, "port": None, "meta": {}}
+    result = subprocess.run(
+        [sys.executable, str(HELPER_SOURCE), "launch", "--state-dir", str(state)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_a_run_whose_leader_crashed_lives_while_its_group_does_and_stop_ends_it(
+    state_dir: Path,
+) -> None:
+    # SGLang's usual crash: the launcher dies, scheduler/worker processes keep the GPUs.
+    run = _helper_launch(state_dir, ["sh", "-c", "sleep 300 & sleep 300 & sleep 0.3; exit 1"])
+    assert run["ok"], run
+    pgid = run["pgid"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        (status,) = _helper(state_dir, "status")[-1]["runs"]
+        if status["exit"] is not None and status.get("group_left") == 2:
+            break
+        time.sleep(0.1)
+    assert status["alive"] and status["exit"]["code"] == 1 and status["group_left"] == 2
+    common = ["local", "--state-dir", str(state_dir), "--gpu-agent", "none"]
+    shown = _specmon("status", *common)
+    assert "leader exited 1, 2 processes of its group still alive" in shown.stdout, shown
+    stopped = _specmon("stop", *common, "--json")
+    assert stopped.returncode == 0, stopped.stderr
+    steps = {s["step"]: s for s in json.loads(stopped.stdout)["steps"]}
+    assert steps["group_gone"]["detail"] == "no process left" and "gpu_released" in steps
+    assert not group_alive(pgid)
+    deadline = time.monotonic() + 5  # the monitor leaves once the group is empty
+    while processes_mentioning(str(state_dir)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_mentioning(str(state_dir)) == []
+    (status,) = _helper(state_dir, "status")[-1]["runs"]
+    assert not status["alive"] and status["group_left"] == 0
+
+
+def test_two_live_runs_in_one_state_dir_can_be_stopped_as_the_refusal_says(
+    state_dir: Path,
+) -> None:
+    import shlex
+
+    # e.g. a late launch that finished after its console died: two live runs, one state dir.
+    first = _helper_launch(state_dir, ["sleep", "300"])
+    second = _helper_launch(state_dir, ["sleep", "300"])
+    assert first["ok"] and second["ok"]
+    common = ["local", "--state-dir", str(state_dir), "--gpu-agent", "none"]
+    refused = _specmon("stop", *common)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    message = refused.stderr.strip()
+    assert first["run_id"] in message and "\n" not in message
+    advice = message.split("Stop it with: ", 1)[1].split("  (", 1)[0]
+    assert advice.startswith("specmon stop local ") and f"--run-id {first['run_id']}" in advice
+    words = shlex.split(advice)[1:]  # run exactly what it said, as `specmon ...`
+    done = _specmon(*words, "--gpu-agent", "none")
+    assert done.returncode == 0 and f"stopped {first['run_id']}" in done.stdout, done.stderr
+    assert not group_alive(first["pgid"]) and group_alive(second["pgid"])
+    gone = _specmon("stop", *common, "--run-id", first["run_id"])
+    assert gone.returncode == 0 and "is not running" in gone.stdout
+    third = _helper_launch(state_dir, ["sleep", "300"])
+    everything = _specmon("stop", *common, "--all", "--json")
+    assert everything.returncode == 0, everything.stderr
+    stopped = {json.loads(line)["stopped"] for line in everything.stdout.splitlines()}
+    assert stopped == {second["run_id"], third["run_id"]}
+    assert not group_alive(second["pgid"]) and not group_alive(third["pgid"])
+    unknown = _specmon("stop", *common, "--run-id", "no-such-run")
+    assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
+
+
+async def test_a_launch_over_another_consoles_run_is_refused_with_advice_that_works(
+    state_dir: Path,
+) -> None:
+    first = _helper_launch(state_dir, ["sleep", "300"])
+    second = _helper_launch(state_dir, ["sleep", "300"])
+    session = local_session(state_dir, sim_profiles(), gpu_agent="none")
+    await session.start()
+    try:
+        with pytest.raises(Exception, match="Stop it with: specmon stop local") as caught:
+            await session.launch("fast")
+        assert f"--run-id {first['run_id']}" in str(caught.value)
+        assert "Reconnect" not in str(caught.value)
+        report = await session.stop_run(first["run_id"])
+        assert report is not None and not group_alive(first["pgid"])
+        assert group_alive(second["pgid"])
+    finally:
+        await session.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A real 2 MiB filesystem (tmpfs) to fill: root only, as the tests run in CI."""
+    mount_point = tmp_path / "disk"
+    mount_point.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mount not permitted here: {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        kill_everything_under(mount_point)
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill(directory: Path) -> None:
+    with (directory / "filler").open("wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(b"x" * 65536)
+            f.flush()
+
+
+def test_the_exit_status_survives_a_log_that_fills_the_disk(small_disk: Path) -> None:
+    state = small_disk / "state"
+    run = _helper_launch(state, ["sh", "-c", "cat /dev/zero; exit 7"])
+    assert run["ok"], run
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        runs = _helper(state, "status")[-1]["runs"]
+        if runs and runs[0]["exit"] is not None and not runs[0]["alive"]:
+            break
+        time.sleep(0.1)
+    assert runs[0]["exit"]["code"] == 7, runs
+    assert (state / "runs" / run["run_id"] / "server.log").stat().st_size > 1 << 20
+    assert not list((state / "runs" / run["run_id"]).glob("*.tmp.*"))
+
+
+async def test_a_full_disk_on_the_host_is_reported_with_the_helpers_error(
+    small_disk: Path,
+) -> None:
+    state = small_disk / "state"
+    session = local_session(state, sim_profiles(), gpu_agent="none")
+    await session.start(streams=False)
+    try:
+        _fill(small_disk)
+        with pytest.raises(Exception, match="No space left on device") as caught:
+            await session.stop()
+        assert "could not take the host lock" in str(caught.value)
+    finally:
+        await session.close()
+
+
+async def test_a_relaunch_over_a_crashed_leaders_group_kills_the_whole_group(
+    state_dir: Path,
+) -> None:
+    crashed = _helper_launch(state_dir, ["sh", "-c", "sleep 300 & sleep 300 & sleep 0.3; exit 1"])
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        (status,) = _helper(state_dir, "status")[-1]["runs"]
+        if status["exit"] is not None:
+            break
+        time.sleep(0.1)
+    assert status["alive"] and status["group_left"] == 2
+    session = local_session(state_dir, sim_profiles(), gpu_agent="none")
+    await session.start()  # reattaches the crashed run: it is alive
+    try:
+        assert session.current_run is not None
+        assert session.current_run.run_id == crashed["run_id"]
+        new_run = await session.launch("fast")
+        assert not group_alive(crashed["pgid"])
+        assert [r.run_id for r in await session.status() if r.alive] == [new_run]
+        await session.stop()
+    finally:
+        await session.close()

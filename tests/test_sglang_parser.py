@@ -21,8 +21,8 @@ from specmon.backends.sglang.parser import (
     decode_template,
     error_category,
     parse_line,
-    summarize,
 )
+from specmon.backends.sglang.summary import summarize
 from specmon.events import (
     Decode,
     Event,
@@ -569,7 +569,7 @@ def test_a_decode_read_in_bulk_behaves_like_one_built_by_keywords() -> None:
     )
     assert type(bulk.tokens) is int and type(bulk.gen_throughput) is float
     assert isinstance(bulk, Event) and bulk.kind == "decode"
-    assert [f.name for f in dataclasses.fields(bulk)] == list(bulk.to_dict())[1:]
+    assert [f.name for f in dataclasses.fields(bulk)] == [*list(bulk.to_dict())[1:], "engine"]
     assert pickle.loads(pickle.dumps(bulk)) == built and copy.copy(bulk) == built
     assert bulk != dataclasses.replace(built, queue_req=1) and bulk != ("decode",)
     fresh = parse_bytes((DECODE_LINE_0_5_9 + "\n").encode())[0]  # not read yet
@@ -718,6 +718,9 @@ def test_summary_of_nothing_and_of_a_failed_start() -> None:
         "errors": 0,
         "prefill_lines": 0,
         "first_error": None,
+        "unparsed_decode_like": 0,
+        "spec_steps": None,
+        "spec_steps_changes": 0,
     }
     failed = summarize(parse_file("sglang-oom-traceback.log"))
     assert failed["ready"] is False and failed["load_seconds"] is None

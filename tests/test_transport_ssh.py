@@ -162,6 +162,7 @@ port = {sshd.port}
 user = "{sshd.user}"
 identity_file = "{sshd.client_key}"
 known_hosts = "{sshd.known_hosts}"
+python = "{sys.executable}"
 state_dir = "{state_dir}"
 
 [profiles.fast]
@@ -255,3 +256,115 @@ def test_cli_errors_are_one_line(sshd: SshdServer, tmp_path: Path) -> None:
     bad_set = specmon(tmp_path / "specmon.toml", "launch", "testbox", "-p", "fast", "--set", "x")
     assert bad_set.returncode == 2 and "expected NAME=VALUE" in bad_set.stderr
     assert isinstance(HostKeyError("x"), SpecmonError)
+
+
+def _alias_transport(sshd: SshdServer, tmp_path: Path, known: Path) -> Transport:
+    """An ~/.ssh/config alias with another name, the sshd's port and its own known_hosts file:
+    nothing of which the alias itself says."""
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host keytest-alias\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
+        f'  IdentityFile {sshd.client_key}\n  UserKnownHostsFile "{known}"\n'
+    )
+    from specmon.session.ssh import SshTarget, SshTransport
+
+    return SshTransport(SshTarget(host="keytest-alias", config_files=(str(config),)))
+
+
+def _shell(command: str) -> None:
+    subprocess.run(["sh", "-c", command], check=True, capture_output=True, timeout=30)
+
+
+async def test_host_key_hints_for_an_alias_are_commands_that_work(
+    sshd: SshdServer, tmp_path: Path
+) -> None:
+    known = tmp_path / "alias known_hosts"  # a space: the commands must quote it
+    known.write_text("")
+    with pytest.raises(HostKeyError) as caught:
+        await _alias_transport(sshd, tmp_path, known).connect()
+    error = caught.value
+    assert not error.changed and "unknown" in str(error) and "attack" not in str(error)
+    assert error.accept_command is not None and error.accept_command in str(error)
+    assert f"-p {sshd.port} 127.0.0.1" in error.accept_command
+    _shell(error.accept_command)  # run what was printed, then the connection is trusted
+    transport = _alias_transport(sshd, tmp_path, known)
+    await transport.connect()
+    await transport.close()
+
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+    known.write_text(f"[127.0.0.1]:{sshd.port} {key_type} {key}\n")
+    with pytest.raises(HostKeyError) as caught:
+        await _alias_transport(sshd, tmp_path, known).connect()
+    error = caught.value
+    assert error.changed and "CHANGED" in str(error) and "attack" in str(error)
+    assert error.remove_command is not None and f"-f '{known}'" in error.remove_command
+    assert f"{error.remove_command} && {error.accept_command}" in str(error)
+    assert "\n" not in str(error)
+    _shell(f"{error.remove_command} && {error.accept_command}")
+    transport = _alias_transport(sshd, tmp_path, known)
+    await transport.connect()
+    await transport.close()
+
+
+async def test_a_host_key_that_changes_on_reconnect_stops_the_session_at_once(
+    sshd: SshdServer, tmp_path: Path
+) -> None:
+    import asyncio
+    import io
+
+    from support.hosts import Recorder, test_options
+
+    from specmon.session import HostSession
+    from specmon.session.cli import stream_events
+
+    known = tmp_path / "known_hosts"
+    known.write_text(sshd.known_hosts.read_text())
+    session = HostSession(
+        ssh_transport(sshd, known_hosts=str(known)),
+        profiles={},
+        options=test_options(tmp_path / "state", gpu_agent="none"),
+    )
+    await session.start()
+    recorder = Recorder(session)
+    out = io.StringIO()
+    try:
+        watch = asyncio.create_task(
+            stream_events(session, as_json=False, with_log=False, until=None, duration=60, out=out)
+        )
+        await asyncio.sleep(0.2)
+        other = tmp_path / "other"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True
+        )
+        key_type, key = other.with_suffix(".pub").read_text().split()[:2]
+        known.write_text(f"[127.0.0.1]:{sshd.port} {key_type} {key}\n")
+        sshd.drop_connections()
+        assert await asyncio.wait_for(watch, 20) != 0  # watch ends, non-zero, long before 60 s
+        await recorder.settle()
+        states = [e for e in recorder.kinds("connection")]
+        assert [e.state for e in states].count("reconnecting") <= 1  # one try, no retries
+        final = states[-1]
+        assert final.state == "disconnected" and "CHANGED" in (final.detail or "")
+        assert "attack" in out.getvalue()
+    finally:
+        await session.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "role"),
+    [
+        ("identity_files", "identity file"),
+        ("known_hosts", "known_hosts file"),
+        ("config_files", "ssh config file"),
+    ],
+)
+async def test_a_missing_ssh_file_is_named_in_the_error(
+    sshd: SshdServer, tmp_path: Path, field: str, role: str
+) -> None:
+    missing = tmp_path / "no-such-file"
+    value = str(missing) if field == "known_hosts" else (str(missing),)
+    with pytest.raises(TransportError) as caught:
+        await ssh_transport(sshd, **{field: value}).connect()
+    assert f"{role} {missing}: No such file or directory" in str(caught.value)

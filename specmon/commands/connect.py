@@ -6,6 +6,11 @@ The server outlives the console: quitting closes the streams and the GPU agent, 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specmon.controller import HostController
+    from specmon.exporter.server import MetricsServer
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -17,6 +22,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", action="store_true", help="headless: include server log lines")
     parser.add_argument("--until", choices=UNTIL_CHOICES, help="headless: stop at this point")
     parser.add_argument("--duration", type=float, metavar="S", help="headless: stop after S s")
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="open the console even without a terminal (what `specmon serve` runs)",
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="console: hide and refuse relaunch, stop, sweeps"
+    )
+    parser.add_argument(
+        "--export",
+        metavar="ADDR",
+        help="also serve this host's metrics to Prometheus at HOST:PORT (see `specmon export`)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -26,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config_from(args)
     session = session_from_args(args, config)
-    headless = args.headless or not (sys.stdin.isatty() and sys.stdout.isatty())
+    beside = [metrics_server(args.export, args.host, session, config)] if args.export else []
+    headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
         try:
             from specmon.tui.app import run_console
@@ -36,6 +55,46 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         else:
-            return run_console(session, config)
+            return run_console(session, config, read_only=args.read_only, beside=beside)
 
+    if beside:
+        return watch_headless_beside(session, args, beside[0])
     return watch_headless(session, args)
+
+
+def metrics_server(listen: str, name: str, session: HostController, config: Any) -> MetricsServer:
+    """The exporter for this one host, served beside the console on its event loop."""
+    from specmon.exporter.collector import WatchedHost
+    from specmon.exporter.hosts import backend_of_profile
+    from specmon.exporter.server import MetricsServer, build_registry
+    from specmon.listen import parse_listen
+
+    host, port = parse_listen(listen, option="--export")
+    watched = [WatchedHost(name, session.bus)]
+    return MetricsServer(build_registry(lambda: watched, backend_of_profile(config)), host, port)
+
+
+def watch_headless_beside(session: Any, args: argparse.Namespace, server: MetricsServer) -> int:
+    """`watch_headless` with the metrics server running for as long as the watch does."""
+    from specmon.session.cli import run_async, stream_events
+
+    async def main() -> int:
+        queue = session.bus.subscribe()
+        await server.start()
+        try:
+            await session.start()
+            return await stream_events(
+                session,
+                as_json=args.json,
+                with_log=args.log,
+                until=args.until,
+                duration=args.duration,
+                queue=queue,
+            )
+        finally:
+            try:
+                await session.close()
+            finally:
+                await server.close()
+
+    return run_async(main)

@@ -19,6 +19,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--duration", type=float, metavar="S", help="headless: stop after S s")
     parser.add_argument(
+        "--console",
+        action="store_true",
+        help="open the console even without a terminal (what `specmon serve` runs)",
+    )
+    parser.add_argument(
+        "--read-only", action="store_true", help="console: hide and refuse relaunch, stop, sweeps"
+    )
+    parser.add_argument(
         "--time-scale",
         type=float,
         metavar="X",
@@ -48,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         known = ", ".join(sorted(config.profiles)) or "none"
         raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
     run_console = None
-    headless = args.headless or not (sys.stdin.isatty() and sys.stdout.isatty())
+    headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
         try:
             from specmon.tui.app import run_console
@@ -65,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if headless:
             return watch_headless(session, args)
         assert run_console is not None
-        return run_console(session, config)
+        return run_console(session, config, read_only=args.read_only)
     finally:
         try:
             asyncio.run(_stop_leftovers(config, args.profile, state_dir))

@@ -1,4 +1,5 @@
-"""`specmon parse LOGFILE [--json] [--summary]`: a server log, read offline, as events."""
+"""`specmon parse LOGFILE [--json] [--summary] [--backend NAME]`: a server log, read offline,
+as events. Which server wrote it is told by ``--backend`` or detected from its first lines."""
 
 from __future__ import annotations
 
@@ -7,11 +8,17 @@ import json
 import os
 import stat
 import sys
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any
 
 from specmon.errors import UsageError
 
+if TYPE_CHECKING:
+    from specmon.backends import Backend
+
 READ_BYTES = 1 << 20
+DETECT_BYTES = 64 * 1024
+"""Backend detection reads up to this much of the log's beginning (less if it is sure)."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--summary", action="store_true", help="end with a summary (readiness, load time, means)"
+    )
+    parser.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="the server that wrote the log (default: detected from its first lines)",
     )
 
 
@@ -82,12 +94,40 @@ def _show(value: Any) -> str:
     return str(value)
 
 
+def _detect(read: Callable[[int], bytes], source: str) -> tuple[Backend, list[bytes], bool]:
+    """The backend whose log this is, from its first lines, the chunks read to tell, and
+    whether it was detected (said on stderr); undetected: the first registered backend."""
+    from specmon.backends import BACKENDS, detect_backend, get_backend
+
+    chunks: list[bytes] = []
+    size = 0
+    name = None
+    while size < DETECT_BYTES:
+        chunk = _read(read, source)
+        chunks.append(chunk)
+        if not chunk:
+            break
+        size += len(chunk)
+        name = detect_backend(b"".join(chunks).decode("utf-8", errors="replace"))
+        if name is not None:
+            break
+    if name is not None:
+        print(f"specmon: detected backend {name}", file=sys.stderr)
+        return get_backend(name), chunks, True
+    return get_backend(next(iter(BACKENDS))), chunks, False
+
+
+def _read(read: Callable[[int], bytes], source: str) -> bytes:
+    try:
+        return read(READ_BYTES)
+    except OSError as exc:
+        raise UsageError(f"parse: cannot read {source}: {exc.strerror or exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
-    from specmon.backends.sglang.parser import LogSummary
 
-    parser = get_backend("sglang").new_log_parser()
-    summary = LogSummary()
+    chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     log = _open_log(args.logfile)
     out = sys.stdout
     events_seen = 0
@@ -95,13 +135,14 @@ def run(args: argparse.Namespace) -> int:
     # read1 returns what has arrived, so `tail -f server.log | specmon parse -` keeps up.
     read = getattr(log, "read1", log.read)
     try:
+        if chosen is None:
+            backend, held, detected = _detect(read, args.logfile)
+        else:
+            backend, held, detected = chosen, [], True
+        parser = backend.new_log_parser()
+        summary = backend.new_log_summary()
         while True:
-            try:
-                chunk = read(READ_BYTES)
-            except OSError as exc:
-                raise UsageError(
-                    f"parse: cannot read {args.logfile}: {exc.strerror or exc}"
-                ) from None
+            chunk = held.pop(0) if held else _read(read, args.logfile)
             events = parser.feed(chunk) if chunk else parser.flush()
             bytes_read += len(chunk)
             lines = []
@@ -115,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             if not chunk:
                 break
         if args.summary:
-            record = summary.result()
+            record = summary.finish(parser)
             out.write((json.dumps(record) if args.json else format_summary(record)) + "\n")
         out.flush()
     except BrokenPipeError:
@@ -128,6 +169,17 @@ def run(args: argparse.Namespace) -> int:
             log.close()
     if events_seen == 0:
         name = "stdin" if args.logfile == "-" else args.logfile
-        what = "empty" if bytes_read == 0 else "no SGLang log lines recognised"
+        if bytes_read == 0:
+            what = "empty"
+        elif detected:
+            what = f"no {backend.name} log lines recognised"
+        else:
+            what = "no log lines of a known server recognised"
         print(f"specmon: parse: {name}: {what} ({bytes_read} bytes read)", file=sys.stderr)
+    elif not detected:
+        print(
+            f"specmon: parse: no backend detected from the log's first lines; read as "
+            f"{backend.name} (choose one with --backend)",
+            file=sys.stderr,
+        )
     return 0

@@ -1,4 +1,7 @@
-"""`specmon stop HOST`: stop the server run on a host, verified gone, headless."""
+"""`specmon stop HOST`: stop the server run on a host, verified gone, headless.
+
+``--run-id ID`` stops one run of the state dir by its id and ``--all`` every live run,
+whoever launched them (e.g. a late launch that finished after its console died)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     add_host_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--run-id", metavar="ID", help="stop this run (see specmon status)")
+    which.add_argument("--all", action="store_true", help="stop every live run on the host")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,21 +25,30 @@ def run(args: argparse.Namespace) -> int:
     session = session_from_args(args, load_config_from(args))
 
     async def main() -> int:
-        await session.start()
+        await session.start()  # with the GPU agent: a stop waits for GPU memory to return
         try:
-            report = await session.stop()
+            if args.all:
+                reports = await session.stop_all_runs()
+            elif args.run_id:
+                report = await session.stop_run(args.run_id)
+                reports = [report] if report is not None else []
+            else:
+                report = await session.stop()
+                reports = [report] if report is not None else []
         finally:
             await session.close()
-        if report is None:
-            print(json.dumps({"stopped": None}) if args.json else "no live run to stop")
+        if not reports:
+            what = f"run {args.run_id} is not running" if args.run_id else "no live run to stop"
+            print(json.dumps({"stopped": None}) if args.json else what)
             return 0
-        if args.json:
-            steps = [{"step": s, "seconds": t, "detail": d} for s, t, d in report.steps]
-            print(json.dumps({"stopped": report.run_id, "steps": steps}))
-        else:
-            print(f"stopped {report.run_id} on {session.host_label}")
-            for step, seconds, detail in report.steps:
-                print(f"  {step:<13} {seconds:7.2f}s" + (f"  {detail}" if detail else ""))
+        for report in reports:
+            if args.json:
+                steps = [{"step": s, "seconds": t, "detail": d} for s, t, d in report.steps]
+                print(json.dumps({"stopped": report.run_id, "steps": steps}))
+            else:
+                print(f"stopped {report.run_id} on {session.host_label}")
+                for step, seconds, detail in report.steps:
+                    print(f"  {step:<13} {seconds:7.2f}s" + (f"  {detail}" if detail else ""))
         return 0
 
     return run_async(main)

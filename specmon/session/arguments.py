@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 UNTIL_CHOICES = ("ready", "failed", "exit")
+HOST_HELP = "[user@]host[:port], an ~/.ssh/config alias, a host from specmon.toml, or 'local'"
 
 
 def add_host_arguments(parser: argparse.ArgumentParser) -> None:
@@ -12,8 +13,13 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "host",
         metavar="HOST",
-        help="[user@]host[:port], an ~/.ssh/config alias, a host from specmon.toml, or 'local'",
+        help=HOST_HELP,
     )
+    add_connection_arguments(parser)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The SSH knobs alone, for commands that take several hosts (`export`, `serve`)."""
     group = parser.add_argument_group("connection")
     group.add_argument("--known-hosts", metavar="PATH", help="known_hosts file to verify against")
     group.add_argument(

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import shlex
 import signal
 import sys
 import time
@@ -62,7 +63,25 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     if args.state_dir:
         session.options = replace(session.options, state_dir=args.state_dir)
         session._state_dir = args.state_dir
+    session.stop_command = stop_command(args)
     return session
+
+
+def stop_command(args: argparse.Namespace) -> str:
+    """The `specmon stop` command line that reaches the same host and state dir as ``args``
+    (for advice in refusals)."""
+    words = ["specmon", "stop", args.host]
+    if getattr(args, "config", None):
+        words += ["--config", str(args.config)]
+    for option, values in (
+        ("--known-hosts", [args.known_hosts] if args.known_hosts else []),
+        ("--ssh-config", args.ssh_config or []),
+        ("--identity", args.identity or []),
+        ("--state-dir", [args.state_dir] if args.state_dir else []),
+    ):
+        for value in values:
+            words += [option, value]
+    return shlex.join(words)
 
 
 def parse_assignments(items: list[str] | None, what: str) -> dict[str, str]:
@@ -203,7 +222,8 @@ async def stream_events(
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
-    (0 reached or ran for the duration, 1 the run failed or ended first)."""
+    (0 reached or ran for the duration, 1 the run failed or ended first, or the session gave
+    up on the host: a refused host key, or reconnecting ran out of attempts)."""
     queue = queue if queue is not None else session.bus.subscribe()
     deadline = time.monotonic() + duration if duration is not None else None
     try:
@@ -216,6 +236,8 @@ async def stream_events(
             except asyncio.TimeoutError:
                 continue
             print_event(at, event, as_json=as_json, with_log=with_log, out=out)
+            if isinstance(event, ConnectionState) and event.state == "disconnected":
+                return 1  # the session gave up on the host (a host key refused, or no reconnect)
             reached = until_reached(until, event, session.bus.store)
             if reached is not None:
                 return 0 if reached else 1

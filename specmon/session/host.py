@@ -15,6 +15,7 @@ import getpass
 import hashlib
 import json
 import os
+import shlex
 import socket
 import sys
 import time
@@ -38,9 +39,11 @@ from specmon.events import (
     ServerFailed,
     StopProgress,
 )
+from specmon.secrets import redact_env, shown_spec
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.http import HttpPoller
-from specmon.session.transport import ConnectionLost, Transport, TransportError
+from specmon.session.state_dir import checked_state_dir
+from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
 HELPER_NAME = "specmon_helper.py"
@@ -110,6 +113,7 @@ class RunStatus:
     log_size: int = 0
     owner: str | None = None
     run_dir: str | None = None
+    group_left: int = 0  # live processes of the group once the leader has exited
 
     @property
     def load_seconds(self) -> float | None:
@@ -119,6 +123,12 @@ class RunStatus:
 
     @property
     def state(self) -> str:
+        if self.alive and self.group_left:
+            if self.exit_signal is not None:
+                ended = f"killed by signal {self.exit_signal}"
+            else:
+                ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
+            return f"leader {ended}, {self.group_left} processes of its group still alive"
         if self.alive:
             return "ready" if self.ready_at is not None else "running"
         if self.exit_signal is not None:
@@ -146,6 +156,7 @@ class RunStatus:
             "exit_signal": self.exit_signal,
             "owner": self.owner,
             "run_dir": self.run_dir,
+            "group_left": self.group_left,
         }
 
     @classmethod
@@ -156,7 +167,7 @@ class RunStatus:
             run_id=str(data["run_id"]),
             profile=data.get("profile"),
             argv=tuple(data.get("argv") or ()),
-            env=dict(data.get("env") or {}),
+            env=redact_env(data.get("env") or {}),
             pid=data.get("pid"),
             pgid=data.get("pgid"),
             started_at=data.get("started_at"),
@@ -169,6 +180,7 @@ class RunStatus:
             log_size=int(data.get("log_size") or 0),
             owner=(data.get("meta") or {}).get("owner"),
             run_dir=data.get("run_dir"),
+            group_left=int(data.get("group_left") or 0),
         )
 
 
@@ -238,6 +250,9 @@ class HostSession(HostController):
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
         self.http = HttpPoller(self)
+        # How the operator runs `specmon stop` for this host (set by the CLI from its own
+        # arguments), so refusals print advice that works; "" builds one from the label.
+        self.stop_command = ""
 
     # --- HostController ------------------------------------------------------------------
 
@@ -332,9 +347,18 @@ class HostSession(HostController):
                 report = await self._stop_run(run)
             return report
 
+    async def stop_run(self, run_id: str) -> StopReport | None:
+        """Stop one run of this state dir by id, whoever launched it (``stop --run-id``);
+        None when it is not running, UsageError when there is no such run."""
+        async with self._op_lock, self._host_lock("stop"):
+            for run in await self.status():
+                if run.run_id == run_id:
+                    return await self._stop_run(run) if run.alive else None
+        raise UsageError(f"no run {run_id!r} on {self.host_label} (see specmon status)")
+
     async def stop_all_runs(self) -> list[StopReport]:
-        """Stop every live run in this state dir, whoever launched it: for a private state
-        dir only (the demo's clean-up), never for a shared host."""
+        """Stop every live run in this state dir, whoever launched it: the demo's clean-up of
+        its private state dir, and ``stop --all`` when the operator asks for it."""
         async with self._op_lock, self._host_lock("stop"):
             return [await self._stop_run(r) for r in await self.status() if r.alive]
 
@@ -419,6 +443,16 @@ class HostSession(HostController):
                     await self._on_connected(first=False)
                 except (TransportError, RemoteCallError, OSError) as exc:
                     await self._cancel_tasks()
+                    if isinstance(exc, HostKeyError):  # retrying cannot help; it may be an attack
+                        self._publish(
+                            ConnectionState(
+                                host=self.host_label,
+                                state="disconnected",
+                                attempt=attempt,
+                                detail=str(exc),
+                            )
+                        )
+                        return
                     self._publish(
                         ConnectionState(
                             host=self.host_label,
@@ -460,7 +494,7 @@ class HostSession(HostController):
         return the runs, all in one round trip when the helper is already there."""
         source = HELPER_SOURCE.read_bytes()
         digest = hashlib.sha256(source).hexdigest()
-        base = self.options.state_dir.rstrip("/")
+        base = checked_state_dir(self.options.state_dir)
         remote = f"{base}/bin/{HELPER_NAME}"
         python = self.transport.python_argv(self.options.python)
         self._helper = [*python, remote]
@@ -554,7 +588,8 @@ class HostSession(HostController):
                     f"{self.host_label} is busy: {reply.get('owner') or 'another console'} "
                     f"holds its launch/stop lock since {when}; try again when it is done"
                 )
-            raise RemoteCallError(f"{self.host_label}: could not take the host lock")
+            why = reply.get("error") or "the lock helper gave no answer"
+            raise RemoteCallError(f"{self.host_label}: could not take the host lock: {why}")
         try:
             yield
         finally:
@@ -573,11 +608,15 @@ class HostSession(HostController):
                     if run.started_at
                     else "?"
                 )
+                stop = self.stop_command or (
+                    f"specmon stop {shlex.quote(self.host_label)} "
+                    f"--state-dir {shlex.quote(self._state_dir)}"
+                )
                 raise RunConflictError(
                     f"run {run.run_id} on {self.host_label} (started {started}"
-                    f"{' by ' + run.owner if run.owner else ''}) is not the run this console "
-                    "is attached to; it was launched by another console. Reconnect to "
-                    "reattach it before relaunching or stopping"
+                    f"{' by ' + run.owner if run.owner else ''}) is live but is not the run "
+                    "this console is attached to (another console launched it). Stop it "
+                    f"with: {stop} --run-id {run.run_id}  (or every live run: {stop} --all)"
                 )
 
     async def _stop_live_runs(self, runs: list[RunStatus]) -> None:
@@ -681,9 +720,14 @@ class HostSession(HostController):
         payload: dict[str, Any] = {
             "argv": argv,
             "env": spec.env_dict(),
+            "record_env": redact_env(spec.env),  # what run.json keeps: secrets as ***
             "profile": profile,
             "port": port,
-            "meta": {"owner": self.options.owner, "backend": spec.backend, "spec": spec.to_json()},
+            "meta": {
+                "owner": self.options.owner,
+                "backend": spec.backend,
+                "spec": shown_spec(spec).to_json(),
+            },
             "run_env": {"SPECMON_PROBE_FILE": "{run_dir}/probe.jsonl"},
             "extra_env": {},
             "prepend_path": {},

@@ -2,9 +2,10 @@
 the host's python3 (3.8+). Every subcommand prints JSON; nothing here imports specmon.
 
 Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
-  hello       make the state dir (0700); print this file's sha256, python, host, user
+  hello       make the state dir (0700 if it creates it); print this file's sha256, python, host, user
   launch      start a server detached (own session and process group) under a monitor that
               records its exit; spec JSON on stdin: {"argv", "env", "profile", "port", "meta"}
+              ("record_env": the env as run.json keeps it, secrets masked by specmon)
   status      list runs with liveness (pid + process start time, so a reused pid is not alive)
   stop        SIGTERM the run's process group, wait, SIGKILL, confirm the group is empty;
               prints one JSON line per step
@@ -33,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+from stat import S_ISDIR
 
 RUN_ID_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyz-_")
 
@@ -43,10 +45,30 @@ def emit(obj):
 
 
 def state_dir(path):
-    path = os.path.abspath(os.path.expanduser(path))
-    os.makedirs(os.path.join(path, "runs"), mode=0o700, exist_ok=True)
-    os.chmod(path, 0o700)
+    """The state dir, made private when this creates it. A directory that exists already
+    (a shared /tmp-like one, a home) keeps its mode: only specmon's own entries in it are
+    created private, and one of them owned by someone else is refused."""
+    raw = os.path.expanduser(path or "").strip()
+    if not raw or os.path.normpath(os.path.abspath(raw)) in ("/", "//"):
+        raise SystemExit(fail(f"state dir {path!r} refused: never the root or an empty path"))
+    path = os.path.abspath(raw)
+    os.makedirs(path, mode=0o700, exist_ok=True)  # the mode applies only if it is created
+    own_dir(os.path.join(path, "runs"))
     return path
+
+
+def own_dir(path):
+    """A private directory of this user at path, created if missing, never re-moded."""
+    try:
+        os.mkdir(path, 0o700)
+        return
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise SystemExit(
+            fail(f"{path} exists but is not a directory of this user; choose another state dir")
+        )
 
 
 def run_dir(state, run_id):
@@ -70,9 +92,56 @@ def read_json(path):
 
 def write_json(path, data):
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+RESERVE_BYTES = (
+    64 * 1024
+)  # room for run.json / exit.json, taken before the server can fill the disk
+
+
+def reserve_record(path):
+    """Take the disk space of a record (``path``.reserve, blanks) while there is some, so the
+    run's record is written even after its server's log has filled the disk."""
+    with open(f"{path}.reserve", "wb") as f:
+        f.write(b" " * RESERVE_BYTES)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_record(path, data):
+    """Write ``data`` into its reserved space (in place, so no new block is needed; JSON
+    ignores the trailing blanks), then give it its name; without a reservation, or if the
+    record does not fit, as write_json does."""
+    reserved = f"{path}.reserve"
+    text = json.dumps(data).encode()
+    if len(text) <= RESERVE_BYTES and os.path.exists(reserved):
+        with open(reserved, "r+b") as f:
+            f.write(text + b" " * (RESERVE_BYTES - len(text)))
+            f.flush()
+            os.fsync(f.fileno())
+        for attempt in range(20):  # a full directory block can free up (bounded retry)
+            try:
+                os.replace(reserved, path)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC or attempt == 19:
+                    raise
+                time.sleep(0.5)
+    write_json(path, data)
+
+
+def read_record(path):
+    """A run's record (run.json, exit.json); one written in place whose rename failed counts
+    too (a blank reservation reads as None)."""
+    return read_json(path) or read_json(f"{path}.reserve")
 
 
 def proc_start_ticks(pid):
@@ -122,17 +191,19 @@ def leader_alive(run):
     return proc_state(pid) not in (None, "Z")
 
 
-def run_alive(run, exit_info):
+def group_left(run):
+    """The live processes of the run's group once its leader is gone (a crashed launcher's
+    scheduler and workers still holding GPUs). Trusted only while the run's monitor lives:
+    it stays until the group is empty, so a pgid reused after a reboot is never counted."""
+    monitor = run.get("monitor_pid")
+    if not run.get("pgid") or not monitor or proc_start_ticks(monitor) != run.get("monitor_ticks"):
+        return []
+    return group_members(run["pgid"])
+
+
+def run_alive(run, exit_info=None):
     """A run lives while its leader lives, or while any process of its group is left."""
-    if leader_alive(run):
-        return True
-    if exit_info is None and run.get("pgid") and run.get("start_ticks") is not None:
-        # The leader is gone but the monitor has not recorded an exit yet: look at the group
-        # only while the monitor itself is alive (after a reboot pgids are meaningless).
-        monitor = run.get("monitor_pid")
-        if monitor and proc_start_ticks(monitor) == run.get("monitor_ticks"):
-            return bool(group_members(run["pgid"]))
-    return False
+    return leader_alive(run) or bool(group_left(run))
 
 
 # --- launch ---------------------------------------------------------------------------------
@@ -160,6 +231,8 @@ def cmd_launch(args):
             f.write(base64.b64decode(content_b64))
     log_path = os.path.join(rdir, "server.log")
     open(log_path, "ab").close()
+    for record in ("run.json", "exit.json"):
+        reserve_record(os.path.join(rdir, record))
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # intermediate: new session, fork the monitor, exit so it is reparented
@@ -210,7 +283,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
             json.dumps({"ok": False, "error": f"cannot start {argv[0]}: {exc}"}).encode(),
         )
         os.close(report_fd)
-        write_json(
+        write_record(
             os.path.join(rdir, "exit.json"),
             {"code": 127, "signal": None, "ended_at": time.time(), "error": str(exc)},
         )
@@ -218,7 +291,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
     run = {
         "run_id": os.path.basename(rdir),
         "argv": argv,
-        "env": spec.get("env") or {},
+        "env": spec.get("record_env", spec.get("env")) or {},
         "profile": spec.get("profile"),
         "port": spec.get("port"),
         "meta": spec.get("meta") or {},
@@ -232,7 +305,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         "user": env.get("USER") or env.get("LOGNAME"),
         "host": socket.gethostname(),
     }
-    write_json(os.path.join(rdir, "run.json"), run)
+    write_record(os.path.join(rdir, "run.json"), run)
     report = dict(run, ok=True)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
@@ -242,7 +315,11 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         ended.update(code=None, signal=-code)
     else:
         ended.update(code=code, signal=None)
-    write_json(os.path.join(rdir, "exit.json"), ended)
+    write_record(os.path.join(rdir, "exit.json"), ended)
+    # Stay while processes of the group live on (the run is alive until they are gone, and
+    # this monitor's life is what makes their pgid trustworthy).
+    while group_members(child.pid):
+        time.sleep(0.5)
 
 
 def wait_tethered(child, tether):
@@ -270,17 +347,26 @@ def wait_tethered(child, tether):
 
 def describe(state, run_id):
     rdir = os.path.join(state, "runs", run_id)
-    run = read_json(os.path.join(rdir, "run.json"))
+    run = read_record(os.path.join(rdir, "run.json"))
     if run is None:
         return None
-    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    exit_info = read_record(os.path.join(rdir, "exit.json"))
     meta = read_json(os.path.join(rdir, "meta.json")) or {}
     try:
         log_size = os.path.getsize(os.path.join(rdir, "server.log"))
     except OSError:
         log_size = 0
-    alive = run_alive(run, exit_info)
-    return dict(run, alive=alive, exit=exit_info, annotations=meta, log_size=log_size, run_dir=rdir)
+    leader = leader_alive(run)
+    left = [] if leader else group_left(run)
+    return dict(
+        run,
+        alive=leader or bool(left),
+        group_left=len(left),
+        exit=exit_info,
+        annotations=meta,
+        log_size=log_size,
+        run_dir=rdir,
+    )
 
 
 def cmd_status(args):
@@ -303,11 +389,11 @@ def wait_group_gone(pgid, deadline):
 def cmd_stop(args):
     state = state_dir(args.state_dir)
     rdir = run_dir(state, args.run_id)
-    run = read_json(os.path.join(rdir, "run.json"))
+    run = read_record(os.path.join(rdir, "run.json"))
     if run is None or not run.get("pgid"):
         return fail(f"run {args.run_id} has no record of a process group this helper started")
     pgid = run["pgid"]
-    exit_info = read_json(os.path.join(rdir, "exit.json"))
+    exit_info = read_record(os.path.join(rdir, "exit.json"))
     if not run_alive(run, exit_info):
         emit({"step": "group_gone", "seconds": 0.0, "detail": "already stopped"})
         emit({"ok": True, "already": True})
@@ -404,7 +490,7 @@ def stdin_closed(timeout):
 def cmd_follow(args):
     state = state_dir(args.state_dir)
     rdir = run_dir(state, args.run_id)
-    run = read_json(os.path.join(rdir, "run.json")) or {}
+    run = read_record(os.path.join(rdir, "run.json")) or {}
     log_path = os.path.join(rdir, "server.log")
     probe_path = os.path.join(rdir, "probe.jsonl")
     offsets = {"log": args.log_offset, "probe": args.probe_offset}
@@ -422,7 +508,7 @@ def cmd_follow(args):
         if sent:
             last_beat = time.time()
             continue
-        exit_info = read_json(os.path.join(rdir, "exit.json"))
+        exit_info = read_record(os.path.join(rdir, "exit.json"))
         if exit_info is None and not run_alive(run, None):
             # The monitor writes exit.json right after the leader ends; give it a moment, and
             # report an unknown exit if it never comes (monitor killed, host rebooted).

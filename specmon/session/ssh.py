@@ -111,12 +111,30 @@ class SshTransport(Transport):
             kwargs["config"] = [str(Path(p).expanduser()) for p in t.config_files]
         return kwargs
 
+    def _check_files(self) -> None:
+        """A named identity, known_hosts or ssh config file that cannot be read is reported by
+        its role and path (asyncssh's own error names neither)."""
+        t = self.target
+        named = [("identity file", p) for p in t.identity_files]
+        named += [("known_hosts file", t.known_hosts)] if t.known_hosts is not None else []
+        named += [("ssh config file", p) for p in t.config_files or ()]
+        for role, path in named:
+            full = Path(path).expanduser()
+            try:
+                with full.open("rb"):
+                    pass
+            except OSError as exc:
+                raise TransportError(
+                    f"ssh to {self.label}: {role} {full}: {exc.strerror or exc}"
+                ) from None
+
     async def connect(self) -> None:
         t = self.target
+        self._check_files()
         try:
             self._conn = await asyncssh.connect(t.host, **self._connect_options())
         except asyncssh.HostKeyNotVerifiable as exc:
-            raise HostKeyError(await self._host_key_message(str(exc))) from None
+            raise await self._host_key_error(str(exc)) from None
         except asyncssh.PermissionDenied:
             raise TransportError(
                 f"ssh to {self.label}: permission denied (no accepted key; check the user, "
@@ -129,25 +147,61 @@ class SshTransport(Transport):
                 f"ssh to {self.label}: timed out after {t.connect_timeout:.0f}s"
             ) from None
         except OSError as exc:
+            if exc.filename:  # a file ssh reads (one named in an ssh config, say)
+                raise TransportError(
+                    f"ssh to {self.label}: {exc.filename}: {exc.strerror or exc}"
+                ) from None
             raise TransportError(f"cannot reach {self.label}: {exc.strerror or exc}") from None
 
-    async def _host_key_message(self, reason: str) -> str:
+    def _resolved(self) -> tuple[str, int, str]:
+        """The HostName, Port and known_hosts file ssh would use for the target (an
+        ~/.ssh/config alias resolved), so printed commands name the real host and file."""
         t = self.target
-        port = t.port or 22
+        host, port, known = t.host, t.port or 22, t.known_hosts
+        options = {k: v for k, v in self._connect_options().items() if k in ("port", "config")}
+        with contextlib.suppress(Exception):  # an unreadable config: the target as given
+            resolved = asyncssh.SSHClientConnectionOptions(host=t.host, **options)
+            host, port = resolved.host or host, int(resolved.port or port)
+            configured = resolved.config.get("UserKnownHostsFile")
+            if known is None and configured:
+                known = configured[0] if isinstance(configured, list | tuple) else configured
+        return host, port, known or "~/.ssh/known_hosts"
+
+    async def _host_key_error(self, reason: str) -> HostKeyError:
+        host, port, known = self._resolved()
         fingerprint = "unknown"
         options = {k: v for k, v in self._connect_options().items() if k in ("port", "config")}
         with contextlib.suppress(Exception):
-            key = await asyncio.wait_for(asyncssh.get_server_host_key(t.host, **options), 10)
+            key = await asyncio.wait_for(
+                asyncssh.get_server_host_key(self.target.host, **options), 10
+            )
             if key is not None:
                 fingerprint = key.get_fingerprint("sha256")
-        known = t.known_hosts or "~/.ssh/known_hosts"
+        known_path = str(Path(known).expanduser())
+        changed = False
+        with contextlib.suppress(Exception):  # missing or unreadable file: nothing known
+            changed = bool(asyncssh.read_known_hosts(known_path).match(host, host, port)[0])
+        entry = host if port == 22 else f"[{host}]:{port}"
         port_flag = f"-p {port} " if port != 22 else ""
-        return (
-            f"host key for {t.host}:{port} is not trusted ({reason}); it was refused. "
-            f"The host presents {fingerprint}. If that is the host's real key, accept it with: "
-            f"ssh-keyscan {port_flag}{t.host} >> {known}  (if the key changed, first remove the "
-            f"old one: ssh-keygen -R {'[' + t.host + ']:' + str(port) if port != 22 else t.host})"
-        )
+        file_word = shlex.quote(known_path)
+        accept = f"ssh-keyscan {port_flag}{shlex.quote(host)} >> {file_word}"
+        remove = f"ssh-keygen -R {shlex.quote(entry)} -f {file_word}"
+        where = f"{host}:{port}" + (f" ({self.target.host})" if self.target.host != host else "")
+        if changed:
+            message = (
+                f"host key for {where} has CHANGED since it was recorded in {known}: this may "
+                f"be an attack (someone intercepting the connection), or the host was "
+                f"reinstalled; refused ({reason}). The host now presents {fingerprint}. Only if "
+                f"you have confirmed that is the host's real key, replace the old one: "
+                f"{remove} && {accept}"
+            )
+        else:
+            message = (
+                f"host key for {where} is unknown (not in {known}); refused ({reason}). The "
+                f"host presents {fingerprint}. If that is the host's real key, accept it with: "
+                f"{accept}"
+            )
+        return HostKeyError(message, changed=changed, accept_command=accept, remove_command=remove)
 
     async def wait_closed(self) -> None:
         if self._conn is not None:

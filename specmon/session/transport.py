@@ -23,7 +23,22 @@ class ConnectionLost(TransportError):
 
 
 class HostKeyError(TransportError):
-    """The host's key is unknown or changed: refused, never silently trusted."""
+    """The host's key is unknown or changed: refused, never silently trusted, never retried.
+    ``accept_command`` adds the presented key to the known_hosts file ssh uses for the host;
+    ``remove_command`` removes a recorded (changed) one first."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        changed: bool = False,
+        accept_command: str | None = None,
+        remove_command: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.changed = changed
+        self.accept_command = accept_command
+        self.remove_command = remove_command
 
 
 @dataclass(frozen=True, slots=True)

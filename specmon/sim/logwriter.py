@@ -95,8 +95,9 @@ class LogWriter:
         tag = "" if rank is None else f" TP{rank}"
         self._write(self.stderr, f"[{self.timestamp()}{tag}] {message}\n")
 
-    def uvicorn(self, message: str) -> None:
-        self._write(self.stderr, f"[{self.timestamp()}] INFO:     {message}\n")
+    def uvicorn(self, message: str, level: str = "INFO") -> None:
+        """uvicorn's records as SGLang formats them: ``[time] LEVEL:    message``."""
+        self._write(self.stderr, f"[{self.timestamp()}] {level + ':':<9} {message}\n")
 
     def access(self, client: str, method: str, path: str, status: int, reason: str) -> None:
         self._write(

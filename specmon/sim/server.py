@@ -9,22 +9,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import importlib
 import os
 import random
 import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.sim import faults, perf, procs
 from specmon.sim.args import SimLaunch, env_true
 from specmon.sim.engine import Engine
 from specmon.sim.gpus import GpuState
-from specmon.sim.http import HttpApi
 from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
 from specmon.sim.metrics import SimMetrics
+
+if TYPE_CHECKING:
+    from specmon.sim.asgi import UvicornServing
+
+# The HTTP stack (starlette and uvicorn, then httpx for the warm-up: ~100 ms of imports)
+# loads on a thread while the simulated start-up runs; serve() waits for it without blocking
+# the event loop (an import on the loop's thread would stall /health during warm-up).
+HTTP_SERVER_MODULE = "specmon.sim.sglang_http"
+WARM_UP_MODULE = "specmon.sim.sglang_warmup"
+
+
+def _load_http_stack(server_loaded: threading.Event) -> None:
+    try:
+        importlib.import_module(HTTP_SERVER_MODULE)
+    finally:
+        server_loaded.set()
+    # httpx's package imports its command-line client (rich, click, pygments: half of its
+    # import time) and falls back to a stub when that import fails; the simulator never
+    # runs it, so it takes the fallback.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+    importlib.import_module(WARM_UP_MODULE)
+
 
 SGLANG_VERSION = "0.5.9"
 TARGET_CONTEXT_LEN = 262144
@@ -143,10 +166,15 @@ class SimServer:
             on_busy=self._on_busy,
             on_latency=self._on_latency,
         )
-        self.http = HttpApi(self)
+        self.http: UvicornServing | None = None
         self._ready_iterations = 0
         self._stop = asyncio.Event()
         self._engine_task: asyncio.Task[None] | None = None
+        self._http_server_loaded = threading.Event()
+        self._http_stack = threading.Thread(
+            target=_load_http_stack, args=(self._http_server_loaded,), daemon=True
+        )
+        self._http_stack.start()  # after the rank forks (main_entry), before the event loop
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -446,6 +474,11 @@ class SimServer:
     # --- serving ---------------------------------------------------------------------------
 
     async def serve(self) -> None:
+        """SGLang's HTTP server: uvicorn starts listening only now, after loading."""
+        await asyncio.to_thread(self._http_server_loaded.wait)
+        from specmon.sim.asgi import UvicornServing
+        from specmon.sim.sglang_http import SGLangApi
+
         args = self.launch.args
         self.writer.uvicorn(f"Started server process [{os.getpid()}]")
         self.writer.uvicorn("Waiting for application startup.")
@@ -456,7 +489,8 @@ class SimServer:
                 load_seconds=self.load_seconds,
             )
         self._engine_task = asyncio.create_task(self.engine.run())
-        await self.http.start(args.host, args.port)
+        self.http = UvicornServing(SGLangApi(self).app(), args.host, args.port, self.writer)
+        await self.http.start()
         self.writer.uvicorn("Application startup complete.")
         self.writer.uvicorn(
             f"Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)"
@@ -470,32 +504,18 @@ class SimServer:
         await self._stop.wait()
 
     async def _warm_up(self) -> None:
-        """Real HTTP requests to ourselves, as SGLang's warm-up thread makes them."""
+        """Real HTTP requests to ourselves (httpx), as SGLang's warm-up thread makes them."""
+        await asyncio.to_thread(self._http_stack.join)
+        from specmon.sim.sglang_warmup import warm_up
+
         args = self.launch.args
         host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
-        host = "::1" if host == "::" else host
-        await _http_call(host, args.port, "GET", "/model_info", None)
-        if model_profile(args.model_path)["has_image_understanding"]:
-            body = {
-                "model": args.model_path,
-                "messages": [
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "image_url", "image_url": {"url": "data:image/png;base64,"}},
-                            {"type": "text", "text": "Describe the image."},
-                        ],
-                    }
-                ],
-                "max_tokens": 8,
-            }
-            await _http_call(host, args.port, "POST", "/v1/chat/completions", body)
-        else:
-            body = {
-                "text": "The capital city of France is",
-                "sampling_params": {"temperature": 0, "max_new_tokens": 8},
-            }
-            await _http_call(host, args.port, "POST", "/generate", body)
+        host = "[::1]" if host == "::" else f"[{host}]" if ":" in host else host
+        await warm_up(
+            f"http://{host}:{args.port}",
+            model=args.model_path,
+            vlm=model_profile(args.model_path)["has_image_understanding"],
+        )
 
     def _on_busy(self, fraction: float) -> None:
         self.last_heartbeat = time.time()
@@ -556,7 +576,8 @@ class SimServer:
         if signum == signal.SIGINT:
             self.writer.uvicorn("Shutting down")
             engine.abort_all()
-            await self.http.close()
+            if self.http is not None:
+                await self.http.stop()
             self.writer.uvicorn("Waiting for application shutdown.")
             self.writer.uvicorn("Application shutdown complete.")
             self.writer.uvicorn(f"Finished server process [{os.getpid()}]")
@@ -634,10 +655,11 @@ class SimServer:
         try:
             await self.serve()
         except OSError as error:  # the port is taken: uvicorn's message and exit code 1
-            self.writer.raw(
-                f"[{self.writer.timestamp()}] ERROR:    [Errno {error.errno}] error while "
-                f"attempting to bind on address ({self.launch.args.host!r}, "
-                f"{self.launch.args.port}): {error.strerror}\n"
+            self.writer.uvicorn(
+                f"[Errno {error.errno}] error while attempting to bind on address "
+                f"({self.launch.args.host!r}, {self.launch.args.port}): "
+                f"{(error.strerror or '').lower()}",
+                "ERROR",
             )
             self.gpus.write("failed")
             procs.kill_process_tree(self.rank_pids)
@@ -647,31 +669,9 @@ class SimServer:
                 self._engine_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await self._engine_task
-            await self.http.close()
+            if self.http is not None:
+                await self.http.stop()
         return 0
-
-
-async def _http_call(host: str, port: int, method: str, path: str, body: Any) -> int:
-    """One HTTP/1.1 request with Connection: close; returns the status (0 when it failed)."""
-    payload = json.dumps(body).encode() if body is not None else b""
-    try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
-    except (OSError, asyncio.TimeoutError):
-        return 0
-    try:
-        writer.write(
-            f"{method} {path} HTTP/1.1\r\nhost: {host}:{port}\r\nconnection: close\r\n"
-            f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n\r\n".encode()
-            + payload
-        )
-        await writer.drain()
-        response = await asyncio.wait_for(reader.read(), 120.0)
-        status_line = response.split(b"\r\n", 1)[0].split()
-        return int(status_line[1]) if len(status_line) > 1 else 0
-    except (OSError, asyncio.TimeoutError, ValueError):
-        return 0
-    finally:
-        writer.close()
 
 
 def main_entry(launch: SimLaunch, gpu_state_path: Path | None) -> int:

@@ -12,8 +12,8 @@ import contextlib
 import gc
 import signal
 import time
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
 
 from textual import on, work
 from textual.app import App
@@ -46,6 +46,17 @@ GC_GEN0_THRESHOLD = 50_000
 MAX_EVENTS_PER_TICK = 20_000  # the bus queue holds 10,000; draining is bounded either way
 CLOSE_TIMEOUT_S = 10.0
 MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
+# Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
+SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
+READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
+
+
+class BesideService(Protocol):
+    """Something served next to the console on its event loop (e.g. the metrics exporter)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class SpecmonApp(App[int]):
@@ -77,9 +88,13 @@ class SpecmonApp(App[int]):
         *,
         clock: Callable[[], float] = time.time,
         start_controller: bool = True,
+        read_only: bool = False,
+        beside: Sequence[BesideService] = (),
     ) -> None:
         super().__init__()
         self.controller = controller
+        self.read_only = read_only  # hides and refuses every action that changes a server
+        self.beside = tuple(beside)
         self.config = config
         self.clock = clock
         self.start_controller = start_controller
@@ -118,6 +133,14 @@ class SpecmonApp(App[int]):
         self.main.query_one(LogPane).show_all(self.controller.bus.store.log)
         self.tick()
         self.set_interval(1.0 / self.redraw_hz, self.tick)
+        if self.read_only:
+            self.sub_title = "read-only"
+        for service in self.beside:
+            try:
+                await service.start()
+            except SpecmonError as exc:
+                self.exit(return_code=1, message=f"specmon: {exc}")
+                return
         if self.start_controller:
             self._start_controller()
 
@@ -134,6 +157,8 @@ class SpecmonApp(App[int]):
         self._closed = True
         if self._queue is not None:
             self.controller.bus.unsubscribe(self._queue)
+        for service in self.beside:
+            await service.close()
         if self.start_controller:
             try:
                 await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
@@ -188,6 +213,15 @@ class SpecmonApp(App[int]):
 
     # --- actions -------------------------------------------------------------------------------
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Read-only: the server-changing actions are hidden from the footer and never run."""
+        return not (self.read_only and action in SERVER_CHANGING_ACTIONS)
+
+    def _refused_read_only(self) -> bool:
+        if self.read_only:
+            self.notify(READ_ONLY_REFUSAL, severity="warning")
+        return self.read_only
+
     @property
     def sweep_running(self) -> bool:
         return self.experiments is not None and self.experiments.running
@@ -220,11 +254,18 @@ class SpecmonApp(App[int]):
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen(list(self.BINDINGS)))  # type: ignore[arg-type]
+            bindings = [
+                b
+                for b in self.BINDINGS
+                if not isinstance(b, Binding) or self.check_action(b.action, ()) is not False
+            ]
+            self.push_screen(HelpScreen(bindings))  # type: ignore[arg-type]
 
     def action_relaunch(self) -> None:
         from specmon.tui.screens.relaunch import RelaunchScreen
 
+        if self._refused_read_only():
+            return
         if self.relaunch_in_progress:
             self.notify("A relaunch is already in progress.", severity="warning")
             return
@@ -245,6 +286,8 @@ class SpecmonApp(App[int]):
         return False
 
     def action_experiments(self) -> None:
+        if self._refused_read_only():
+            return
         if self.screen is not self.main:
             return
         if self.experiments is None:
@@ -253,7 +296,7 @@ class SpecmonApp(App[int]):
         self.push_screen("experiments")
 
     def action_stop(self) -> None:
-        if self._sweep_blocks("stop the server"):
+        if self._refused_read_only() or self._sweep_blocks("stop the server"):
             return
         store = self.controller.bus.store
         if store.run is None or store.run_state in ("stopped", "stopping"):
@@ -268,7 +311,7 @@ class SpecmonApp(App[int]):
         self.push_screen(ConfirmScreen(question, "Stop"), self._stop_if)
 
     def _stop_if(self, answer: bool | None) -> None:
-        if answer:
+        if answer and not self._refused_read_only():
             self._stop_server()
 
     @work(exclusive=True, group="launch")
@@ -283,6 +326,8 @@ class SpecmonApp(App[int]):
 
     @on(RelaunchRequested)
     def _on_relaunch(self, message: RelaunchRequested) -> None:
+        if self._refused_read_only():
+            return
         self._relaunch(message.profile, message.flags, message.env)
 
     @work(exclusive=True, group="launch")
@@ -363,10 +408,16 @@ def tune_gc_for_console() -> None:
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 100)
 
 
-def run_console(controller: HostController, config: Any = None) -> int:
+def run_console(
+    controller: HostController,
+    config: Any = None,
+    *,
+    read_only: bool = False,
+    beside: Sequence[BesideService] = (),
+) -> int:
     """Run the console until the operator quits; returns the process exit code."""
     tune_gc_for_console()
-    app = SpecmonApp(controller, config)
+    app = SpecmonApp(controller, config, read_only=read_only, beside=beside)
     app.exit_on_signals = True
     result = app.run()
     return int(app.return_code if app.return_code is not None else (result or 0))

@@ -29,13 +29,17 @@ PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
 class ConsoleCommands(Provider):
     """Offers PALETTE_ACTIONS; fuzzy-matched on the title."""
 
+    def _offered(self) -> list[tuple[str, str, str]]:
+        """The actions the app allows now (none that change a server in read-only mode)."""
+        return [item for item in PALETTE_ACTIONS if self.app.check_action(item[2], ()) is not False]
+
     async def discover(self) -> Hits:
-        for title, help_text, action in PALETTE_ACTIONS:
+        for title, help_text, action in self._offered():
             yield DiscoveryHit(title, partial(self.app.run_action, action), help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, action in PALETTE_ACTIONS:
+        for title, help_text, action in self._offered():
             score = matcher.match(title)
             if score > 0:
                 yield Hit(

@@ -340,6 +340,34 @@ def nvmlDeviceGetPowerUsage(handle: _Handle) -> int:
     return 90000 + 5000 * _util(handle.index)
 
 
+def _nvmlGetFunctionPointer(name: str) -> Any:
+    """nvidia-ml-py's lookup of a C function. The agent calls two of them straight through
+    ctypes every tick: like the C functions, these write through the byref() they are given
+    and return an NVML code. Each call also counts as "raw:<name>"."""
+
+    def utilization(handle: _Handle, ref: Any) -> int:
+        _count("raw:" + name, handle.index)
+        try:
+            util = nvmlDeviceGetUtilizationRates(handle)
+        except NVMLError as exc:
+            return exc.value
+        ref._obj.gpu, ref._obj.memory = util.gpu, util.memory
+        return NVML_SUCCESS
+
+    def power(handle: _Handle, ref: Any) -> int:
+        _count("raw:" + name, handle.index)
+        try:
+            ref._obj.value = nvmlDeviceGetPowerUsage(handle)
+        except NVMLError as exc:
+            return exc.value
+        return NVML_SUCCESS
+
+    functions = {"nvmlDeviceGetUtilizationRates": utilization, "nvmlDeviceGetPowerUsage": power}
+    if name not in functions:
+        _raise(NVML_ERROR_FUNCTION_NOT_FOUND)
+    return functions[name]
+
+
 def nvmlDeviceGetEnforcedPowerLimit(handle: _Handle) -> int:
     _check("nvmlDeviceGetEnforcedPowerLimit", handle)
     return _S["power_limit_mw"]

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ def sim_profiles(
 def test_options(state_dir: Path, **overrides: Any) -> SessionOptions:
     values: dict[str, Any] = {
         "state_dir": str(state_dir),
+        # The "remote" host is this machine: its python is the test interpreter, which has the
+        # simulator's packages (the login python3 of a CI machine need not).
+        "python": sys.executable,
         "gpu_agent": "sim",
         "gpu_rate_hz": 10.0,
         "health_interval_s": 0.25,

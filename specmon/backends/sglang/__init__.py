@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from specmon.backends import Backend, LogParser
+from specmon.backends import Backend, LogParser, LogSummary
 
 
 class SGLangBackend(Backend):
@@ -17,6 +17,16 @@ class SGLangBackend(Backend):
         from specmon.backends.sglang.parser import SGLangLogParser
 
         return SGLangLogParser()
+
+    def new_log_summary(self) -> LogSummary:
+        from specmon.backends.sglang.summary import SGLangLogSummary
+
+        return SGLangLogSummary()
+
+    def detect_log(self, sample: str) -> float:
+        from specmon.backends.sglang.detect import sglang_log_confidence
+
+        return sglang_log_confidence(sample)
 
     def validate_launch(self, args: Sequence[str], env: Mapping[str, str]) -> list[str]:
         from specmon.backends.sglang.flags import validate_sglang_launch

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from operator import itemgetter
-from typing import Any
 
 from specmon.backends import LogParser
 from specmon.events import (
@@ -37,6 +34,7 @@ from specmon.events import (
     Ready,
     ServerError,
     ShardProgress,
+    SpecParams,
 )
 
 MAX_LINE_CHARS = 64 * 1024
@@ -46,16 +44,59 @@ _TRACEBACK_MAX_LINES = 5000
 _CONTINUATION_MAX_LINES = 50
 
 # --- line prefixes ------------------------------------------------------------------------
+#
+# Events are keyed on their message text; whatever stands before it (SGLang's own prefix, an
+# operator's logging format, a container runtime's or journald's wrapper, a prefix cut off by
+# a tail) only gives the event its time and rank: the last timestamp in it, and the last `TPn`
+# tag (else a `rank N`). Telling a log record's first line from a continuation line (a
+# traceback frame, a message's second line) needs the prefix recognised, though: SGLang's own
+# is matched at once, others by a token grammar (`_GENERIC_PREFIX`) after the wrappers.
 
 # `(?:x|)` rather than `(?:x)?`: the same match, but sre runs a group's `?` as a costly REPEAT.
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6}|)"
 # SGLang's `[%(asctime)s{.ms}{ DP0 PP0 TP3 EP3}] ` and uvicorn's `[%(asctime)s] INFO:     `.
-# Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `. Searched near
-# the start of a line, so a line wrapped by journald or a container runtime still parses.
-_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?|\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
+# Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `.
 _SGLANG_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?")
 _PREFIX_SEARCH_CHARS = 200
+_C10D_PREFIX = re.compile(r"\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
+# Any timestamp an operator's format or a wrapper writes: ISO date (or none) and a time.
+_ANY_TS_TEXT = r"(?:\d{4}[-/]\d\d[-/]\d\d[ T]|)\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)(?:Z|[+-]\d\d:?\d\d|)"
+_ANY_TS = re.compile(_ANY_TS_TEXT, re.ASCII)
+_RANK_TAG = re.compile(r"(?<![A-Za-z0-9_])TP(\d{1,19})(?![A-Za-z0-9_])", re.ASCII)
+_RANK_WORD = re.compile(r"(?<![A-Za-z])(?:rank|Rank|RANK)[ _:=#-]?(\d{1,19})(?!\d)", re.ASCII)
+# What runtimes put before the server's own line: `docker logs -t` / `kubectl logs
+# --timestamps` (RFC 3339, nanoseconds) and journald (`Dec 01 10:00:01 host python3[4021]: `).
+_WRAPPER = re.compile(
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)(?:Z|[+-]\d\d:?\d\d) "
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [^\s\[\]:]+ [^\s\[\]:]+(?:\[\d+\]|): "
+    r"|[\w.-]+ *\| ",
+    re.ASCII,
+)
+# One piece of an operator's logging format: a bracketed field, a time, a level, a pid, a
+# rank tag, `file.py:123`, a dotted logger name (not an exception's name) or a number; then
+# a separator. A prefix is a run of them that holds a time, a level or a rank tag.
+_PREFIX_TOKEN = (
+    r"(?:\[[^\[\]\n]{1,200}\]"
+    rf"|{_ANY_TS_TEXT}"
+    r"|\d\d[-/]\d\d(?=[ T]\d\d:)"
+    r"|[IWEF]\d{4}(?= \d\d:)"
+    r"|(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+    r"|(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d{1,19}"
+    r"|(?:pid|PID)[=: ]?\d+"
+    r"|(?:rank|RANK)[ _=:#-]?\d+"  # not `Rank N`: SGLang's `Rank 3 scheduler is dead`
+    r"|\(\w*(?:pid|PID)?[=: ]?\d+\)"
+    r"|[\w.-]+\.py:\d+"
+    r"|(?![\w.]*(?:Error|Exception|Warning|Interrupt|Exit)\b)[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+"
+    r"|\d+)"
+)
+_PREFIX_SEPARATOR = r"(?:[\])>]?:?[ \t]+(?:[-|:][ \t]+)?|[\])]?:(?=\[)|(?<=\])(?=\[))"
+_GENERIC_PREFIX = re.compile(rf"(?:{_PREFIX_TOKEN}{_PREFIX_SEPARATOR}){{1,16}}", re.ASCII)
+_STRONG_PREFIX = re.compile(
+    r"\d\d:\d\d:\d\d|DEBUG|INFO|WARN|ERROR|CRITICAL|FATAL"
+    r"|(?<![A-Za-z0-9_])(?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d|(?:rank|RANK)[ _=:#-]?\d",
+    re.ASCII,
+)
 
 
 def _rank_of(tags: str) -> int | None:
@@ -82,6 +123,37 @@ class _RankTable(dict[str, int | None]):
 _RANKS = _RankTable()
 
 
+def _last(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    match = None
+    for match in pattern.finditer(text):  # noqa: B007 - the last one is wanted
+        pass
+    return match
+
+
+def _ts_in(prefix: str) -> str | None:
+    """The last timestamp in a prefix (SGLang's own, inside any wrapper's)."""
+    match = _last(_ANY_TS, prefix)
+    return match.group() if match is not None else None
+
+
+def _rank_in(prefix: str) -> int | None:
+    """The rank a prefix names: its last `TPn` tag, else its last `rank N` / `[rank3]`."""
+    match = _last(_RANK_TAG, prefix) or _last(_RANK_WORD, prefix)
+    return int(match.group(1)) if match is not None else None
+
+
+def _unwrap(line: str) -> tuple[str, str]:
+    """(wrappers, line): the runtime's prefixes (docker/kubectl time, journald) taken off."""
+    outer = ""
+    for _ in range(3):
+        match = _WRAPPER.match(line)
+        if match is None:
+            break
+        outer += match.group()
+        line = line[match.end() :]
+    return outer, line
+
+
 # --- per-message patterns (searched in the text after the prefix) --------------------------
 
 # Messages that are events start with one of these (after the prefix); errors may sit anywhere.
@@ -92,6 +164,12 @@ _EVENT_STARTS = (
     "Capture",
     "Uvicorn running",
     "The server is fired up",
+    "Adaptive spec params updated",
+)
+# The same, searched anywhere in a line whose prefix was not recognised (a cut first line).
+_EVENT_ANCHOR = re.compile(
+    r"Decode batch|Prefill batch|Load weight (?:begin|end)|Capture |Uvicorn running"
+    r"|The server is fired up|Adaptive spec params updated"
 )
 _ERROR_HINT = re.compile(
     r"rror|xception|Interrupt|out of memory|Out of memory|Not enough memory|NCCL|nccl|atchdog|is dead"
@@ -118,17 +196,24 @@ _SHARDS = re.compile(
     r"^([^|\n]*?[Ss]hards): *\d+%[^|]*\|(?:[^|]*\|)? *(\d+)/(\d+)"
     r"(?: \[([\d:?]*)<([\d:?]*), *([^\]]*)\])?"
 )
+_ADAPTIVE = re.compile(
+    r"Adaptive spec params updated(?: \([^)\n]*\))?: steps (\d{1,9}) -> (\d{1,9})"
+    r"(?:[^\n]*?ema_accept_len=(\d+(?:\.\d+)?))?"
+)
 _RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
 
 _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
     r"|Not enough memory\. Please try to increase --mem-fraction-static"
     r"|Prefill out of memory|Decode out of memory"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|Cuda failure 'out of memory'"
 )
 _NCCL = re.compile(
     r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"
     r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
-    r"|RemoteError)\b|NCCL communicator was aborted"
+    r"|RemoteError)\b|NCCL communicator was aborted|NCCL Error \d|NCCL WARN"
+    r"|Some NCCL operations have failed or timed out"
+    r"|Process group watchdog thread terminated with exception"
 )
 _OTHER_FATAL = re.compile(
     r"Scheduler hit an exception|DetokenizerManager hit an exception"
@@ -136,12 +221,21 @@ _OTHER_FATAL = re.compile(
     r"|Received sigquit from a child process|SIGQUIT received"
     r"|Initialization failed\. warmup error|The memory capacity is unbalanced"
     r"|set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN|Health check failed"
-    r"|Capture cuda graph failed|CUDA error: "
+    r"|Capture cuda graph failed|CUDA error: |AcceleratorError|CUDA driver error"
+    r"|device-side assert triggered|Triton Error \[CUDA\]|CUBLAS_STATUS_|CUDNN_STATUS_"
 )
 # A bare exception line whose traceback head was not seen (log cut, or parse_line alone).
 _BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
 
 _TRACEBACK_HEAD = "Traceback (most recent call last)"
+_FRAME_STARTS = ('File "', "[Previous line repeated", "...")
+_CARETS = re.compile(r"[\^~ ]+")
+# The line that ends a traceback: `SomeError: text`, a bare `KeyboardInterrupt`, c10d's
+# `torch.distributed.DistBackendError: ...`; what a frame's source line does not look like.
+_EXCEPTION_LINE = re.compile(
+    r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)"
+    r"(?::|$)|[A-Za-z_][\w.]*: \S"
+)
 _CHAIN_LINES = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -178,19 +272,26 @@ def _clock_seconds(text: str | None) -> float | None:
     return float(seconds)
 
 
-def _split_prefix(line: str) -> tuple[str | None, int | None, str, bool]:
-    """(ts, rank, message, had_prefix) for one ANSI-free line."""
+def _split_prefix(line: str, outer: str = "") -> tuple[str | None, int | None, str, bool]:
+    """(ts, rank, message, had_prefix) for one ANSI-free line, its wrappers (``outer``)
+    already taken off. Without a prefix of its own, a line's time is its wrapper's."""
     if line.startswith("[2"):  # the usual case, anchored
         match = _SGLANG_PREFIX.match(line)
         if match is not None:
             return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
-    if "[" in line:
-        match = _PREFIX.search(line, 0, _PREFIX_SEARCH_CHARS)
+    if line.startswith("[rank"):
+        match = _C10D_PREFIX.match(line)
         if match is not None:
-            if match.group(1) is not None:
-                return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
-            return None, int(match.group(3)), line[match.end() :], True
-    return None, None, line, False
+            return _ts_in(outer + match.group()), int(match.group(1)), line[match.end() :], True
+    match = _GENERIC_PREFIX.match(line)
+    if match is not None and _STRONG_PREFIX.search(match.group()) is not None:
+        prefix = match.group()
+        return _ts_in(outer + prefix), _rank_in(prefix), line[match.end() :], True
+    if "[" in line:  # SGLang's prefix behind an unknown wrapper
+        match = _SGLANG_PREFIX.search(line, 0, _PREFIX_SEARCH_CHARS)
+        if match is not None:
+            return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
+    return (_ts_in(outer) if outer else None), None, line, False
 
 
 def _fields(tail: str) -> dict[str, str]:
@@ -320,6 +421,16 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
         progress = _shard_progress(message)
         if progress is not None:
             return progress
+    else:
+        anchor = _EVENT_ANCHOR.search(message)
+        if anchor is not None:
+            # An event behind a prefix not recognised as one (cut off, or an odd format).
+            head, rest = message[: anchor.start()], message[anchor.start() :]
+            event = _message_event(
+                ts or _ts_in(head), rank if rank is not None else _rank_in(head), rest, True
+            )
+            if event is not None and not isinstance(event, ServerError):
+                return event
     if (" HTTP/" in message and '" ' in message) or _ERROR_HINT.search(message) is None:
         return None  # uvicorn access lines are never events, whatever their status
     category = error_category(message)
@@ -381,6 +492,16 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
         return HttpUp(ts=ts, rank=rank, port=_int(match and match.group(1)))
     elif message.startswith("The server is fired up and ready to roll"):
         return Ready(ts=ts, rank=rank)
+    elif message.startswith("Adaptive spec params updated"):
+        match = _ADAPTIVE.match(message)
+        if match is not None:
+            return SpecParams(
+                ts=ts,
+                rank=rank,
+                steps_before=int(match.group(1)),
+                steps=int(match.group(2)),
+                ema_accept_len=_float(match.group(3)),
+            )
     return None
 
 
@@ -398,8 +519,8 @@ def parse_line(line: str) -> Event | None:
     A lone `SomeError: message` line counts as an error here; the stateful parser reads it
     as the root cause of the traceback it ends.
     """
-    line = _clean(line.rstrip("\r\n"))
-    ts, rank, message, prefixed = _split_prefix(line)
+    outer, line = _unwrap(_clean(line.rstrip("\r\n")))
+    ts, rank, message, prefixed = _split_prefix(line, outer)
     return _message_event(ts, rank, message, prefixed)
 
 
@@ -424,8 +545,11 @@ class SGLangLogParser(LogParser):
         self._chained = False  # a "During handling of the above exception" line was seen
         self._continuation_lines = 0
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
+        self._after_frame = False  # the last traceback line was a `File "..."` frame
         self.lines_seen = 0
         """Complete lines read so far (each `\\r` redraw counts as one)."""
+        self.unparsed_decode_like = 0
+        """Lines with `Decode batch` (outside tracebacks) that gave no decode event."""
 
     # -- LogParser interface ----------------------------------------------------------------
 
@@ -438,6 +562,8 @@ class SGLangLogParser(LogParser):
             return []
         if not text:
             return []
+        if "\x1b" in text:  # colour codes: off the whole chunk, so coloured lines stay bulk
+            text = _ANSI.sub("", text)
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         cut = text.rfind("\n")
@@ -516,7 +642,7 @@ class SGLangLogParser(LogParser):
             return len(lines)
         template = self._template_for(text, start, end)
         rows = template.lines.findall(text, start, end)
-        timestamps = list(map(_FIRST, rows))  # "" on each line the template did not take
+        timestamps = list(map(_TAKEN, rows))  # "" on each line the template did not take
         count = len(rows)
         others = timestamps.count("")
         if others == count:
@@ -576,12 +702,10 @@ class SGLangLogParser(LogParser):
 
     def _learn_template(self, line: str) -> DecodeTemplate | None:
         """Remember the template of a decode line's shape (second in line), if it has one."""
-        if not line.startswith("["):
-            return None
         head = _BATCH_HEAD.search(line)
         if head is None or head.group(1) != "Decode":
             return None
-        template = decode_template(head.group(), line[head.end() :])
+        template = decode_template(head.group(), line[head.end() :], line[: head.start()])
         if template is not None and template not in self._templates:
             self._templates.insert(min(1, len(self._templates)), template)
             del self._templates[_MAX_TEMPLATES:]
@@ -604,11 +728,15 @@ class SGLangLogParser(LogParser):
                 self._chained = False
                 return _decode_from_columns(match.groups())
         self._learn_template(line)
-        return self._line(raw)
+        in_traceback = self._in_traceback
+        event = self._line(raw)
+        if not isinstance(event, Decode) and not (in_traceback and self._in_traceback):
+            self.unparsed_decode_like += 1
+        return event
 
     def _line(self, raw: str) -> Event | None:
-        line = _clean(raw)
-        ts, rank, message, prefixed = _split_prefix(line)
+        outer, line = _unwrap(_clean(raw))
+        ts, rank, message, prefixed = _split_prefix(line, outer)
         if self._in_traceback and not prefixed:
             return self._traceback_line(line)
         if _TRACEBACK_HEAD in message:
@@ -659,8 +787,16 @@ class SGLangLogParser(LogParser):
             self._in_traceback = False
             return None
         stripped = line.strip()
+        after_frame, self._after_frame = self._after_frame, False
         if not stripped or line[0] in " \t" or stripped.startswith(_CHAIN_LINES):
             return None
+        if stripped.startswith(_FRAME_STARTS) or _CARETS.fullmatch(stripped):
+            # Frames whose indentation a log collector stripped: `File "..."`, its source
+            # line next, and 3.11's `^^^^` markers.
+            self._after_frame = stripped.startswith('File "')
+            return None
+        if after_frame and _EXCEPTION_LINE.match(stripped) is None:
+            return None  # the source line of the frame before
         if stripped.startswith(_TRACEBACK_HEAD):
             return None
         self._in_traceback = False
@@ -721,9 +857,9 @@ _REQUIRED_ROLES = ("running", "tokens", "usage", "gen", "queue")
 # The rank is the digits of the last `TPn` tag (as _rank_of reads the tags), "" without one.
 # The group is atomic and the rest of the tags possessive: once the last `TPn` is found, a line
 # that fails later is not searched again for an earlier one (quadratic on a line of tags).
-_TEMPLATE_HEAD = (
-    rf"\[({_TS})(?>(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*+\] Decode batch"
-)
+_SGLANG_HEAD = rf"\[({_TS})(?>(?:[ A-Z_\d]* |)TP{_INT_VALUE}(?![A-Z_\d])|)[ A-Z_\d]*+\] "
+_SGLANG_PREFIX_ONLY = re.compile(rf"\[{_TS}[ A-Z_\d]*\] ")
+_SHAPE_PIECES = re.compile(r"\d+|[ \t]+|[^\d \t]+")
 _TEMPLATE_GROUPS = 2 + len(_CANONICAL_ROLES)
 _MAX_TEMPLATES = 8
 _MAX_SCAN_DEPTH = 3
@@ -740,14 +876,62 @@ class DecodeTemplate:
         return self.pattern.match(f"\n{line}\n") is not None
 
 
-_FIRST = itemgetter(0)  # a row's timestamp: "" when the template did not take the line
+_TAKEN = itemgetter(2)  # a row's #running-req: "" when the template did not take the line
 _LINE = itemgetter(_TEMPLATE_GROUPS)  # a row's line text when the template did not take it
-_template_cache: dict[tuple[str, tuple[str, ...], bool], DecodeTemplate | None] = {}
+_template_cache: dict[tuple[object, ...], DecodeTemplate | None] = {}
 
 
-def decode_template(head: str, tail: str) -> DecodeTemplate | None:
-    """An anchored regex for this decode line's exact shape, from its head (`Decode batch
-    [7], `) and its field text; None when the shape lacks a required field or is odd."""
+def _shape(text: str) -> str:
+    """A regex for texts of this one's shape: digit runs and blank runs may differ."""
+    pieces = []
+    for piece in _SHAPE_PIECES.findall(text):
+        if piece[0].isdigit():
+            pieces.append(r"\d+")
+        elif piece[0] in " \t":
+            pieces.append(r"[ \t]+")
+        else:
+            pieces.append(re.escape(piece))
+    return "".join(pieces)
+
+
+def prefix_pattern(prefix: str) -> str:
+    """A regex for line prefixes shaped like ``prefix`` (what stands before `Decode batch`),
+    with two groups: the time (its last timestamp) and the rank (its last `TPn`, else `rank
+    N`), each "" where this shape has none; as the line-by-line reading takes them."""
+    if _SGLANG_PREFIX_ONLY.fullmatch(prefix):
+        return _SGLANG_HEAD
+    ts = _last(_ANY_TS, prefix)
+    rank = _last(_RANK_TAG, prefix) or _last(_RANK_WORD, prefix)
+    ts_group, rank_group = f"({_ANY_TS_TEXT})", r"(\d{1,19})"
+    if rank is None:
+        if ts is None:
+            return "()()" + _shape(prefix)
+        return _shape(prefix[: ts.start()]) + ts_group + _shape(prefix[ts.end() :]) + "()"
+    before, after = _shape(prefix[: rank.start(1)]), rank.end(1)
+    if ts is None:
+        return "()" + before + rank_group + _shape(prefix[after:])
+    if ts.start() < rank.start(1):
+        between = _shape(prefix[ts.end() : rank.start(1)])
+        return (
+            _shape(prefix[: ts.start()]) + ts_group + between + rank_group + _shape(prefix[after:])
+        )
+    # The rank comes first: the time is read ahead, so that the groups stay in order.
+    between = _shape(prefix[after : ts.start()])
+    return (
+        before
+        + rf"(?=\d{{1,19}}{between}{ts_group})"
+        + rank_group
+        + between
+        + f"(?:{_ANY_TS_TEXT})"
+        + _shape(prefix[ts.end() :])
+    )
+
+
+def decode_template(head: str, tail: str, prefix: str | None = None) -> DecodeTemplate | None:
+    """An anchored regex for this decode line's exact shape, from its prefix (None: SGLang's
+    own), its head (`Decode batch [7], `) and its field text; None when the shape lacks a
+    required field or is odd."""
+    head_pattern = _SGLANG_HEAD if prefix is None else prefix_pattern(prefix)
     items = tail.split(", ")
     trailing = items[-1] == ""
     if trailing:
@@ -761,10 +945,10 @@ def decode_template(head: str, tail: str) -> DecodeTemplate | None:
         keys.append(key)
         point = _DECIMALS.fullmatch(value)
         decimals.append(len(point.group(1)) if point else None)
-    shape = (re.sub(r"\d+", "N", head), tuple(keys), trailing, tuple(decimals))
+    shape = (head_pattern, re.sub(r"\d+", "N", head), tuple(keys), trailing, tuple(decimals))
     if shape in _template_cache:
         return _template_cache[shape]
-    template = _build_template(head, keys, trailing, decimals)
+    template = _build_template(head_pattern, head, keys, trailing, decimals)
     if len(_template_cache) < 256:
         _template_cache[shape] = template
     return template
@@ -780,7 +964,7 @@ def _float_pattern(places: int | None) -> str:
 
 
 def _build_template(
-    head: str, keys: list[str], trailing: bool, decimals: list[int | None]
+    head_pattern: str, head: str, keys: list[str], trailing: bool, decimals: list[int | None]
 ) -> DecodeTemplate | None:
     fields: list[str] = []
     next_role = 0  # index into _CANONICAL_ROLES of the next column to capture
@@ -803,7 +987,8 @@ def _build_template(
         return None
     separator = re.escape(head.rstrip()[-1]) + " "
     line = (
-        _TEMPLATE_HEAD
+        head_pattern
+        + "Decode batch"
         + (r" \[\d+\]" if "[" in head else "")
         + separator
         + ", ".join(fields)
@@ -849,88 +1034,3 @@ def _decode_from_columns(columns: tuple[str | None, ...]) -> Decode | None:
         queue_req=queue_req,
         cuda_graph=(graph == "True") if graph else None,
     )
-
-
-# --- summaries -----------------------------------------------------------------------------
-
-
-def _timestamp(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace(",", "."))
-    except ValueError:
-        return None
-
-
-class LogSummary:
-    """Running totals over a stream of events, so a huge log need not be held in memory."""
-
-    def __init__(self) -> None:
-        self.ready = False
-        self.first_load_begin: str | None = None
-        self.ready_ts: str | None = None
-        self.shards_total: int | None = None
-        self.decode_lines = 0
-        self._gen_sum = 0.0
-        self._accept_sum = 0.0
-        self._accept_count = 0
-        self.prefill_lines = 0
-        self.errors = 0
-        self.first_error: str | None = None
-
-    def add(self, event: Event) -> None:
-        if isinstance(event, Decode):
-            self.decode_lines += 1
-            self._gen_sum += event.gen_throughput
-            if event.accept_len is not None:
-                self._accept_sum += event.accept_len
-                self._accept_count += 1
-        elif isinstance(event, Prefill):
-            self.prefill_lines += 1
-        elif isinstance(event, ShardProgress):
-            if self.shards_total is None or event.total > self.shards_total:
-                self.shards_total = event.total
-        elif isinstance(event, LoadBegin):
-            if self.first_load_begin is None and event.ts is not None:
-                self.first_load_begin = event.ts
-        elif isinstance(event, Ready):
-            if not self.ready:
-                self.ready_ts = event.ts
-            self.ready = True
-        elif isinstance(event, ServerError):
-            self.errors += 1
-            if self.first_error is None:
-                self.first_error = event.message
-
-    def load_seconds(self) -> float | None:
-        begin, ready = _timestamp(self.first_load_begin), _timestamp(self.ready_ts)
-        if begin is None or ready is None or ready < begin:
-            return None
-        return round((ready - begin).total_seconds(), 3)
-
-    def result(self) -> dict[str, Any]:
-        return {
-            "kind": "summary",
-            "ready": self.ready,
-            "load_seconds": self.load_seconds(),
-            "shards_total": self.shards_total,
-            "decode_lines": self.decode_lines,
-            "mean_gen_throughput": (
-                round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
-            ),
-            "mean_accept_len": (
-                round(self._accept_sum / self._accept_count, 4) if self._accept_count else None
-            ),
-            "errors": self.errors,
-            "prefill_lines": self.prefill_lines,
-            "first_error": self.first_error,
-        }
-
-
-def summarize(events: Iterable[Event]) -> dict[str, Any]:
-    """The `--summary` record for a sequence of parsed events (see docs/parser.md)."""
-    summary = LogSummary()
-    for event in events:
-        summary.add(event)
-    return summary.result()

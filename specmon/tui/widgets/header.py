@@ -20,6 +20,19 @@ STATE_STYLES: dict[str, str] = {
 }
 
 
+def with_live_steps(flags: list[tuple[str, str]], live_steps: int | None) -> list[tuple[str, str]]:
+    """The key flags with adaptive speculation's live step count: ``steps=3→5`` once the
+    server changed it from the launched 3 (SGLang `--speculative-adaptive`)."""
+    if live_steps is None:
+        return flags
+    for index, (name, value) in enumerate(flags):
+        if name == "steps":
+            if value == str(live_steps):
+                return flags
+            return [*flags[:index], (name, f"{value}→{live_steps}"), *flags[index + 1 :]]
+    return [*flags, ("steps", f"→{live_steps}")]
+
+
 def display_state(store: StateStore) -> str:
     """Reconnecting overrides the run state: the last known state may be stale."""
     connection = store.connection
@@ -46,9 +59,10 @@ class HeaderBar(Static):
         uptime = None
         if run is not None and run.started_at is not None and state not in ("stopped", "failed"):
             uptime = now - run.started_at
-        flags = key_flags(run)
+        flags = with_live_steps(list(key_flags(run)), store.spec_steps)
         attempt = store.connection.attempt if store.connection is not None else 0
-        key = (state, attempt, run.run_id if run else None, format_duration(uptime), paused)
+        run_id = run.run_id if run else None
+        key = (state, attempt, run_id, format_duration(uptime), paused, store.spec_steps)
         if key == self._last:
             return
         self._last = key

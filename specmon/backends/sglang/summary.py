@@ -1,0 +1,113 @@
+"""`specmon parse --summary` for SGLang logs: readiness, load time and the serving means."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from specmon.backends import LogParser, LogSummary
+from specmon.events import (
+    Decode,
+    Event,
+    LoadBegin,
+    Prefill,
+    Ready,
+    ServerError,
+    ShardProgress,
+    SpecParams,
+)
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace(",", "."))
+    except ValueError:
+        return None
+
+
+class SGLangLogSummary(LogSummary):
+    """Running totals over a stream of events, so a huge log need not be held in memory."""
+
+    def __init__(self) -> None:
+        self.ready = False
+        self.first_load_begin: str | None = None
+        self.ready_ts: str | None = None
+        self.shards_total: int | None = None
+        self.decode_lines = 0
+        self._gen_sum = 0.0
+        self._accept_sum = 0.0
+        self._accept_count = 0
+        self.prefill_lines = 0
+        self.errors = 0
+        self.first_error: str | None = None
+        self.spec_steps: int | None = None
+        self.spec_steps_changes = 0
+
+    def add(self, event: Event) -> None:
+        if isinstance(event, Decode):
+            self.decode_lines += 1
+            self._gen_sum += event.gen_throughput
+            if event.accept_len is not None:
+                self._accept_sum += event.accept_len
+                self._accept_count += 1
+        elif isinstance(event, Prefill):
+            self.prefill_lines += 1
+        elif isinstance(event, ShardProgress):
+            if self.shards_total is None or event.total > self.shards_total:
+                self.shards_total = event.total
+        elif isinstance(event, LoadBegin):
+            if self.first_load_begin is None and event.ts is not None:
+                self.first_load_begin = event.ts
+        elif isinstance(event, Ready):
+            if not self.ready:
+                self.ready_ts = event.ts
+            self.ready = True
+        elif isinstance(event, ServerError):
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = event.message
+        elif isinstance(event, SpecParams):
+            self.spec_steps = event.steps
+            self.spec_steps_changes += 1
+
+    def load_seconds(self) -> float | None:
+        begin, ready = _timestamp(self.first_load_begin), _timestamp(self.ready_ts)
+        if begin is None or ready is None or ready < begin:
+            return None
+        return round((ready - begin).total_seconds(), 3)
+
+    def result(self, unparsed_decode_like: int = 0) -> dict[str, Any]:
+        return {
+            "kind": "summary",
+            "ready": self.ready,
+            "load_seconds": self.load_seconds(),
+            "shards_total": self.shards_total,
+            "decode_lines": self.decode_lines,
+            "mean_gen_throughput": (
+                round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
+            ),
+            "mean_accept_len": (
+                round(self._accept_sum / self._accept_count, 4) if self._accept_count else None
+            ),
+            "errors": self.errors,
+            "prefill_lines": self.prefill_lines,
+            "first_error": self.first_error,
+            "unparsed_decode_like": unparsed_decode_like,
+            "spec_steps": self.spec_steps,
+            "spec_steps_changes": self.spec_steps_changes,
+        }
+
+    def finish(self, parser: LogParser) -> dict[str, Any]:
+        return self.result(parser.unparsed_decode_like)
+
+
+def summarize(events: Iterable[Event]) -> dict[str, Any]:
+    """The `--summary` record for a sequence of parsed events (see docs/parser.md); the
+    parser's own count (``unparsed_decode_like``) is 0 here, as no parser is at hand."""
+    summary = SGLangLogSummary()
+    for event in events:
+        summary.add(event)
+    return summary.result()

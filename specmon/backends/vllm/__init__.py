@@ -1,0 +1,1 @@
+"""vLLM: its server log (parser, summary, detection) and its Prometheus ``/metrics``."""

@@ -1,0 +1,186 @@
+"""vLLM's Prometheus `/metrics` text -> a typed snapshot, and rates between two snapshots.
+
+An idle vLLM drops its stats lines to DEBUG, and `--disable-log-stats`-free servers may log
+them rarely; the counters on `/metrics` are always there (from start-up, at 0). Acceptance is
+computed from counter increases between two polls, as vLLM's own docs define it
+(v1/spec_decode/metrics.py): mean acceptance length = 1 + accepted / drafts, acceptance at
+position i = accepted at i / drafts, draft acceptance rate = accepted / draft tokens, and
+generation tok/s = generation tokens / seconds. Counters are summed over the engines (label
+``engine``) unless one engine is asked for. Text is read with prometheus_client's parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from prometheus_client.parser import text_string_to_metric_families
+
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+RUNNING = "vllm:num_requests_running"
+WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
+
+_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS)
+_GAUGES = (RUNNING, WAITING, *KV_CACHE_USAGE)
+
+
+class MetricsTextError(ValueError):
+    """The text is not Prometheus exposition format."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineMetrics:
+    """One engine's samples: counters (cumulative) and gauges, None where not exported."""
+
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_position: tuple[float, ...] = ()
+    generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache_usage: float | None = None  # 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class VLLMMetricsSnapshot:
+    """Every engine's samples at one poll; ``at`` is the poll's monotonic time in seconds."""
+
+    at: float
+    engines: dict[str, EngineMetrics] = field(default_factory=dict)
+
+    @property
+    def spec_decode(self) -> bool:
+        """Whether the server exports speculative-decoding counters (a spec config is set)."""
+        return any(engine.drafts is not None for engine in self.engines.values())
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDecodeRates:
+    """What happened between two polls; None where it cannot be computed (no drafts in the
+    interval, a counter not exported, or a counter that went back: the server restarted)."""
+
+    seconds: float
+    drafts: float | None
+    mean_accept_len: float | None
+    per_position: tuple[float, ...] | None
+    draft_acceptance_rate: float | None
+    generation_tokens_per_s: float | None
+
+
+def parse_metrics(text: str, at: float) -> VLLMMetricsSnapshot:
+    """Read `/metrics` text into a snapshot; raises MetricsTextError on malformed text."""
+    samples: dict[str, dict[str, float]] = {}
+    positions: dict[str, dict[int, float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                engine = sample.labels.get("engine", "0")
+                if name == ACCEPTED_PER_POSITION:
+                    position = sample.labels.get("position", "")
+                    if position.isdigit():
+                        by_position = positions.setdefault(engine, {})
+                        by_position[int(position)] = (
+                            by_position.get(int(position), 0.0) + sample.value
+                        )
+                elif name in _COUNTERS or name in _GAUGES:
+                    values = samples.setdefault(engine, {})
+                    values[name] = values.get(name, 0.0) + sample.value
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsTextError(f"not Prometheus metrics text: {exc}") from None
+    engines: dict[str, EngineMetrics] = {}
+    for engine in sorted(set(samples) | set(positions)):
+        values = samples.get(engine, {})
+        by_position = positions.get(engine, {})
+        usage = next((values[name] for name in KV_CACHE_USAGE if name in values), None)
+        engines[engine] = EngineMetrics(
+            drafts=values.get(DRAFTS),
+            draft_tokens=values.get(DRAFT_TOKENS),
+            accepted_tokens=values.get(ACCEPTED_TOKENS),
+            accepted_per_position=tuple(
+                by_position.get(position, 0.0) for position in range(max(by_position) + 1)
+            )
+            if by_position
+            else (),
+            generation_tokens=values.get(GENERATION_TOKENS),
+            prompt_tokens=values.get(PROMPT_TOKENS),
+            running=values.get(RUNNING),
+            waiting=values.get(WAITING),
+            kv_cache_usage=usage,
+        )
+    return VLLMMetricsSnapshot(at=at, engines=engines)
+
+
+def _total(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return sum(present) if present else None
+
+
+def _increase(before: float | None, after: float | None) -> float | None:
+    if before is None or after is None or after < before:
+        return None
+    return after - before
+
+
+def spec_decode_rates(
+    before: VLLMMetricsSnapshot, after: VLLMMetricsSnapshot, engine: str | None = None
+) -> SpecDecodeRates | None:
+    """Rates between two snapshots (all engines summed, or ``engine``); None when the
+    snapshots are not in time order."""
+    seconds = after.at - before.at
+    if seconds <= 0:
+        return None
+
+    def pick(snapshot: VLLMMetricsSnapshot) -> list[EngineMetrics]:
+        if engine is None:
+            return list(snapshot.engines.values())
+        return [snapshot.engines[engine]] if engine in snapshot.engines else []
+
+    old, new = pick(before), pick(after)
+
+    def increase(read: Callable[[EngineMetrics], float | None]) -> float | None:
+        return _increase(_total(map(read, old)), _total(map(read, new)))
+
+    drafts = increase(attrgetter("drafts"))
+    accepted = increase(attrgetter("accepted_tokens"))
+    draft_tokens = increase(attrgetter("draft_tokens"))
+    generated = increase(attrgetter("generation_tokens"))
+    width = max((len(e.accepted_per_position) for e in new), default=0)
+    per_position: tuple[float, ...] | None = None
+    if drafts and width:
+        rises = [
+            _increase(_position_total(old, position), _position_total(new, position))
+            for position in range(width)
+        ]
+        if all(rise is not None for rise in rises):
+            per_position = tuple(round(rise / drafts, 6) for rise in rises if rise is not None)
+    return SpecDecodeRates(
+        seconds=seconds,
+        drafts=drafts,
+        mean_accept_len=(
+            round(1 + accepted / drafts, 6) if drafts and accepted is not None else None
+        ),
+        per_position=per_position,
+        draft_acceptance_rate=(
+            round(accepted / draft_tokens, 6) if draft_tokens and accepted is not None else None
+        ),
+        generation_tokens_per_s=round(generated / seconds, 6) if generated is not None else None,
+    )
+
+
+def _position_total(engines: list[EngineMetrics], position: int) -> float:
+    """Accepted tokens at ``position`` over the engines (0 where an engine has no sample)."""
+    return sum(
+        e.accepted_per_position[position]
+        for e in engines
+        if position < len(e.accepted_per_position)
+    )

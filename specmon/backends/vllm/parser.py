@@ -1,0 +1,692 @@
+"""vLLM server log -> typed events (specmon.events), for `specmon parse` and live tails.
+
+Formats are vLLM's own, ~0.6 to 0.33 (docs/vllm.md lists them). Every line is keyed on its
+message text, never on a fixed prefix: the prefix changed with nearly every release (none,
+`(VllmWorker rank=0 pid=1)`, `(EngineCore_DP0 pid=1)`, nested `(A pid=1) (B pid=2)`), and
+wrappers add more in front (`docker logs -t` timestamps, Ray Serve's replica tag, ANSI colour).
+
+The periodic stats line (`Engine 000: Avg prompt throughput: ...`) and its `SpecDecoding
+metrics:` line are what a serving log repeats, so each is found with ``str.find`` on its fixed
+text and read with one anchored match there (a regex that scans each line for where a stats
+line starts cost three times as much); one keyword search then skips the lines that cannot be
+events (HTTP access lines, routes, warnings) before any per-line dispatch. Input never makes it raise:
+bytes are decoded with replacement, ``\\r`` (tqdm redraws, vLLM's ``\\r\\n``-joined records)
+counts as a line break and lines are cut at MAX_LINE_CHARS.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+
+from specmon.backends import LogParser
+from specmon.events import (
+    CompileBegin,
+    CompileEnd,
+    Decode,
+    ErrorCategory,
+    Event,
+    GraphBegin,
+    GraphEnd,
+    HttpUp,
+    KvCache,
+    LoadBegin,
+    LoadEnd,
+    Ready,
+    ServerError,
+    ShardProgress,
+    SpecDecode,
+    WeightsLoaded,
+)
+
+MAX_LINE_CHARS = 64 * 1024
+"""Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
+
+_TRACEBACK_MAX_LINES = 5000
+_CONTINUATION_MAX_LINES = 50
+_HEADER_SEARCH_CHARS = 400
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
+
+# vLLM's `LEVEL MM-DD HH:MM:SS [file.py:123] ` (≤0.6 without `[`), wherever it sits in the line.
+_HEADER = re.compile(
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d{1,6})? "
+    r"\[?[^\s:\[\]]+:\d+\] "
+)
+_TS = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d")
+# Prefixes in front of a message that has no vLLM header: RFC 3339 (`docker logs -t`),
+# `(Name pid=N) ` process tags (any number), uvicorn's `INFO:     ` and c10d's `[rank3]:[...]`.
+_BARE_PREFIX = re.compile(
+    r"(?:\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)? +)?"
+    r"(?:(?:\x1b\[[0-9;]*m)?\([^()\n]*\)(?:\x1b\[[0-9;]*m)? +)*"
+    r"(?:INFO: +)?(?:\[rank\d+\]:(?:\[[^\]\n]*\] ?)?)?"
+)
+_PROCESS_TAG = re.compile(r"\(([^()\n]*?) pid=\d+\)")
+_RANK_IN_TAGS = re.compile(r"TP(\d{1,6})(?!\d)|\brank[= ](\d{1,6})(?!\d)|\[rank(\d{1,6})\]")
+
+# --- the periodic stats line (read in C for whole chunks) ----------------------------------
+
+_STATS_BODY = (
+    r"Avg prompt throughput: (\d+\.?\d*) tokens/s, "
+    r"Avg generation throughput: (\d+\.?\d*) tokens/s, "
+    r"Running: (\d{1,19}) reqs, (?:Swapped: \d{1,19} reqs, )?(?:Waiting|Pending): (\d{1,19}) reqs,"
+    r"[^\n]*? KV cache usage: (\d+\.?\d*)%"
+)
+_ENGINE_HEAD = r"(?:Engine (\d{1,9}): |\d{1,9} Engines Aggregated: |)"
+_STATS_LINE = re.compile(rf"{_ENGINE_HEAD}{_STATS_BODY}", re.ASCII)
+# The fast path: the body matched where `str.find` put it, the engine read from just before.
+_STATS_AT = re.compile(_STATS_BODY, re.ASCII)
+_STATS_MARK = "Avg prompt throughput: "
+_ENGINE_BEFORE = re.compile(r"(?:Engine (\d{1,9})|\d{1,9} Engines Aggregated): $", re.ASCII)
+_DECODE_LIKE = re.compile(r"Engine \d+:|Engines Aggregated:|Avg prompt throughput")
+
+# --- the speculative-decoding line, in its three shapes (and V0's) -------------------------
+
+_SPEC_HEAD = re.compile(r"(?:SpecDecoding|Speculative) metrics: ")
+_MEAN_ACCEPT = re.compile(r"Mean acceptance length: (\d+(?:\.\d+)?)")
+_ACCEPTED = re.compile(r"(?:\bAccepted: (\d+) tokens|Number of accepted tokens: (\d+))")
+_DRAFTED = re.compile(r"(?:\bDrafted: (\d+) tokens|Number of draft tokens: (\d+))")
+_ACCEPTED_TPUT = re.compile(r"Accepted throughput: (\d+(?:\.\d+)?) tokens/s")
+_DRAFTED_TPUT = re.compile(r"Drafted throughput: (\d+(?:\.\d+)?) tokens/s")
+_PER_POSITION = re.compile(r"Per-position acceptance rate: (\d+(?:\.\d+)?(?:, \d+(?:\.\d+)?)*)")
+_RATE = re.compile(r"Draft acceptance rate: (\d+(?:\.\d+)?)(%?)")
+# The shape since ~Sep 2025 (0.33's), read in one match on the fast path.
+_SPEC_MARK = "SpecDecoding metrics: "
+_SPEC_CURRENT = re.compile(
+    r"Mean acceptance length: (\d+\.\d+), Accepted throughput: (\d+\.\d+) tokens/s, "
+    r"Drafted throughput: (\d+\.\d+) tokens/s, Accepted: (\d{1,19}) tokens, "
+    r"Drafted: (\d{1,19}) tokens, Per-position acceptance rate: (\d+\.\d+(?:, \d+\.\d+)*), "
+    r"Avg Draft acceptance rate: (\d+\.\d+)%",
+    re.ASCII,
+)
+
+# --- start-up phases -----------------------------------------------------------------------
+
+_LOAD_BEGIN = ("Starting to load model", "Loading model from scratch")
+_WEIGHTS = re.compile(r"Loading weights took (\d+(?:\.\d+)?) s")
+_V0_WEIGHTS = re.compile(r"Loading model weights took (\d+(?:\.\d+)?) GB")
+_MODEL_LOADED = re.compile(
+    r"Model loading took (\d+(?:\.\d+)?) GiB(?: memory)? and (\d+(?:\.\d+)?) s"
+)
+_COMPILE_BEGIN = re.compile(r"(?:\[(\w+)\] )?Starting torch\.compile")
+_COMPILE_END = re.compile(r"(?:\[(\w+)\] )?torch\.compile (?:takes|take|took) (\d+(?:\.\d+)?) s")
+_KV_MEMORY = re.compile(r"Available KV cache memory: (\d+(?:\.\d+)?) GiB")
+_KV_SIZE = re.compile(r"\b[A-Z]{2,4} KV cache size: ([\d,]{1,30}) tokens")
+_SHARDS = re.compile(
+    r"[Ss]hards(?: \([^)\n]*\))?: *\d+%[^|\n]*\|(?:[^|\n]*\|)? *(\d{1,9})/(\d{1,9})"
+    r"(?: \[([\d:?]*)<([\d:?]*), *([^\]\n]*)\])?"
+)
+_TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
+_GRAPH_BAR = re.compile(r"Capturing (?:CUDA graph|cudagraphs)")
+_GRAPH_END = re.compile(
+    r"Graph capturing finished in (\d+(?:\.\d+)?) secs?(?:, took (-?\d+(?:\.\d+)?) GiB)?"
+)
+_HTTP_UP = re.compile(r"Starting vLLM (?:API )?server (?:\d+ )?on \S*?:(\d{1,5})\b")
+_READY = "Application startup complete"
+
+# Lines that may be events; any other line is skipped without a dispatch.
+_HINT = re.compile(
+    r"oad|hards|torch\.compile|KV cache|apturing|Starting vLLM|startup complete|Engine"
+    r"|Avg prompt|metrics:|Traceback|rror|xception|NCCL|nccl|atchdog|emory|ailed|died"
+    r"|root cause|\[shutdown\]|received signal"
+)
+
+# --- errors --------------------------------------------------------------------------------
+
+_OOM = re.compile(
+    r"No available memory for the cache blocks|KV cache is needed, which is larger than"
+    r"|less than desired GPU memory utilization|Free memory on device"
+    r"|Failed to load model - not enough GPU memory|CUDA out of memory|OutOfMemoryError"
+    r"|CUDA error: out of memory"
+)
+_NCCL = re.compile(
+    r"NCCL error|DistBackendError|Watchdog caught collective operation timeout|pynccl"
+    r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+    r"|RemoteError)\b|NCCL communicator was aborted"
+)
+# Lines that point at a cause reported above them: never the root cause when one was seen.
+_POINTER = re.compile(
+    r"See root cause above|See stack trace \(above\)|[Ss]ee stack trace for root cause"
+    r"|check the stack trace above"
+    r"|died unexpectedly|EngineCore failed to start|WorkerProc failed to start"
+)
+_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
+_TRACEBACK_HEAD = "Traceback (most recent call last)"
+_CHAIN_LINES = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+_REPORTED_LEVELS = (None, "ERROR", "CRITICAL")
+_ANY_SOURCE = "\0any"  # the last stats line's engine, whichever process wrote it
+
+
+def error_category(text: str) -> ErrorCategory:
+    """oom, nccl or other, from an exception or error line's text."""
+    if _OOM.search(text):
+        return "oom"
+    if _NCCL.search(text):
+        return "nccl"
+    return "other"
+
+
+def _float(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _clock_seconds(text: str | None) -> float | None:
+    """tqdm's `01:27` or `1:02:03` -> seconds; None for `?` or an empty field."""
+    if not text or "?" in text:
+        return None
+    seconds = 0
+    for part in text.split(":"):
+        if not part.isdigit():
+            return None
+        seconds = seconds * 60 + int(part)
+    return float(seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefix:
+    """What a line's prefix says: its timestamp, level, TP rank and process tags."""
+
+    ts: str | None
+    level: str | None
+    rank: int | None
+    source: str  # the process tags, e.g. "Worker_TP0": tracebacks are followed per source
+
+
+def _rank_of(tags: str) -> int | None:
+    rank = None
+    for match in _RANK_IN_TAGS.finditer(tags):
+        rank = int(match.group(1) or match.group(2) or match.group(3))
+    return rank
+
+
+def _prefix_of(head: str, level: str | None, ts: str | None) -> _Prefix:
+    tags = " ".join(_PROCESS_TAG.findall(head)) if "pid=" in head else ""
+    rank_text = tags if tags else head if "[rank" in head else ""
+    return _Prefix(ts=ts, level=level, rank=_rank_of(rank_text), source=tags)
+
+
+class _PrefixTable(dict[str, _Prefix]):
+    """A stats line's prefix text -> its _Prefix, for the few prefixes a log repeats."""
+
+    def __missing__(self, head: str) -> _Prefix:
+        ts = _TS.search(head)
+        header = _HEADER.search(head)
+        prefix = _prefix_of(head, header.group(1) if header else None, ts and ts.group())
+        if len(self) >= 4096:
+            self.clear()
+        self[head] = prefix
+        return prefix
+
+
+def split_line(line: str) -> tuple[_Prefix, str]:
+    """(prefix, message) for one ANSI-free line, whatever wraps vLLM's own header."""
+    header = _HEADER.search(line, 0, _HEADER_SEARCH_CHARS)
+    if header is not None:
+        head = line[: header.start()]
+        return _prefix_of(head, header.group(1), header.group(2)), line[header.end() :]
+    start = 0
+    if "pid=" in line:  # the message starts after the last process tag, whatever is before it
+        for tag in _PROCESS_TAG.finditer(line, 0, _HEADER_SEARCH_CHARS):
+            start = tag.start()
+    bare = _BARE_PREFIX.match(line, start)
+    end = bare.end() if bare is not None else start
+    return _prefix_of(line[:end], None, None), line[end:]
+
+
+def spec_decode_from_message(
+    message: str, ts: str | None, rank: int | None, engine: int | None
+) -> SpecDecode | None:
+    """A SpecDecode from a `SpecDecoding metrics:` (or V0 `Speculative metrics:`) message."""
+    mean = _MEAN_ACCEPT.search(message)
+    accepted = _ACCEPTED.search(message)
+    drafted = _DRAFTED.search(message)
+    rate = _RATE.search(message)
+    if mean is None and accepted is None and drafted is None and rate is None:
+        return None
+    per_position = _PER_POSITION.search(message)
+    accepted_tput = _ACCEPTED_TPUT.search(message)
+    drafted_tput = _DRAFTED_TPUT.search(message)
+    rate_value = _float(rate and rate.group(1))
+    if rate is not None and rate_value is not None and rate.group(2) == "%":
+        rate_value = round(rate_value / 100, 6)
+    return SpecDecode(
+        ts=ts,
+        rank=rank,
+        engine=engine,
+        mean_accept_len=_float(mean and mean.group(1)),
+        accepted=_int(accepted and (accepted.group(1) or accepted.group(2))),
+        drafted=_int(drafted and (drafted.group(1) or drafted.group(2))),
+        per_position=(
+            tuple(float(value) for value in per_position.group(1).split(", "))
+            if per_position
+            else None
+        ),
+        draft_acceptance_rate=rate_value,
+        accepted_throughput=_float(accepted_tput and accepted_tput.group(1)),
+        drafted_throughput=_float(drafted_tput and drafted_tput.group(1)),
+    )
+
+
+class _Percentages(dict[str, float]):
+    """A `12.3` percentage text -> 0.123, computed once per text (a log prints few)."""
+
+    def __missing__(self, text: str) -> float:
+        value = round(float(text) / 100, 6)
+        if len(self) >= 4096:
+            self.clear()
+        self[text] = value
+        return value
+
+
+_FRACTIONS = _Percentages()
+
+
+def _decode(
+    prefix: _Prefix, engine: str, gen: str, running: str, waiting: str, usage: str
+) -> Decode:
+    return Decode(
+        ts=prefix.ts,
+        rank=prefix.rank,
+        running_req=int(running),
+        tokens=None,
+        token_usage=_FRACTIONS[usage],
+        gen_throughput=float(gen),
+        queue_req=int(waiting),
+        engine=int(engine) if engine else None,
+    )
+
+
+def _shard_progress(match: re.Match[str], ts: str | None, rank: int | None) -> ShardProgress:
+    seconds_per_shard = None
+    if match.group(5):
+        rate = _TQDM_RATE.search(match.group(5))
+        if rate is not None:
+            value = float(rate.group(1))
+            if rate.group(2) == "s/it":
+                seconds_per_shard = value
+            elif value > 0:
+                seconds_per_shard = round(1.0 / value, 6)
+    return ShardProgress(
+        ts=ts,
+        rank=rank,
+        done=int(match.group(1)),
+        total=int(match.group(2)),
+        elapsed_s=_clock_seconds(match.group(3)),
+        remaining_s=_clock_seconds(match.group(4)),
+        seconds_per_shard=seconds_per_shard,
+    )
+
+
+@dataclass(slots=True)
+class _Traceback:
+    """A traceback being read for one process: frames are skipped, the first unindented
+    line is its exception, reported as the root cause unless it continues a chain."""
+
+    ts: str | None
+    rank: int | None
+    report: bool
+    lines: int = 0
+    nccl_frames: bool = False
+
+
+class VLLMLogParser(LogParser):
+    """Stateful vLLM log reader for whole files and live tails alike.
+
+    State kept between chunks: the partial last line, an incremental UTF-8 decoder, the
+    load's progress (whose shard bar is the target's: the draft's `1/1` bar comes after the
+    target's weights are read and is not reported), the tracebacks being read per process,
+    the error messages already reported in this run (eight workers print the same one) and
+    the last timestamp seen (uvicorn's lines have none). ``unparsed_decode_like`` counts lines
+    that look like a stats or SpecDecoding line but did not read.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+        self._discarding_overlong = False
+        self._prefixes = _PrefixTable()
+        self.unparsed_decode_like = 0
+        self._last_ts: str | None = None
+        self._last_engine: dict[str, int | None] = {}
+        self._tracebacks: dict[str, _Traceback] = {}
+        self._chained: set[str] = set()
+        self._after_exception: dict[str, int] = {}
+        self._new_run()
+
+    def _new_run(self) -> None:
+        self._run_done = False  # a load ended or the server came up: a next load_begin restarts
+        self._weights_loaded: dict[int | None, int] = {}
+        self._drafter = False
+        self._last_shard: tuple[int, int] | None = None
+        self._target_total: int | None = None
+        self._kv_gib: float | None = None
+        self._capturing = False
+        self._reported: set[str] = set()
+        self._stopping = False  # after `[shutdown]`, EngineDeadError is the stop, not a fault
+
+    # --- input ------------------------------------------------------------------------
+
+    def feed(self, chunk: str | bytes) -> list[Event]:
+        text = self._decoder.decode(chunk) if isinstance(chunk, bytes) else chunk
+        if not text:
+            return []
+        if "\r" in text:
+            text = text.replace("\r", "\n")
+        if self._discarding_overlong:  # the rest of a line already cut at MAX_LINE_CHARS
+            end = text.find("\n")
+            if end < 0:
+                return []
+            text = text[end:]
+            self._discarding_overlong = False
+        text = self._pending + text
+        cut = text.rfind("\n")
+        self._pending = text[cut + 1 :]
+        if len(self._pending) > MAX_LINE_CHARS:
+            self._pending = self._pending[:MAX_LINE_CHARS]
+            self._discarding_overlong = True
+        return self._lines(text[: cut + 1]) if cut >= 0 else []
+
+    def flush(self) -> list[Event]:
+        tail = self._pending
+        if not self._discarding_overlong:
+            tail += self._decoder.decode(b"", final=True)
+        self._pending = ""
+        self._discarding_overlong = False
+        if not tail:
+            return []
+        return self._lines(tail.replace("\r", "\n") + "\n")
+
+    def _lines(self, text: str) -> list[Event]:
+        """Stats and current-shape SpecDecoding lines are read here, on the spot; any other
+        line is dispatched only when a keyword says it may be an event (or a traceback is
+        being read)."""
+        events: list[Event] = []
+        append = events.append
+        prefixes = self._prefixes
+        hint = _HINT.search
+        stats_at, spec_at = _STATS_AT.match, _SPEC_CURRENT.match
+        for line in text.split("\n"):
+            if not line:
+                continue
+            if len(line) <= MAX_LINE_CHARS:
+                mark = line.find(_STATS_MARK)
+                if mark >= 0:
+                    stats = stats_at(line, mark)
+                    if stats is not None:
+                        append(self._fast_decode(line, mark, stats))
+                        continue
+                else:
+                    mark = line.find(_SPEC_MARK)
+                    if mark >= 0:
+                        spec = spec_at(line, mark + len(_SPEC_MARK))
+                        if spec is not None:
+                            append(self._fast_spec(prefixes[line[:mark]], spec))
+                            continue
+            if self._tracebacks or hint(line) is not None:
+                event = self._line(line)
+                if event is not None:
+                    append(event)
+        return events
+
+    def _fast_decode(self, line: str, mark: int, stats: re.Match[str]) -> Decode:
+        head = line[:mark]
+        engine_text = ""
+        if head.endswith(": "):
+            before = _ENGINE_BEFORE.search(head, max(0, mark - 40))
+            if before is not None:
+                engine_text = before.group(1) or ""
+                head = head[: before.start()]
+        prefix = self._prefixes[head]
+        if prefix.ts is not None:
+            self._last_ts = prefix.ts
+        engine = int(engine_text) if engine_text else None
+        if len(self._last_engine) >= 1024:  # process tags of restarted servers pile up
+            self._last_engine.clear()
+        self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = engine
+        _prompt, gen, running, waiting, usage = stats.groups()
+        return _decode(prefix, engine_text, gen, running, waiting, usage)
+
+    def _fast_spec(self, prefix: _Prefix, spec: re.Match[str]) -> SpecDecode:
+        if prefix.ts is not None:
+            self._last_ts = prefix.ts
+        engines = self._last_engine
+        mean, accepted_tput, drafted_tput, accepted, drafted, positions, rate = spec.groups()
+        return SpecDecode(
+            ts=prefix.ts,
+            rank=prefix.rank,
+            engine=engines.get(prefix.source, engines.get(_ANY_SOURCE)),
+            mean_accept_len=float(mean),
+            accepted=int(accepted),
+            drafted=int(drafted),
+            per_position=tuple(map(float, positions.split(", "))),
+            draft_acceptance_rate=_FRACTIONS[rate],
+            accepted_throughput=float(accepted_tput),
+            drafted_throughput=float(drafted_tput),
+        )
+
+    # --- one line ---------------------------------------------------------------------
+
+    def _line(self, raw: str) -> Event | None:
+        line = raw[:MAX_LINE_CHARS] if len(raw) > MAX_LINE_CHARS else raw
+        if "\x1b" in line:
+            line = _ANSI.sub("", line)
+        prefix, message = split_line(line)
+        if prefix.ts is not None:
+            self._last_ts = prefix.ts
+        if prefix.source in self._tracebacks:
+            events: list[Event] = []
+            self._traceback_line(prefix, message, events)
+            return events[0] if events else None
+        if _TRACEBACK_HEAD in message:
+            report = prefix.source not in self._chained
+            self._chained.discard(prefix.source)
+            self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, report)
+            return None
+        if prefix.source in self._after_exception:
+            left = self._after_exception[prefix.source] - 1
+            if message.startswith(_CHAIN_LINES):
+                self._chained.add(prefix.source)
+                del self._after_exception[prefix.source]
+                return None
+            if left <= 0:
+                del self._after_exception[prefix.source]
+            else:
+                self._after_exception[prefix.source] = left
+            event = self._message_event(prefix, message)
+            return None if isinstance(event, ServerError) else event
+        return self._message_event(prefix, message)
+
+    def _message_event(self, prefix: _Prefix, message: str) -> Event | None:
+        ts, rank = prefix.ts, prefix.rank
+        if "metrics: " in message:
+            head = _SPEC_HEAD.search(message)
+            if head is not None:
+                engines = self._last_engine
+                engine = engines.get(prefix.source, engines.get(_ANY_SOURCE))
+                spec = spec_decode_from_message(message[head.end() :], ts, rank, engine)
+                if spec is None:
+                    self.unparsed_decode_like += 1
+                return spec
+        if "Avg prompt throughput" in message or "Engine" in message:
+            stats = _STATS_LINE.search(message)
+            if stats is not None:
+                engine, _prompt, gen, running, waiting, usage = stats.groups()
+                self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = (
+                    int(engine) if engine else None
+                )
+                return _decode(prefix, engine or "", gen, running, waiting, usage)
+            if _DECODE_LIKE.search(message):
+                self.unparsed_decode_like += 1
+                return None
+        event = self._phase_event(prefix, message)
+        if event is not None:
+            return event
+        if "[shutdown]" in message or "received signal" in message:
+            self._stopping = True
+            return None
+        return self._error_event(prefix, message)
+
+    def _phase_event(self, prefix: _Prefix, message: str) -> Event | None:
+        ts, rank = prefix.ts, prefix.rank
+        if "hards" in message:
+            shards = _SHARDS.search(message)
+            if shards is not None:
+                return self._shards(shards, ts, rank)
+        if "oad" in message:
+            if any(text in message for text in _LOAD_BEGIN):
+                if self._run_done or self._stopping:
+                    self._new_run()
+                return LoadBegin(ts=ts, rank=rank)
+            if "Loading drafter model" in message:
+                self._drafter = True
+                return None
+            weights = _WEIGHTS.search(message)
+            if weights is not None:
+                # Each rank that reports it reads the target first, then the draft.
+                count = self._weights_loaded.get(rank, 0) + 1
+                self._weights_loaded[rank] = count
+                role = "target" if count == 1 else "draft"
+                return WeightsLoaded(ts=ts, rank=rank, role=role, seconds=float(weights.group(1)))
+            v0_weights = _V0_WEIGHTS.search(message)
+            if v0_weights is not None:
+                self._run_done = True
+                return LoadEnd(ts=ts, rank=rank, mem_usage_gb=float(v0_weights.group(1)))
+            loaded = _MODEL_LOADED.search(message)
+            if loaded is not None:
+                self._run_done = True
+                return LoadEnd(
+                    ts=ts,
+                    rank=rank,
+                    mem_usage_gb=float(loaded.group(1)),
+                    elapsed_s=float(loaded.group(2)),
+                )
+        if "torch.compile" in message:
+            done = _COMPILE_END.search(message)
+            if done is not None:
+                return CompileEnd(
+                    ts=ts, rank=rank, part=done.group(1), seconds=float(done.group(2))
+                )
+            begin = _COMPILE_BEGIN.search(message)
+            if begin is not None:
+                return CompileBegin(ts=ts, rank=rank, part=begin.group(1))
+        if "KV cache" in message:
+            memory = _KV_MEMORY.search(message)
+            if memory is not None:
+                self._kv_gib = float(memory.group(1))
+                return None
+            size = _KV_SIZE.search(message)
+            if size is not None:
+                tokens = _int(size.group(1).replace(",", ""))
+                return KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
+        if "apturing" in message:
+            if _GRAPH_BAR.search(message) is not None:
+                if self._capturing:
+                    return None
+                self._capturing = True
+                return GraphBegin(ts=ts, rank=rank)
+            graph = _GRAPH_END.search(message)
+            if graph is not None:
+                self._capturing = False
+                return GraphEnd(
+                    ts=ts,
+                    rank=rank,
+                    seconds=float(graph.group(1)),
+                    mem_usage_gb=_float(graph.group(2)),
+                )
+        if "Starting vLLM" in message:
+            http = _HTTP_UP.search(message)
+            if http is not None:
+                self._run_done = True
+                return HttpUp(ts=ts, rank=rank, port=int(http.group(1)))
+        if _READY in message:
+            self._run_done = True
+            return Ready(ts=ts or self._last_ts, rank=rank)
+        return None
+
+    def _shards(self, match: re.Match[str], ts: str | None, rank: int | None) -> Event | None:
+        """The target's shard bar; a bar after the target's weights are read is the draft's."""
+        done, total = int(match.group(1)), int(match.group(2))
+        target_complete = self._target_total is not None and self._last_shard == (
+            self._target_total,
+            self._target_total,
+        )
+        if (
+            self._weights_loaded
+            or self._drafter
+            or (target_complete and total != self._target_total)
+        ):
+            return None
+        if (done, total) == self._last_shard:
+            return None
+        self._last_shard = (done, total)
+        self._target_total = total
+        return _shard_progress(match, ts, rank)
+
+    # --- errors -----------------------------------------------------------------------
+
+    def _error_event(self, prefix: _Prefix, message: str) -> ServerError | None:
+        if prefix.level not in _REPORTED_LEVELS:
+            return None
+        if " HTTP/" in message and '" ' in message:
+            return None  # uvicorn access lines are never errors, whatever their status
+        text = message.strip()
+        if _OOM.search(text) or _NCCL.search(text) or _BARE_EXCEPTION.match(text):
+            return self._report(prefix.ts, prefix.rank, text, nccl_frames=False)
+        return None
+
+    def _traceback_line(self, prefix: _Prefix, message: str, events: list[Event]) -> None:
+        """A line of a traceback being read for ``prefix.source``."""
+        traceback = self._tracebacks[prefix.source]
+        traceback.lines += 1
+        if traceback.lines > _TRACEBACK_MAX_LINES:
+            del self._tracebacks[prefix.source]
+            return
+        stripped = message.strip()
+        if not stripped or message[0] in " \t" or stripped.startswith(_CHAIN_LINES):
+            if "nccl" in message or "NCCL" in message:
+                traceback.nccl_frames = True
+            return
+        if stripped.startswith(_TRACEBACK_HEAD):
+            return
+        del self._tracebacks[prefix.source]
+        self._after_exception[prefix.source] = _CONTINUATION_MAX_LINES
+        if traceback.report:
+            error = self._report(
+                traceback.ts, traceback.rank, stripped, nccl_frames=traceback.nccl_frames
+            )
+            if error is not None:
+                events.append(error)
+
+    def _report(
+        self, ts: str | None, rank: int | None, message: str, *, nccl_frames: bool
+    ) -> ServerError | None:
+        """An error, unless it repeats one already reported in this run or only points at
+        a root cause reported above it (`See root cause above`)."""
+        if message in self._reported:
+            return None
+        if (self._reported or self._stopping) and _POINTER.search(message):
+            return None
+        if len(self._reported) < 1024:
+            self._reported.add(message)
+        category = error_category(message)
+        if category == "other" and nccl_frames:
+            category = "nccl"
+        return ServerError(ts=ts, rank=rank, category=category, message=message)

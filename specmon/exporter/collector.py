@@ -1,0 +1,358 @@
+"""A prometheus-client Collector that reads each host's StateStore when Prometheus scrapes.
+
+Nothing is computed between scrapes: every family is built from the stores' latest state (and
+their cumulative counters and histograms) in ``collect``, on the event loop's thread, so a
+scrape never races the store. Names follow Prometheus conventions (base units, ``_ratio``,
+``_seconds``, ``_bytes``, ``_total``); every family carries a ``host`` label.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from specmon.launch import parse_flags
+from specmon.store import PHASES, CycleHistogram, EventBus, StateStore
+
+CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
+RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
+ERROR_CATEGORIES = ("oom", "nccl", "other")
+SPEC_PHASES = ("draft", "verify", "extend")
+MB = 1024 * 1024
+
+# Run-info label -> the launch flag it is read from.
+RUN_INFO_FLAGS: tuple[tuple[str, str], ...] = (
+    ("model", "model-path"),
+    ("draft_model", "speculative-draft-model-path"),
+    ("spec_algorithm", "speculative-algorithm"),
+    ("spec_steps", "speculative-num-steps"),
+    ("spec_topk", "speculative-eagle-topk"),
+    ("spec_draft_tokens", "speculative-num-draft-tokens"),
+    ("tp", "tp"),
+)
+RUN_INFO_ENV = (
+    ("nccl_proto", "NCCL_PROTO"),
+    ("nccl_algo", "NCCL_ALGO"),
+    ("nccl_p2p_level", "NCCL_P2P_LEVEL"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedHost:
+    """One exported host: its name (the ``host`` label, as given on the command line) and the
+    event bus of its session, whose store is read at scrape time."""
+
+    name: str
+    bus: EventBus
+
+
+class SpecmonCollector(Collector):
+    """Metric families for every watched host, built from its store at scrape time."""
+
+    def __init__(
+        self,
+        hosts: Callable[[], Sequence[WatchedHost]],
+        *,
+        backend_of_profile: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._hosts = hosts
+        self._backends = dict(backend_of_profile or {})
+        self._clock = clock
+
+    def describe(self) -> Iterable[Metric]:
+        """Every family this collector can expose (without samples): the names are fixed."""
+        return list(self._families().values())
+
+    def collect(self) -> Iterable[Metric]:
+        families = self._families()
+        now = self._clock()
+        for host in self._hosts():
+            self._add_host(families, host, now)
+        return list(families.values())
+
+    # --- building ------------------------------------------------------------------------
+
+    def _families(self) -> _Families:
+        g, c, h = GaugeMetricFamily, CounterMetricFamily, HistogramMetricFamily
+        host = ["host"]
+        return _Families(
+            up=g(
+                "specmon_host_up", "1 while specmon's session to the host is connected", labels=host
+            ),
+            connection=g(
+                "specmon_connection_state",
+                "specmon's session to the host: 1 for the current state",
+                labels=[*host, "state"],
+            ),
+            events=c("specmon_events", "Events specmon has applied from the host", labels=host),
+            dropped=c(
+                "specmon_events_dropped",
+                "Events dropped by slow subscribers of the host's bus (the store keeps all)",
+                labels=host,
+            ),
+            lag=g(
+                "specmon_event_lag_seconds",
+                "Arrival in specmon minus the host's wall time for the latest GPU or probe sample",
+                labels=host,
+            ),
+            last_event=g(
+                "specmon_last_event_timestamp_seconds",
+                "When specmon last received an event from the host (Unix time)",
+                labels=host,
+            ),
+            run=InfoMetricFamily(
+                "specmon_run",
+                "The server run specmon follows on the host: backend, profile, model, "
+                "speculative settings and NCCL environment",
+            ),
+            run_state=g(
+                "specmon_run_state",
+                "The run's state: 1 for the current one",
+                labels=[*host, "state"],
+            ),
+            ready=g("specmon_ready", "1 while the server is ready to serve", labels=host),
+            loading_phase=g(
+                "specmon_loading_phase",
+                "Start-up phase: 1 for the current one (phase 'ready' once loaded)",
+                labels=[*host, "phase"],
+            ),
+            loading_progress=g(
+                "specmon_loading_progress_ratio",
+                "Start-up progress: phases done, the target-weights phase counted by shards",
+                labels=host,
+            ),
+            shards_done=g(
+                "specmon_loading_shards_loaded", "Target weight shards loaded", labels=host
+            ),
+            shards_total=g("specmon_loading_shards", "Target weight shards in all", labels=host),
+            loading_eta=g("specmon_loading_eta_seconds", "Estimated seconds to ready", labels=host),
+            loading_elapsed=g(
+                "specmon_loading_elapsed_seconds",
+                "Seconds since the start-up began (up to ready once ready)",
+                labels=host,
+            ),
+            last_load=g(
+                "specmon_last_load_duration_seconds",
+                "Start-to-ready duration of the latest completed load",
+                labels=host,
+            ),
+            throughput=g(
+                "specmon_generation_tokens_per_second",
+                "Generation throughput the server reported in its latest decode line",
+                labels=host,
+            ),
+            accept_length=g(
+                "specmon_spec_accept_length",
+                "Mean tokens accepted per speculative cycle (latest decode line)",
+                labels=host,
+            ),
+            accept_rate=g(
+                "specmon_spec_accept_rate_ratio",
+                "Accepted share of drafted tokens (latest decode line)",
+                labels=host,
+            ),
+            position_acceptance=g(
+                "specmon_spec_position_acceptance_ratio",
+                "Share of single-request cycles that accepted each draft position (current run)",
+                labels=[*host, "position"],
+            ),
+            running=g("specmon_running_requests", "Requests being decoded", labels=host),
+            queued=g("specmon_queued_requests", "Requests waiting in the queue", labels=host),
+            kv_usage=g("specmon_kv_cache_usage_ratio", "Share of the KV cache in use", labels=host),
+            phase_seconds=h(
+                "specmon_spec_phase_seconds",
+                "Per-cycle time of each speculative phase (draft, verify, extend) from the probe",
+                labels=[*host, "phase"],
+            ),
+            cycle_seconds=h(
+                "specmon_spec_cycle_seconds",
+                "Per-cycle time of a whole speculative cycle from the probe",
+                labels=host,
+            ),
+            gpu_util=g(
+                "specmon_gpu_utilization_ratio", "GPU busy share (NVML)", labels=[*host, "gpu"]
+            ),
+            gpu_mem_used=g(
+                "specmon_gpu_memory_used_bytes", "GPU memory in use", labels=[*host, "gpu"]
+            ),
+            gpu_mem_total=g("specmon_gpu_memory_total_bytes", "GPU memory", labels=[*host, "gpu"]),
+            gpu_power=g("specmon_gpu_power_watts", "GPU power draw", labels=[*host, "gpu"]),
+            gpu_temp=g("specmon_gpu_temperature_celsius", "GPU temperature", labels=[*host, "gpu"]),
+            gpu_sm_clock=g("specmon_gpu_sm_clock_hertz", "GPU SM clock", labels=[*host, "gpu"]),
+            errors=c(
+                "specmon_server_errors",
+                "Error lines the server logged, by category, since specmon started",
+                labels=[*host, "category"],
+            ),
+        )
+
+    def _add_host(self, f: _Families, watched: WatchedHost, now: float) -> None:
+        name = watched.name
+        store = watched.bus.store
+        state = store.connection.state if store.connection is not None else "connecting"
+        f.up.add_metric([name], 1.0 if state == "connected" else 0.0)
+        for option in CONNECTION_STATES:
+            f.connection.add_metric([name, option], 1.0 if option == state else 0.0)
+        f.events.add_metric([name], float(store.events_applied))
+        f.dropped.add_metric([name], float(watched.bus.dropped))
+        _maybe(f.lag, [name], store.event_lag_s)
+        _maybe(f.last_event, [name], store.last_event_at)
+        for category in _with_known(ERROR_CATEGORIES, store.error_counts):
+            f.errors.add_metric([name, category], float(store.error_counts.get(category, 0)))
+        self._add_gpus(f, name, store)
+        self._add_histograms(f, name, store.cycle_histograms)
+        if store.run is None:
+            return
+        self._add_run(f, name, store)
+        loading = store.loading
+        f.ready.add_metric([name], 1.0 if store.run_state == "ready" else 0.0)
+        for option in RUN_STATES:
+            f.run_state.add_metric([name, option], 1.0 if option == store.run_state else 0.0)
+        if loading.phase is not None:
+            for phase in PHASES:
+                f.loading_phase.add_metric([name, phase], 1.0 if phase == loading.phase else 0.0)
+        f.loading_progress.add_metric([name], loading_progress(store))
+        if loading.shards_total:
+            f.shards_done.add_metric([name], float(loading.shards_done))
+            f.shards_total.add_metric([name], float(loading.shards_total))
+        if store.run_state == "loading":
+            _maybe(f.loading_eta, [name], loading.eta_seconds(now))
+        _maybe(f.loading_elapsed, [name], loading.elapsed(now))
+        _maybe(f.last_load, [name], loading.previous_load_seconds)
+        for position, ratio in enumerate(store.accept_by_position.ratios(), start=1):
+            f.position_acceptance.add_metric([name, str(position)], ratio)
+        decode = store.last_decode
+        if decode is not None:
+            f.throughput.add_metric([name], decode.gen_throughput)
+            _maybe(f.accept_length, [name], decode.accept_len)
+            _maybe(f.accept_rate, [name], decode.accept_rate)
+            f.running.add_metric([name], float(decode.running_req))
+            f.queued.add_metric([name], float(decode.queue_req))
+            f.kv_usage.add_metric([name], decode.token_usage)
+
+    def _add_run(self, f: _Families, name: str, store: StateStore) -> None:
+        run = store.run
+        assert run is not None
+        flags: dict[str, str] = {}
+        for item in parse_flags(run.argv)[0]:
+            flags[item.name] = "" if item.value is None else item.value
+        flags.setdefault("tp", flags.get("tp-size", flags.get("tensor-parallel-size", "")))
+        env = dict(run.env)
+        values = {
+            "host": name,
+            "run_id": run.run_id,
+            "backend": self._backends.get(run.profile or "", ""),
+            "profile": run.profile or "",
+        }
+        values.update((label, flags.get(flag, "")) for label, flag in RUN_INFO_FLAGS)
+        values.update((label, env.get(variable, "")) for label, variable in RUN_INFO_ENV)
+        f.run.add_metric([], values)
+
+    def _add_gpus(self, f: _Families, name: str, store: StateStore) -> None:
+        for index, reading in sorted(store.gpus.items()):
+            labels = [name, str(index)]
+            if reading.util_gpu is not None:
+                f.gpu_util.add_metric(labels, reading.util_gpu / 100.0)
+            if reading.mem_used_mb is not None:
+                f.gpu_mem_used.add_metric(labels, reading.mem_used_mb * MB)
+            if reading.mem_total_mb is not None:
+                f.gpu_mem_total.add_metric(labels, reading.mem_total_mb * MB)
+            _maybe(f.gpu_power, labels, reading.power_w)
+            _maybe(f.gpu_temp, labels, reading.temp_c)
+            if reading.sm_clock_mhz is not None:
+                f.gpu_sm_clock.add_metric(labels, reading.sm_clock_mhz * 1e6)
+
+    def _add_histograms(
+        self, f: _Families, name: str, histograms: Mapping[str, CycleHistogram]
+    ) -> None:
+        for phase in (*SPEC_PHASES, "cycle"):
+            histogram = histograms[phase]
+            if histogram.count == 0:
+                continue
+            cumulative = histogram.cumulative()
+            buckets = [
+                (_le(bound), float(n))
+                for bound, n in zip(histogram.bounds_ms, cumulative[:-1], strict=True)
+            ]
+            buckets.append(("+Inf", float(cumulative[-1])))
+            total = histogram.sum_ms / 1000.0
+            if phase == "cycle":
+                f.cycle_seconds.add_metric([name], buckets, total)
+            else:
+                f.phase_seconds.add_metric([name, phase], buckets, total)
+
+
+def loading_progress(store: StateStore) -> float:
+    """Start-up progress in [0, 1]: each of the PHASES counts as one step, the target-weights
+    step by its share of shards loaded (the step that takes most of a start-up)."""
+    loading = store.loading
+    if loading.ready_at is not None:
+        return 1.0
+    done = sum(1 for phase in PHASES if phase in loading.done_phases)
+    if loading.phase == "target weights" and loading.shards_total:
+        done += min(1.0, loading.shards_done / loading.shards_total)
+    return min(1.0, done / len(PHASES))
+
+
+@dataclass(slots=True)
+class _Families:
+    up: GaugeMetricFamily
+    connection: GaugeMetricFamily
+    events: CounterMetricFamily
+    dropped: CounterMetricFamily
+    lag: GaugeMetricFamily
+    last_event: GaugeMetricFamily
+    run: InfoMetricFamily
+    run_state: GaugeMetricFamily
+    ready: GaugeMetricFamily
+    loading_phase: GaugeMetricFamily
+    loading_progress: GaugeMetricFamily
+    shards_done: GaugeMetricFamily
+    shards_total: GaugeMetricFamily
+    loading_eta: GaugeMetricFamily
+    loading_elapsed: GaugeMetricFamily
+    last_load: GaugeMetricFamily
+    throughput: GaugeMetricFamily
+    accept_length: GaugeMetricFamily
+    accept_rate: GaugeMetricFamily
+    position_acceptance: GaugeMetricFamily
+    running: GaugeMetricFamily
+    queued: GaugeMetricFamily
+    kv_usage: GaugeMetricFamily
+    phase_seconds: HistogramMetricFamily
+    cycle_seconds: HistogramMetricFamily
+    gpu_util: GaugeMetricFamily
+    gpu_mem_used: GaugeMetricFamily
+    gpu_mem_total: GaugeMetricFamily
+    gpu_power: GaugeMetricFamily
+    gpu_temp: GaugeMetricFamily
+    gpu_sm_clock: GaugeMetricFamily
+    errors: CounterMetricFamily
+
+    def values(self) -> Iterator[Metric]:
+        for name in self.__dataclass_fields__:
+            yield getattr(self, name)
+
+
+def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:
+    if value is not None:
+        family.add_metric(labels, float(value))
+
+
+def _le(bound_ms: float) -> str:
+    return repr(bound_ms / 1000.0)
+
+
+def _with_known(known: Sequence[str], seen: Mapping[str, int]) -> list[str]:
+    return [*known, *sorted(set(seen) - set(known))]

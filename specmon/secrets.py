@@ -1,0 +1,71 @@
+"""Which environment values are secrets, and how specmon shows them: ``***``.
+
+A value whose environment name looks secret (``*TOKEN*``, ``*KEY*``, ``*SECRET*``,
+``*PASSWORD*``, any case) or matches a pattern of ``[security] secret_env`` in specmon.toml
+still reaches the server, but everything specmon displays or stores (status, events, the
+sweep's launch line, the ledger, the run record on the host) carries ``***`` instead.
+
+The configured patterns are those of the config loaded last (``load_config`` registers them),
+so every command honours them without passing them through each call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specmon.launch import LaunchSpec
+
+MASK = "***"
+BUILTIN_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+_SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey"})
+
+_configured: tuple[str, ...] = ()
+
+
+def set_configured_patterns(patterns: Iterable[str]) -> None:
+    """The config's ``[security] secret_env`` (glob patterns, matched case-insensitively)."""
+    global _configured
+    _configured = tuple(p.upper() for p in patterns)
+
+
+def is_secret_env(name: str) -> bool:
+    upper = name.upper()
+    return any(fnmatchcase(upper, p) for p in (*BUILTIN_SECRET_ENV, *_configured))
+
+
+def is_secret_setting(name: str) -> bool:
+    """A server setting (``api_key``, ``hf-token``) whose value is a secret: by whole word, so
+    ``max_total_tokens`` or ``tokenizer_path`` stay visible."""
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    return bool(_SECRET_WORDS.intersection(words)) or name.upper() in _configured
+
+
+def redact_env(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``env`` with every secret value replaced by ``***`` (order kept)."""
+    pairs = env.items() if isinstance(env, Mapping) else env
+    return {name: MASK if is_secret_env(name) and value else value for name, value in pairs}
+
+
+def redact_settings(settings: Any) -> Any:
+    """A server's reported settings (a JSON object) with secret values as ``***``."""
+    if not isinstance(settings, Mapping):
+        return settings
+    return {
+        key: MASK if is_secret_setting(str(key)) and value not in (None, "") else value
+        for key, value in settings.items()
+    }
+
+
+def shown_spec(spec: LaunchSpec) -> LaunchSpec:
+    """The spec as specmon shows and records it: secret environment values as ``***``."""
+    secret = {name: MASK for name, value in spec.env if is_secret_env(name) and value}
+    return spec.with_env(secret) if secret else spec
+
+
+def shown_command(spec: LaunchSpec) -> str:
+    """The shell command of ``spec`` for display (the sweep's launch line), secrets masked."""
+    return shown_spec(spec).shell_command()

@@ -1,0 +1,200 @@
+"""`specmon export` end to end: the simulator (a demo session with client traffic) watched by
+the exporter as a real process; its scrape passes `promtool check metrics`, and a real
+Prometheus server scraping it answers for up, all 8 GPUs, verify time and tok/s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from support import hosts
+from support.hosts import free_port, kill_everything_under, sim_profiles
+from support.prom import require_binary, run_prometheus
+
+from specmon.session.demo import DemoSession
+from specmon.session.local import LocalTransport
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GRAFANA_VARIABLES = {"$__rate_interval": "5s", "$host": ".*", "$gpu": ".*"}
+
+
+def dashboard_expressions() -> list[str]:
+    """The PromQL of docs/grafana/specmon.json with Grafana's variables filled in."""
+    dashboard = json.loads((REPO_ROOT / "docs" / "grafana" / "specmon.json").read_text())
+    out = []
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", ()):
+            expr = target["expr"]
+            for name, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(name, value)
+            out.append(expr)
+    return out
+
+
+def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "export", "local", "--state-dir", str(state_dir)]
+    argv += ["--gpu-agent", "sim", "--listen", f"127.0.0.1:{port}"]
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+async def scrape_when(
+    url: str, needles: tuple[str, ...], timeout: float, exporter: subprocess.Popen[bytes], log: Path
+) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    async with httpx.AsyncClient(timeout=5) as client:
+        while time.monotonic() < deadline and exporter.poll() is None:
+            try:
+                text = (await client.get(url)).text
+            except httpx.HTTPError:
+                text = ""
+            if all(n in text for n in needles):
+                return text
+            await asyncio.sleep(0.3)
+    missing = [n for n in needles if n not in text]
+    raise AssertionError(f"no {missing} in the scrape after {timeout}s\n{log.read_text()[-2000:]}")
+
+
+async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
+    promtool = require_binary("promtool", "prometheus")
+    require_binary("prometheus", "prometheus")
+    state_dir = tmp_path / "state"
+    session = DemoSession(
+        LocalTransport(),
+        profiles=sim_profiles(),
+        options=hosts.test_options(state_dir),
+        stop_server_on_close=True,
+        autolaunch="fast",
+    )
+    port = free_port()
+    exporter_log = tmp_path / "export.log"
+    exporter = None
+    try:
+        await session.start()  # launches the simulator; its clients keep it decoding
+        exporter = start_exporter(state_dir, port, exporter_log)
+        url = f"http://127.0.0.1:{port}/metrics"
+        needles = (
+            'specmon_host_up{host="local"} 1.0',
+            'specmon_gpu_utilization_ratio{gpu="7",host="local"}',
+            'specmon_spec_phase_seconds_bucket{host="local",le="+Inf",phase="verify"}',
+            'specmon_generation_tokens_per_second{host="local"}',
+            'specmon_ready{host="local"} 1.0',
+        )
+        text = await scrape_when(url, needles, 60.0, exporter, exporter_log)
+        checked = subprocess.run(
+            [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
+        )
+        assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
+        assert 'specmon_spec_position_acceptance_ratio{host="local",position="3"}' in text
+        assert 'spec_algorithm="EAGLE3"' in text and 'model="moonshotai/Kimi-K2.5"' in text
+
+        with run_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"]) as prom:
+            up = await asyncio.to_thread(prom.wait_query, 'up{job="specmon"} == 1')
+            assert up[0]["metric"]["instance"] == f"127.0.0.1:{port}"
+            gpus = await asyncio.to_thread(
+                prom.wait_query, 'specmon_gpu_utilization_ratio{host="local"}', count=8
+            )
+            assert sorted(int(s["metric"]["gpu"]) for s in gpus) == list(range(8))
+            assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in gpus)
+            verify = await asyncio.to_thread(
+                prom.wait_query,
+                'histogram_quantile(0.5, rate(specmon_spec_phase_seconds_bucket{phase="verify"}[5s])) > 0',
+            )
+            assert 0.0 < float(verify[0]["value"][1]) < 10.0
+            tok_s = await asyncio.to_thread(
+                prom.wait_query, 'specmon_generation_tokens_per_second{host="local"} > 0'
+            )
+            assert float(tok_s[0]["value"][1]) > 0
+            for expr in dashboard_expressions():  # the dashboard's PromQL parses and answers
+                assert await asyncio.to_thread(prom.query, expr) is not None, expr
+    finally:
+        if exporter is not None:
+            exporter.send_signal(signal.SIGTERM)
+            try:
+                exporter.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                exporter.kill()
+        await session.close()
+        kill_everything_under(state_dir)
+    assert exporter.returncode in (0, 130), exporter_log.read_text()[-2000:]
+
+
+async def test_connect_export_serves_beside_the_event_stream(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "connect", "local", "--headless"]
+    argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
+    argv += ["--export", f"127.0.0.1:{port}", "--duration", "20"]
+    log = tmp_path / "connect.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        text = await scrape_when(
+            f"http://127.0.0.1:{port}/metrics",
+            ('specmon_host_up{host="local"} 1.0', "specmon_connection_state"),
+            20.0,
+            proc,
+            log,
+        )
+        assert 'specmon_connection_state{host="local",state="connected"} 1.0' in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        kill_everything_under(tmp_path / "state")
+    assert "connection  local connected" in log.read_text()
+
+
+def test_export_rejects_bad_arguments_in_one_line() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for extra in (["local", "--listen", "nowhere"], ["local", "local"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "specmon", "export", *extra],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+async def test_an_unreachable_host_is_exported_as_down_and_retried(tmp_path: Path) -> None:
+    port, closed = free_port(), free_port()
+    unreachable = f"nobody@127.0.0.1:{closed}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    argv = [sys.executable, "-m", "specmon", "export", "local", unreachable]
+    argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
+    argv += ["--known-hosts", str(tmp_path / "known_hosts"), "--listen", f"127.0.0.1:{port}"]
+    log = tmp_path / "export.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        text = await scrape_when(
+            f"http://127.0.0.1:{port}/metrics",
+            ('specmon_host_up{host="local"} 1.0', f'specmon_host_up{{host="{unreachable}"}} 0.0'),
+            20.0,
+            proc,
+            log,
+        )
+        assert f'host="{unreachable}",state="disconnected"}} 1.0' in text
+        deadline = time.monotonic() + 10
+        while log.read_text().count("; retrying in") < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        assert log.read_text().count("; retrying in") >= 2  # tried again, still exporting
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=15)
+        kill_everything_under(tmp_path / "state")

@@ -1,0 +1,153 @@
+"""Secrets: values of secret-looking environment names reach the server but are shown and
+stored as *** everywhere specmon displays or records them (status, status --json, the run
+event, the run record on the host, the sweep's launch line, the ledger); the ledger is private."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.hosts import Recorder, kill_everything_under, local_session, sim_profiles
+
+from specmon.config import load_config
+from specmon.launch import LaunchSpec
+from specmon.ledger import Ledger, RunRecord
+from specmon.secrets import is_secret_env, is_secret_setting, redact_env, shown_command
+
+REPO = Path(__file__).resolve().parents[1]
+TOKEN = "hf_s3cr3t-value-0123456789"
+CUSTOM = "custom-secret-4242"
+
+
+@pytest.fixture(autouse=True)
+def _configured_patterns(tmp_path: Path) -> Iterator[None]:
+    """A config with one extra pattern, loaded (and so registered) for every test here."""
+    config = tmp_path / "specmon.toml"
+    config.write_text('[security]\nsecret_env = ["SGLANG_MY_*"]\n', encoding="utf-8")
+    load_config(config, environ={})
+    yield
+    load_config(None, cwd=tmp_path / "none", environ={"SPECMON_CONFIG_DIR": "/nonexistent"})
+
+
+def test_secret_names_by_the_built_in_and_the_configured_patterns() -> None:
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "aws_secret", "DB_PASSWORD", "SGLANG_MY_VAR"):
+        assert is_secret_env(name), name
+    for name in ("NCCL_DEBUG", "SGLANG_OTHER", "CUDA_VISIBLE_DEVICES"):
+        assert not is_secret_env(name), name
+    assert redact_env({"HF_TOKEN": TOKEN, "NCCL_DEBUG": "INFO"}) == {
+        "HF_TOKEN": "***",
+        "NCCL_DEBUG": "INFO",
+    }
+    assert is_secret_setting("api_key") and is_secret_setting("hf-token")
+    assert not is_secret_setting("max_total_tokens") and not is_secret_setting("tokenizer_path")
+
+
+def test_a_bad_secret_env_setting_is_a_config_error(tmp_path: Path) -> None:
+    from specmon.errors import ConfigError
+
+    config = tmp_path / "bad.toml"
+    config.write_text("[security]\nsecret_env = [1]\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad.toml:2: security.secret_env: item 1"):
+        load_config(config, environ={})
+
+
+def test_the_sweeps_launch_line_masks_secrets() -> None:
+    spec = LaunchSpec("sglang", ("python3", "-m", "x"), ("--tp", "8"), {"HF_TOKEN": TOKEN})
+    line = shown_command(spec)
+    assert TOKEN not in line and "HF_TOKEN='***'" in line and "--tp 8" in line
+    assert TOKEN in spec.shell_command()  # the spec itself is unchanged
+
+
+def test_the_ledger_stores_and_shows_secrets_masked_in_private_files(tmp_path: Path) -> None:
+    data = tmp_path / "data" / "specmon"
+    env = {"SPECMON_DATA_DIR": str(data), "PYTHONPATH": str(REPO)}
+    with Ledger(data / "ledger.sqlite3") as ledger:
+        ledger.record_run(
+            RunRecord(
+                host="h",
+                profile="p",
+                run_id="r1",
+                argv=("python3",),
+                env={"HF_TOKEN": TOKEN, "SGLANG_MY_VAR": CUSTOM, "NCCL_DEBUG": "INFO"},
+                status="ready",
+            )
+        )
+        assert ledger.list_runs()[0]["env"]["HF_TOKEN"] == "***"
+    assert oct(data.stat().st_mode & 0o777) == oct(0o700)
+    for path in data.iterdir():
+        assert oct(path.stat().st_mode & 0o777) == oct(0o600), path
+        assert TOKEN.encode() not in path.read_bytes() and CUSTOM.encode() not in path.read_bytes()
+    for command in (["list", "--json"], ["show", "r1"], ["export", "--json", "--table", "runs"]):
+        out = subprocess.run(
+            [sys.executable, "-m", "specmon", "ledger", *command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, **env},
+        )
+        assert TOKEN not in out.stdout + out.stderr and CUSTOM not in out.stdout + out.stderr
+
+
+def test_a_ledger_dir_that_exists_keeps_its_mode(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    Ledger(shared / "ledger.sqlite3").close()
+    assert oct(shared.stat().st_mode & 0o777) == oct(0o755)
+    assert oct((shared / "ledger.sqlite3").stat().st_mode & 0o777) == oct(0o600)
+
+
+async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_them(
+    tmp_path: Path,
+) -> None:
+    state = tmp_path / "state"
+    profiles = sim_profiles(env={"HF_TOKEN": TOKEN, "SGLANG_MY_VAR": CUSTOM})
+    session = local_session(state, profiles, gpu_agent="none")
+    recorder = None
+    try:
+        await session.start()
+        recorder = Recorder(session)
+        run_id = await session.launch("fast")
+        await recorder.settle()
+        run = (await session.status())[-1]
+        with open(f"/proc/{run.pid}/environ", "rb") as f:  # the server has the real values
+            environ = f.read().split(b"\0")
+        assert f"HF_TOKEN={TOKEN}".encode() in environ
+        assert f"SGLANG_MY_VAR={CUSTOM}".encode() in environ
+        assert run.env["HF_TOKEN"] == "***" and run.env["SGLANG_MY_VAR"] == "***"
+        assert dict(recorder.kinds("run")[-1].env)["HF_TOKEN"] == "***"
+        for path in (state / "runs" / run_id).iterdir():  # run.json, meta: stored masked
+            if path.is_file():
+                assert TOKEN.encode() not in path.read_bytes(), path
+        for json_flag in ([], ["--json"]):
+            out = await asyncio.to_thread(
+                subprocess.run,
+                [
+                    sys.executable,
+                    "-m",
+                    "specmon",
+                    "status",
+                    "local",
+                    "--state-dir",
+                    str(state),
+                    *json_flag,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            assert out.returncode == 0, out.stderr
+            assert TOKEN not in out.stdout and "HF_TOKEN" in out.stdout
+            if json_flag:
+                assert json.loads(out.stdout)["runs"][-1]["env"]["HF_TOKEN"] == "***"
+        await session.stop()
+    finally:
+        await session.close()
+        kill_everything_under(state)
