@@ -218,13 +218,13 @@ class Engine:
         if self.hung:
             return deadline
         self._busy_s += cycle_ms / 1000.0
-        accepted_in_batch = 0
+        accepted_per_request: list[int] = []
         for request in batch:
             accepted = perf.sample_accepted(settings, self.rng) if settings.speculative else 0
             tokens = min(accepted + 1, request.remaining)
             request.verify_ct += 1
             request.accepted_drafts += max(0, tokens - 1)
-            accepted_in_batch += max(0, tokens - 1)
+            accepted_per_request.append(max(0, tokens - 1))
             self._window_tokens += tokens
             self._window_accepted += tokens
             self._window_verifies += 1
@@ -235,9 +235,7 @@ class Engine:
                 self._finish(request)
         self.stats.cuda_graph_passes += 1
         if settings.speculative:
-            self._probe_record(
-                draft_ms, verify_ms, extend_ms, cycle_ms, len(batch), accepted_in_batch
-            )
+            self._probe_record(draft_ms, verify_ms, extend_ms, cycle_ms, accepted_per_request)
         self.forward_ct_decode += 1
         if any(r.count_in_metrics for r in batch):
             self.user_decode_iterations += 1
@@ -322,8 +320,7 @@ class Engine:
         verify_ms: float,
         extend_ms: float,
         cycle_ms: float,
-        batch_size: int,
-        accepted: int,
+        accepted_per_request: list[int],
     ) -> None:
         if self._probe_path is None:
             return
@@ -335,9 +332,11 @@ class Engine:
                     "verify_ms": round(verify_ms, 4),
                     "extend_ms": round(extend_ms, 4),
                     "cycle_ms": round(cycle_ms, 4),
-                    "batch_size": batch_size,
-                    "draft_tokens": self.settings.num_draft_tokens,
-                    "accepted_tokens": accepted,
+                    "batch_size": len(accepted_per_request),
+                    # as the probe counts them: every request's draft tokens, root included
+                    "draft_tokens": len(accepted_per_request) * self.settings.num_draft_tokens,
+                    "accepted_tokens": sum(accepted_per_request),
+                    "accepted_per_request": accepted_per_request,
                 }
             )
         )
