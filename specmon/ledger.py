@@ -26,6 +26,7 @@ from typing import Any
 
 from specmon import __version__
 from specmon.errors import SpecmonError
+from specmon.launch import LaunchSpec
 from specmon.secrets import redact_env, redact_settings
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
@@ -115,7 +116,25 @@ _V2 = (
     "CREATE INDEX sweeps_key ON sweeps (sweep_key, status)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Version 3: the tuning advisor's predictions, kept so that its accuracy on each host can be
+# read against what was measured later (a sweep it was made for, or any benchmark).
+_V3 = (
+    """CREATE TABLE predictions (
+        id INTEGER PRIMARY KEY,
+        created_at REAL NOT NULL,
+        host TEXT NOT NULL,
+        model TEXT,
+        sweep_id INTEGER REFERENCES sweeps(id),
+        source TEXT NOT NULL,
+        cycles INTEGER NOT NULL,
+        current_steps INTEGER NOT NULL,
+        recommended_steps INTEGER NOT NULL,
+        advice_json TEXT NOT NULL
+    )""",
+    "CREATE INDEX predictions_sweep ON predictions (sweep_id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -357,6 +376,36 @@ class Ledger:
             )
             return int(cursor.lastrowid or 0)
 
+    def record_prediction(
+        self,
+        *,
+        host: str,
+        model: str | None,
+        advice: Mapping[str, Any],
+        source: str,
+        sweep_id: int | None = None,
+    ) -> int:
+        """Store an advisor prediction (``Advice.to_dict()``), made before ``sweep_id`` ran."""
+        inputs = advice["inputs"]
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO predictions (created_at, host, model, sweep_id, source, cycles,"
+                " current_steps, recommended_steps, advice_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    host,
+                    model,
+                    sweep_id,
+                    source,
+                    int(inputs["cycles"]),
+                    int(inputs["num_steps"]),
+                    int(advice["recommended"]["num_steps"]),
+                    json.dumps(dict(advice), sort_keys=True),
+                ),
+            )
+            return int(cursor.lastrowid or 0)
+
     def set_sweep_status(self, sweep_id: int, status: str) -> None:
         finished = time.time() if status == "finished" else None
         with self._transaction() as conn:
@@ -558,6 +607,44 @@ class Ledger:
         ).fetchall()
         return [_point_from_row(row) for row in rows]
 
+    def prediction_for_sweep(self, sweep_id: int) -> dict[str, Any] | None:
+        """The newest prediction made for this sweep (``advice`` decoded), or None."""
+        found = self._conn.execute(
+            "SELECT * FROM predictions WHERE sweep_id = ? ORDER BY id DESC LIMIT 1", (sweep_id,)
+        ).fetchone()
+        return _decode(found) if found else None
+
+    def verify_by_draft_tokens(
+        self, host: str, model: str | None, requests_per_cycle: float | None = None
+    ) -> dict[int, float]:
+        """Mean probe verify ms per draft-token count, from this host and model's speculative
+        benchmarks; of the concurrencies measured at two or more token counts, the one nearest
+        ``requests_per_cycle`` (a verify's cost depends on the requests it checks)."""
+        rows = self._conn.execute(
+            "SELECT argv_json, env_json, verify_ms, concurrency FROM benchmarks"
+            " WHERE host = ? AND model IS ? AND speculative = 1 AND verify_ms > 0",
+            (host, model),
+        ).fetchall()
+        by_concurrency: dict[int, dict[int, list[float]]] = {}
+        for row in rows:
+            spec = LaunchSpec(
+                "", (), tuple(json.loads(row["argv_json"])), json.loads(row["env_json"])
+            )
+            flags = spec.key_flags()
+            tokens = flags.get("draft_tokens")
+            if tokens is None and flags.get("steps", "").isdigit() and flags.get("topk") == "1":
+                tokens = str(int(flags["steps"]) + 1)
+            if tokens is None or not tokens.isdigit():
+                continue
+            group = by_concurrency.setdefault(int(row["concurrency"]), {})
+            group.setdefault(int(tokens), []).append(float(row["verify_ms"]))
+        usable = {c: points for c, points in by_concurrency.items() if len(points) >= 2}
+        if not usable:
+            return {}
+        target = requests_per_cycle if requests_per_cycle is not None else 1.0
+        nearest = min(usable, key=lambda c: (abs(c - target), c))
+        return {t: sum(ms) / len(ms) for t, ms in sorted(usable[nearest].items())}
+
     def list_sweeps(self, limit: int = 50) -> list[SweepRow]:
         rows = self._conn.execute("SELECT * FROM sweeps ORDER BY id DESC LIMIT ?", (limit,))
         return [_sweep_from_row(row) for row in rows.fetchall()]
@@ -572,7 +659,7 @@ class Ledger:
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """Every row of one table (for export), JSON columns decoded."""
-        if name not in ("runs", "benchmarks", "sweeps", "sweep_points"):
+        if name not in ("runs", "benchmarks", "sweeps", "sweep_points", "predictions"):
             raise LedgerError(f"no ledger table {name!r}")
         rows = self._conn.execute(f"SELECT * FROM {name} ORDER BY id").fetchall()
         return [_decode(row) for row in rows]

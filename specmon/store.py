@@ -33,6 +33,7 @@ from specmon.events import (
     RunState,
     ServerError,
     ServerFailed,
+    ServerInfo,
     ShardProgress,
     SpecDecode,
     SpecParams,
@@ -189,6 +190,7 @@ class StateStore:
         self.last_decode: Decode | None = None
         self.spec_steps: int | None = None
         """Draft steps in force after adaptive speculation changed them; None: as launched."""
+        self.server_info: dict[str, str] = {}  # the latest fields the server reported itself
         self.throughput: deque[Point] = deque(maxlen=history)
         self.accept_len: deque[Point] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
@@ -256,6 +258,7 @@ class StateStore:
             self.failure = None
             self.last_decode = None
             self.spec_steps = None
+            self.server_info = {}
             self.throughput.clear()
             self.accept_len.clear()
             self.probe.clear()
@@ -331,6 +334,9 @@ class StateStore:
     def _on_spec_params(self, e: SpecParams, now: float) -> None:
         self.spec_steps = e.steps
 
+    def _on_server_info(self, e: ServerInfo, now: float) -> None:
+        self.server_info = dict(e.values)
+
     def _on_error(self, e: ServerError, now: float) -> None:
         self.errors.append(e)
         self.error_counts[e.category] = self.error_counts.get(e.category, 0) + 1
@@ -396,6 +402,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     Decode: StateStore._on_decode,
     SpecParams: StateStore._on_spec_params,
     SpecDecode: StateStore._on_spec_decode,
+    ServerInfo: StateStore._on_server_info,
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-TABLES = ("benchmarks", "sweep_points", "sweeps", "runs")
+TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -186,11 +186,30 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep is None:
         raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
+    from specmon.sweep import STEPS_FLAG
+
+    prediction = ledger.prediction_for_sweep(sweep.id)
     if args.json:
+        from specmon.report import predicted_vs_measured
+
+        predicted = (
+            {}
+            if prediction is None
+            else {
+                steps: tok_s
+                for steps, tok_s, _measured, _error in predicted_vs_measured(
+                    prediction["advice"], results, STEPS_FLAG
+                )
+            }
+        )
         for result in results:
-            print(json.dumps(result.to_json_dict()))
+            row = result.to_json_dict()
+            steps = result.params.get(STEPS_FLAG, "")
+            if steps.isdigit() and int(steps) in predicted and not result.is_baseline:
+                row["predicted_tok_s"] = predicted[int(steps)]  # the advisor's, not measured
+            print(json.dumps(row))
         return 0
-    from specmon.report import sweep_table
+    from specmon.report import prediction_table, sweep_table
 
     names = [axis["name"] for axis in sweep.spec["grid"]]
     bench = sweep.spec.get("bench", {})
@@ -200,6 +219,9 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
         f"{bench.get('max_tokens')} tokens, concurrency {bench.get('concurrency')}\n"
     )
     print(sweep_table(results, names, baseline))
+    if prediction is not None:
+        print()
+        print(prediction_table(prediction, results, STEPS_FLAG))
     return 0
 
 
