@@ -622,7 +622,8 @@ class Ledger:
         ``requests_per_cycle`` (a verify's cost depends on the requests it checks)."""
         rows = self._conn.execute(
             "SELECT argv_json, env_json, verify_ms, concurrency FROM benchmarks"
-            " WHERE host = ? AND model IS ? AND speculative = 1 AND verify_ms > 0",
+            " WHERE host = ? AND model IS ? AND speculative = 1 AND verify_ms > 0"
+            " AND timing_source = 'probe'",  # a step time is the whole cycle, not a verify
             (host, model),
         ).fetchall()
         by_concurrency: dict[int, dict[int, list[float]]] = {}
