@@ -207,3 +207,24 @@ def advise(inputs: AdvisorInputs, max_steps: int | None = None) -> Advice:
         verify_slope_ms_per_token=line[1],
         verify_slope_source=line[2],
     )
+
+
+def sweep_steps(advice: Advice) -> list[int]:
+    """The step counts that check a recommendation: it, its neighbours and the current one."""
+    k = advice.recommended.num_steps
+    candidates = {k - 1, k, k + 1, advice.inputs.num_steps}
+    return sorted(step for step in candidates if step >= 1)
+
+
+def prediction_flags(prediction: Prediction, advice: Advice) -> list[str]:
+    """What to say beside a prediction: the running setting, the pick, and how it was made."""
+    return [
+        name
+        for name, on in (
+            ("current", prediction.num_steps == advice.inputs.num_steps),
+            ("recommended", prediction.num_steps == advice.recommended.num_steps),
+            ("extrapolated", prediction.extrapolated),
+            ("estimated", prediction.estimated),
+        )
+        if on
+    ]

@@ -161,3 +161,18 @@ def test_json_shape():
 
 def _fields(inputs: AdvisorInputs) -> dict:
     return {name: getattr(inputs, name) for name in AdvisorInputs.__slots__}
+
+
+def test_sweep_steps_are_the_recommendation_its_neighbours_and_the_current_setting():
+    advice = advisor.advise(_sim_inputs(5))
+    assert advice.recommended.num_steps == 3
+    assert advisor.sweep_steps(advice) == [2, 3, 4, 5]
+    one = advisor.Advice(
+        current=advice.current,
+        predictions=advice.predictions,
+        recommended=advice.predictions[0],
+        inputs=advice.inputs,
+        verify_slope_ms_per_token=advice.verify_slope_ms_per_token,
+        verify_slope_source=advice.verify_slope_source,
+    )
+    assert advisor.sweep_steps(one) == [1, 2, 5]

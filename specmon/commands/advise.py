@@ -66,22 +66,13 @@ def run(args: argparse.Namespace) -> int:
 
 def advice_text(advice: Any, host: str, store: Any) -> str:
     """The prediction table with what it rests on, for people."""
+    from specmon.advisor import prediction_flags
     from specmon.report import render_table
 
     inputs = advice.inputs
     measured = store.throughput_stats()[1]
     rows = []
     for p in advice.predictions:
-        flags = [
-            name
-            for name, on in (
-                ("current", p.num_steps == inputs.num_steps),
-                ("recommended", p is advice.recommended),
-                ("extrapolated", p.extrapolated),
-                ("estimated", p.estimated),
-            )
-            if on
-        ]
         rows.append(
             [
                 str(p.num_steps),
@@ -89,7 +80,7 @@ def advice_text(advice: Any, host: str, store: Any) -> str:
                 f"{p.accept_len:.2f}",
                 f"{p.cycle_ms:.2f}",
                 f"{p.tok_s:.1f}",
-                ", ".join(flags),
+                ", ".join(prediction_flags(p, advice)),
             ]
         )
     header = ["steps", "draft tokens", "accept len", "cycle ms", "tok/s (predicted)", "flags"]

@@ -25,6 +25,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
+from specmon.advisor import Advice
 from specmon.bench.runner import BenchSettings
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
@@ -116,6 +117,25 @@ class ExperimentsScreen(Screen[None]):
         self._cancel_safe = False  # the sweep waits for ready or benchmarks right now
         self._cancel_pending = False
         self._ledger: Ledger | None = None
+        self.prediction: Advice | None = None  # the advisor's, stored when the sweep starts
+        self._prefill: tuple[list[str], bool] | None = None
+
+    def prefill(self, grid: list[str], *, baseline: bool, prediction: Advice | None) -> None:
+        """Fill the form with a grid (one NAME=V1,V2 per line) and the baseline box; the
+        advisor's entry point. Applied now if the form exists, else when it mounts."""
+        self.prediction = prediction
+        self._prefill = (list(grid), baseline)
+        if self.is_mounted:
+            self._apply_prefill()
+
+    def _apply_prefill(self) -> None:
+        if self._prefill is None or self.running:
+            return
+        grid, baseline = self._prefill
+        self._prefill = None
+        self.query_one("#grid", TextArea).text = "\n".join(grid)
+        self.query_one("#baseline", Checkbox).value = baseline
+        self.revalidate()
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -163,6 +183,7 @@ class ExperimentsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.revalidate()
+        self._apply_prefill()
         self.query_one("#grid", TextArea).focus()
 
     async def on_unmount(self) -> None:
@@ -359,7 +380,15 @@ class ExperimentsScreen(Screen[None]):
         self.sweep_id = None
         self.x_name = choose_x_axis(plan.axes)
         self._update_controls()
-        runner = SweepRunner(self.controller, ledger, plan, points, on_event=self.on_sweep_event)
+        prediction, self.prediction = self.prediction, None  # for this sweep only
+        runner = SweepRunner(
+            self.controller,
+            ledger,
+            plan,
+            points,
+            on_event=self.on_sweep_event,
+            prediction=prediction,
+        )
         # The demo's simulated clients would share the server with the benchmark: pause them.
         traffic = getattr(self.controller, "traffic", None)
         if traffic is not None:
