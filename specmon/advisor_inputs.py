@@ -118,10 +118,12 @@ def advise_from_store(
     return advise(gather_inputs(store, verify_by_tokens)), model
 
 
-def enough_data(store: StateStore) -> bool:
-    """Whether the store holds the cycles a prediction needs (the advisor's minimum)."""
-    cycles = sum(1 for r in store.probe if r.source == "probe")
-    return cycles >= MIN_CYCLES and store.accept_by_position.drafts >= MIN_CYCLES
+def enough_data(store: StateStore, cycles: int = MIN_CYCLES) -> bool:
+    """Whether the store holds ``cycles`` probe cycles (at least the advisor's minimum) and as
+    many request-verifies for acceptance by position."""
+    wanted = max(MIN_CYCLES, cycles)
+    seen = sum(1 for r in store.probe if r.source == "probe")
+    return seen >= wanted and store.accept_by_position.drafts >= wanted
 
 
 class LedgerReader(Protocol):

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few percent
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +23,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help=f"wait at most S seconds for enough probe cycles (default {DEFAULT_TIMEOUT_S:.0f})",
     )
     parser.add_argument(
+        "--cycles",
+        type=int,
+        default=DEFAULT_CYCLES,
+        metavar="N",
+        help=f"wait for N probe cycles, up to --timeout (default {DEFAULT_CYCLES}; at least 50)",
+    )
+    parser.add_argument(
         "--ledger", metavar="PATH", help="ledger file (verify times at other token counts)"
     )
 
@@ -31,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from specmon.advisor import AdvisorError
+    from specmon.advisor import MIN_CYCLES, AdvisorError
     from specmon.advisor_inputs import advise_from_store, enough_data
     from specmon.errors import SpecmonError, UsageError
     from specmon.ledger import Ledger
@@ -39,6 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     if not 0 < args.timeout <= 86400:
         raise UsageError("--timeout must be more than 0 and at most 86400 seconds")
+    if not MIN_CYCLES <= args.cycles <= 1_000_000:
+        raise UsageError(f"--cycles must be from {MIN_CYCLES} to 1000000")
     session = session_from_args(args, load_config_from(args))
 
     async def main() -> int:
@@ -46,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             store = session.bus.store
             deadline = time.monotonic() + args.timeout
-            while not enough_data(store) and time.monotonic() < deadline:
+            while not enough_data(store, args.cycles) and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
         finally:
             await session.close()
