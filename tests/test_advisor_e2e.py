@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from support import hosts
 from support.hosts import kill_everything_under
 from support.profiles import SIMBENCH_PROFILE_TOML
@@ -95,6 +97,7 @@ async def test_advice_from_a_5_step_run_matches_a_real_sweep(tmp_path):
     assert abs(advice.recommended.num_steps - best) <= 1, (advice.recommended.num_steps, summary)
 
     # The prediction was stored before the sweep, and `ledger show` puts it next to the result.
+    ledger_path = str(tmp_path / "ledger.sqlite3")
     stored = ledger.prediction_for_sweep(finished.sweep_id)
     ledger.close()
     assert stored is not None and stored["source"] == "advisor view"
@@ -115,3 +118,10 @@ async def test_advice_from_a_5_step_run_matches_a_real_sweep(tmp_path):
     assert "advisor PREDICTION" in text
     for k in GRID:
         assert f"{errors[k] * 100:+.1f}%" in text
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli_main(["ledger", "--ledger", ledger_path, "show", f"s{finished.sweep_id}", "--json"])
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert {int(r["params"]["speculative-num-steps"]): r["predicted_tok_s"] for r in rows} == {
+        k: pytest.approx(predicted[k]) for k in GRID
+    }

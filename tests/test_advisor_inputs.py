@@ -172,3 +172,38 @@ def test_advise_refuses_in_one_line_without_a_run(tmp_path):
     lines = completed.stderr.strip().splitlines()
     assert lines == ["specmon: advise local: the running server's draft step count is unknown "
                      "(no run seen yet)"]  # fmt: skip
+
+
+def test_a_sweep_over_steps_stores_the_prediction_the_store_supports(tmp_path):
+    """With no prediction handed over, a sweep over step counts predicts from the running
+    server's store when it starts (and stores nothing when the store cannot support one)."""
+    from support import hosts
+
+    from specmon.bench.runner import BenchSettings
+    from specmon.session.host import HostSession
+    from specmon.session.local import LocalTransport
+    from specmon.sweep import SweepPlan, SweepRunner, parse_grid
+
+    session = HostSession(LocalTransport(), profiles={}, options=hosts.test_options(tmp_path))
+
+    def runner(grid: str, ledger: Ledger) -> SweepRunner:
+        plan = SweepPlan("h", "p", parse_grid([grid]), False, BenchSettings())
+        return SweepRunner(session, ledger, plan, [])
+
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        sweep_id = ledger.start_sweep("k", "h", "p", {"grid": []})
+        runner("speculative-num-steps=2,3", ledger)._record_prediction(sweep_id)
+        assert ledger.prediction_for_sweep(sweep_id) is None  # an empty store: nothing
+        for event in _events_of(live_store()):
+            session.bus.store.apply(event, at=0.0)
+        runner("NCCL_PROTO=LL,Simple", ledger)._record_prediction(sweep_id)
+        assert ledger.prediction_for_sweep(sweep_id) is None  # not a sweep over steps
+        runner("speculative-num-steps=2,3", ledger)._record_prediction(sweep_id)
+        stored = ledger.prediction_for_sweep(sweep_id)
+        assert stored is not None and stored["source"] == "sweep start"
+        assert stored["advice"] == advise(gather_inputs(live_store())).to_dict()
+
+
+def _events_of(store: StateStore) -> list:
+    assert store.run is not None
+    return [store.run, *store.probe]
