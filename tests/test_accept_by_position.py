@@ -78,3 +78,28 @@ def test_record_field_is_optional_and_parsed():
     assert parse_probe_line(json.dumps({**base, "accepted_per_request": [-1, 2]})) is None
     odd = parse_probe_line(json.dumps({**base, "accepted_per_request": "12"}))
     assert isinstance(odd, ProbeTiming) and odd.accepted_per_request is None
+
+
+def test_vllm_log_lines_reach_the_view_through_the_parser():
+    from specmon.backends.vllm.parser import VLLMLogParser
+
+    lines = [
+        "(APIServer pid=4120) INFO 11-30 06:03:10 [metrics.py:120] SpecDecoding metrics: Mean "
+        "acceptance length: 2.87, Accepted throughput: 399.10 tokens/s, Drafted throughput: "
+        "640.20 tokens/s, Accepted: 3991 tokens, Drafted: 6402 tokens, Per-position acceptance "
+        "rate: 0.812, 0.601, 0.457, Avg Draft acceptance rate: 62.3%",
+        "(APIServer pid=4120) INFO 11-30 06:03:20 [metrics.py:120] SpecDecoding metrics: Mean "
+        "acceptance length: 2.93, Accepted throughput: 462.20 tokens/s, Drafted throughput: "
+        "720.30 tokens/s, Accepted: 4622 tokens, Drafted: 7203 tokens, Per-position acceptance "
+        "rate: 0.829, 0.622, 0.474, Avg Draft acceptance rate: 64.2%",
+    ]
+    store = StateStore()
+    for event in VLLMLogParser().parse_lines(lines):
+        store.apply(event, at=1.0)
+    drafts = (2134, 2401)  # 6402 / 3 and 7203 / 3
+    assert store.accept_by_position.drafts == sum(drafts)
+    expected = [
+        (a * drafts[0] + b * drafts[1]) / sum(drafts)
+        for a, b in ((0.812, 0.829), (0.601, 0.622), (0.457, 0.474))
+    ]
+    assert store.accept_by_position.ratios() == pytest.approx(expected, abs=1e-3)
