@@ -71,6 +71,7 @@ async def test_advisor_view_predicts_and_prefills_the_experiments_screen(console
         assert advice is not None and advice.inputs.num_steps == 3
         line = str(screen.query_one("#advice-line", Static).render())
         assert line.startswith("PREDICTION from") and "Recommended:" in line
+        assert "measured (server log)" in line
         table = screen.query_one(AdvisorTable)
         assert table.row_count == 10
         chart = screen.query_one(AdvisorChart)

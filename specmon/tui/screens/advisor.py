@@ -32,8 +32,8 @@ class AdvisorScreen(Screen[None]):
     DEFAULT_CSS = """
     AdvisorScreen #advice-line { height: auto; padding: 0 1; background: $panel; }
     AdvisorScreen #advisor-top { height: 1fr; }
-    AdvisorScreen AdvisorChart { width: 3fr; }
-    AdvisorScreen AdvisorTable { width: 2fr; }
+    AdvisorScreen AdvisorChart { width: 1fr; }
+    AdvisorScreen AdvisorTable { width: auto; max-width: 60%; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -89,11 +89,21 @@ class AdvisorScreen(Screen[None]):
         slope = (
             "this host's ledger" if advice.verify_slope_source == "ledger" else "a default slope"
         )
+        measured = self.controller.bus.store.throughput_stats()[1]
+        now = f"{advice.current.tok_s:.1f} predicted" + (
+            f", {measured:.1f} measured (server log)" if measured else ""
+        )
+        verdict = (
+            "the running setting is the best predicted"
+            if best.num_steps == inputs.num_steps
+            else f"{best.tok_s:.1f} tok/s predicted"
+        )
         lines = [
             f"PREDICTION from {inputs.cycles} probe cycles at {inputs.num_steps} steps "
-            f"({inputs.requests_per_cycle:.1f} requests per cycle; verify growth from {slope}). "
+            f"({inputs.requests_per_cycle:.1f} requests per cycle; verify growth from {slope}): "
+            f"now {now}.",
             f"Recommended: {best.num_steps} steps (num_draft_tokens {best.num_draft_tokens}), "
-            f"{best.tok_s:.1f} tok/s predicted vs {advice.current.tok_s:.1f} now.",
+            f"{verdict}.",
             "x: open Experiments with a sweep over "
             + ", ".join(map(str, sweep_steps(advice)))
             + " steps and the baseline, to measure it.",
