@@ -6,12 +6,13 @@ the server-info fields the session already collects, never a server's own names 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from specmon.advisor import MIN_CYCLES, Advice, AdvisorError, AdvisorInputs, advise
 from specmon.launch import LaunchSpec
+from specmon.ledger import VerifySample
 from specmon.store import StateStore
 
 WINDOW_CYCLES = 2000  # the most recent probe cycles the means are taken over
@@ -39,7 +40,7 @@ def draft_settings(store: StateStore) -> DraftSettings:
     tokens per request as the last resort for the draft tokens."""
     flags: dict[str, str] = {}
     if store.run is not None:
-        flags = LaunchSpec("", (), store.run.argv, store.run.env).key_flags()
+        flags = launch_key_flags(store.run.argv, dict(store.run.env))
     info = store.server_info
     steps = _int(info.get("speculative_num_steps")) or _int(flags.get("steps"))
     topk = _int(info.get("speculative_eagle_topk")) or _int(flags.get("topk"))
@@ -55,6 +56,36 @@ def draft_settings(store: StateStore) -> DraftSettings:
     if topk is None and steps is not None and tokens == steps + 1:
         topk = 1  # a chain checks steps + 1 tokens; a tree checks more
     return DraftSettings(steps, topk, tokens)
+
+
+def launch_key_flags(argv: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+    """A launch's key flags (steps, topk, draft_tokens, ...), the one place the advisor reads
+    a command line: LaunchSpec's reading, as the console header shows them."""
+    return LaunchSpec("", (), tuple(argv), env).key_flags()
+
+
+def verify_by_draft_tokens(
+    samples: Sequence[VerifySample], requests_per_cycle: float | None = None
+) -> dict[int, float]:
+    """Mean verify ms per draft-token count. Of the concurrencies measured at two or more
+    token counts, the one nearest ``requests_per_cycle`` (a verify's cost depends on the
+    requests it checks); empty when none was."""
+    by_concurrency: dict[int, dict[int, list[float]]] = {}
+    for sample in samples:
+        flags = launch_key_flags(sample.argv, sample.env)
+        tokens = flags.get("draft_tokens")
+        if tokens is None and flags.get("steps", "").isdigit() and flags.get("topk") == "1":
+            tokens = str(int(flags["steps"]) + 1)
+        if tokens is None or not tokens.isdigit():
+            continue
+        group = by_concurrency.setdefault(sample.concurrency, {})
+        group.setdefault(int(tokens), []).append(sample.verify_ms)
+    usable = {c: points for c, points in by_concurrency.items() if len(points) >= 2}
+    if not usable:
+        return {}
+    target = requests_per_cycle if requests_per_cycle is not None else 1.0
+    nearest = min(usable, key=lambda c: (abs(c - target), c))
+    return {t: sum(ms) / len(ms) for t, ms in sorted(usable[nearest].items())}
 
 
 def probe_tokens_per_request(store: StateStore) -> int | None:
@@ -114,7 +145,9 @@ def advise_from_store(
     if ledger is not None:
         sizes = [r.batch_size for r in list(store.probe)[-WINDOW_CYCLES:] if r.batch_size]
         per_cycle = sum(sizes) / len(sizes) if sizes else None
-        verify_by_tokens = ledger.verify_by_draft_tokens(host, model, per_cycle)
+        verify_by_tokens = verify_by_draft_tokens(
+            ledger.speculative_verify_times(host, model), per_cycle
+        )
     return advise(gather_inputs(store, verify_by_tokens)), model
 
 
@@ -129,6 +162,4 @@ def enough_data(store: StateStore, cycles: int = MIN_CYCLES) -> bool:
 class LedgerReader(Protocol):
     """The one ledger query the advisor makes (specmon.ledger.Ledger offers it)."""
 
-    def verify_by_draft_tokens(
-        self, host: str, model: str | None, requests_per_cycle: float | None = None
-    ) -> dict[int, float]: ...
+    def speculative_verify_times(self, host: str, model: str | None) -> list[VerifySample]: ...

@@ -26,7 +26,6 @@ from typing import Any
 
 from specmon import __version__
 from specmon.errors import SpecmonError
-from specmon.launch import LaunchSpec
 from specmon.secrets import redact_env, redact_settings
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
@@ -197,6 +196,16 @@ class BenchContext:
     profile: str | None = None
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySample:
+    """One speculative benchmark's mean verify time, with the launch and load it ran under."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    verify_ms: float
+    concurrency: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,37 +623,24 @@ class Ledger:
         ).fetchone()
         return _decode(found) if found else None
 
-    def verify_by_draft_tokens(
-        self, host: str, model: str | None, requests_per_cycle: float | None = None
-    ) -> dict[int, float]:
-        """Mean probe verify ms per draft-token count, from this host and model's speculative
-        benchmarks; of the concurrencies measured at two or more token counts, the one nearest
-        ``requests_per_cycle`` (a verify's cost depends on the requests it checks)."""
+    def speculative_verify_times(self, host: str, model: str | None) -> list[VerifySample]:
+        """The probe's mean verify ms of every speculative benchmark of this host and model,
+        with the launch it measured (the advisor reads the draft-token count from it)."""
         rows = self._conn.execute(
             "SELECT argv_json, env_json, verify_ms, concurrency FROM benchmarks"
             " WHERE host = ? AND model IS ? AND speculative = 1 AND verify_ms > 0"
             " AND timing_source = 'probe'",  # a step time is the whole cycle, not a verify
             (host, model),
         ).fetchall()
-        by_concurrency: dict[int, dict[int, list[float]]] = {}
-        for row in rows:
-            spec = LaunchSpec(
-                "", (), tuple(json.loads(row["argv_json"])), json.loads(row["env_json"])
+        return [
+            VerifySample(
+                argv=tuple(json.loads(row["argv_json"])),
+                env=json.loads(row["env_json"]),
+                verify_ms=float(row["verify_ms"]),
+                concurrency=int(row["concurrency"]),
             )
-            flags = spec.key_flags()
-            tokens = flags.get("draft_tokens")
-            if tokens is None and flags.get("steps", "").isdigit() and flags.get("topk") == "1":
-                tokens = str(int(flags["steps"]) + 1)
-            if tokens is None or not tokens.isdigit():
-                continue
-            group = by_concurrency.setdefault(int(row["concurrency"]), {})
-            group.setdefault(int(tokens), []).append(float(row["verify_ms"]))
-        usable = {c: points for c, points in by_concurrency.items() if len(points) >= 2}
-        if not usable:
-            return {}
-        target = requests_per_cycle if requests_per_cycle is not None else 1.0
-        nearest = min(usable, key=lambda c: (abs(c - target), c))
-        return {t: sum(ms) / len(ms) for t, ms in sorted(usable[nearest].items())}
+            for row in rows
+        ]
 
     def list_sweeps(self, limit: int = 50) -> list[SweepRow]:
         rows = self._conn.execute("SELECT * FROM sweeps ORDER BY id DESC LIMIT ?", (limit,))

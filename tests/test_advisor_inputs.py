@@ -12,7 +12,13 @@ import pytest
 from test_ledger import bench_result
 
 from specmon.advisor import AdvisorError, advise
-from specmon.advisor_inputs import advise_from_store, draft_settings, enough_data, gather_inputs
+from specmon.advisor_inputs import (
+    advise_from_store,
+    draft_settings,
+    enough_data,
+    gather_inputs,
+    verify_by_draft_tokens,
+)
 from specmon.bench.runner import PhaseTimes
 from specmon.events import ProbeTiming, RunInfo, ServerInfo, SpecParams
 from specmon.ledger import MIGRATIONS, SCHEMA_VERSION, BenchContext, Ledger
@@ -103,14 +109,16 @@ def _speculative_bench(steps: int, verify_ms: float, concurrency: int = 1, sourc
 
 def test_ledger_verify_points_per_draft_token_count(tmp_path):
     with Ledger(tmp_path / "l.sqlite3") as ledger:
-        assert ledger.verify_by_draft_tokens("h", "m") == {}
+        assert verify_by_draft_tokens(ledger.speculative_verify_times("h", "m")) == {}
         for steps, ms in ((2, 25.0), (2, 26.0), (5, 28.7)):
             ledger.record_benchmark(*_speculative_bench(steps, ms))
         ledger.record_benchmark(*_speculative_bench(9, 40.0, concurrency=8))  # one count only
         ledger.record_benchmark(*_speculative_bench(7, 90.0, source="step_time"))  # whole cycle
-        assert ledger.verify_by_draft_tokens("h", "m", 1.3) == {3: 25.5, 6: 28.7}
-        assert ledger.verify_by_draft_tokens("h", "other-model") == {}
-        assert ledger.verify_by_draft_tokens("elsewhere", "m") == {}
+        samples = ledger.speculative_verify_times("h", "m")
+        assert len(samples) == 4  # the step-time benchmark is not a verify time
+        assert verify_by_draft_tokens(samples, 1.3) == {3: 25.5, 6: 28.7}
+        assert ledger.speculative_verify_times("h", "other-model") == []
+        assert ledger.speculative_verify_times("elsewhere", "m") == []
         # the advice takes the ledger's slope once it has two token counts
         store = live_store()
         store.apply(ServerInfo(values=(("model_path", "m"),)), at=500.0)
