@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 120.0
+NO_RUN_WAIT_S = 5.0  # a live run is reattached at once; without one, refuse after this
 DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few percent
 
 
@@ -55,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
         await session.start()
         try:
             store = session.bus.store
-            deadline = time.monotonic() + args.timeout
+            began = time.monotonic()
+            deadline = began + args.timeout
             while not enough_data(store, args.cycles) and time.monotonic() < deadline:
+                if store.run is None and time.monotonic() - began > NO_RUN_WAIT_S:
+                    break  # no server on the host: nothing will come, say so now
                 await asyncio.sleep(0.2)
         finally:
             await session.close()
