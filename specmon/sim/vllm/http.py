@@ -42,6 +42,7 @@ class VllmHost(Protocol):
     metrics: VllmMetrics | None
     writer: VllmLogWriter
 
+
 CHAT_ANSWER_TOKENS = 256  # where a simulated chat answer ends (its EOS) without max_tokens
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's (OpenAI's) default for /v1/completions
 
