@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 DEFAULT_TIMEOUT_S = 600.0  # torch.distributed's store wait, before the simulator's time scale
 TIMEOUT_ENV = "SPECMON_SIM_DIST_TIMEOUT"  # seconds, not scaled (tests use a few)
+PEER_LOST_ENV = "SPECMON_SIM_PEER_LOST_S"  # seconds a node outlives a dead peer (default 0)
 RETRY_S = 0.2  # how often a node that found no listener tries again
 PEER_LOST = "RuntimeError: NCCL error: remote process exited or there was a network error"
 

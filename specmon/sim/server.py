@@ -29,6 +29,7 @@ from specmon.sim.metrics import SimMetrics
 from specmon.sim.rendezvous import (
     DEFAULT_TIMEOUT_S,
     PEER_LOST,
+    PEER_LOST_ENV,
     TIMEOUT_ENV,
     Rendezvous,
     RendezvousError,
@@ -225,8 +226,16 @@ class SimServer:
         )
 
     def _on_peer_lost(self) -> None:
-        """Another node's process is gone: NCCL's error on this node's ranks, then the exit
+        """Another node's process is gone: after SPECMON_SIM_PEER_LOST_S (default at once;
+        NCCL's watchdog can take minutes), NCCL's error on this node's ranks, then the exit
         SGLang's launcher takes when a scheduler fails (SIGQUIT, tree killed)."""
+        delay = float(self.launch.env.get(PEER_LOST_ENV, "0") or 0)
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._die_of_lost_peer)
+        else:
+            self._die_of_lost_peer()
+
+    def _die_of_lost_peer(self) -> None:
         if self.status == "shutting_down":
             return
         self.writer.enabled = True
