@@ -848,7 +848,7 @@ class _Reader:
         seen: set[str] = set()
         for node in nodes:
             from specmon.errors import UsageError
-            from specmon.session import parse_host
+            from specmon.hostname import parse_host
 
             if node in seen:
                 raise self.error(key, f"{node!r:.40} is named twice")
