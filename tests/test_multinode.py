@@ -11,6 +11,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 from support import hosts
-from support.hosts import group_alive, kill_everything_under, run_pgids, sim_profiles
+from support.hosts import (
+    free_port,
+    group_alive,
+    kill_everything_under,
+    run_pgids,
+    sim_profiles,
+)
 
 from specmon.backends import BACKENDS, NodePlacement, get_backend
 from specmon.backends.sglang import SGLangBackend
@@ -256,3 +264,75 @@ def test_a_backend_without_a_multinode_launch_is_refused(
         controller._node_specs([spec, spec], "127.0.0.1", 29555)
     with contextlib.suppress(KeyError):
         del __import__("specmon.backends").backends._instances["nonodes"]
+
+
+def specmon(*args: str, config: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specmon", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "SPECMON_SIM_TIME_SCALE": "0.003"},
+    )
+
+
+def test_cli_launches_watches_and_stops_a_profile_over_two_config_hosts(
+    state_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`specmon launch --profile P` (no HOST), `watch NODE --profile P`, `stop --profile P`:
+    two hosts of specmon.toml, each with transport = "local" and its own state dir."""
+    port = free_port()
+    config = tmp_path / "specmon.toml"
+    config.write_text(
+        f"""
+[hosts.node-a]
+transport = "local"
+state_dir = "{state_dirs[0]}"
+
+[hosts.node-b]
+transport = "local"
+state_dir = "{state_dirs[1]}"
+
+[profiles.two]
+command = ["{{python}}", "-m", "specmon.sim"]
+model_path = "moonshotai/Kimi-K2.5"
+tp = 16
+port = {port}
+gpu_agent = "sim"
+stop_grace_s = 5.0
+nodes = ["node-a", "node-b"]
+node_grace_s = 10
+
+[profiles.two.env]
+SPECMON_SIM_TIME_SCALE = "0.003"
+SPECMON_SIM_SHARDS = "8"
+"""
+    )
+    launched = specmon("launch", "--profile", "two", "--json", config=config)
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(launched.stdout)["run_id"]
+    assert [len(node_runs(path)) for path in state_dirs] == [1, 1]
+    watched = specmon(
+        "watch",
+        "node-b",
+        "--profile",
+        "two",
+        "--duration",
+        "4",
+        "--json",
+        "--log",
+        config=config,
+    )
+    assert watched.returncode == 0, watched.stderr
+    events = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert any(e["kind"] == "node" and e["node_rank"] == 1 for e in events)
+    assert any(e["kind"] == "log" and e["text"].startswith("[node1 node-b]") for e in events)
+    assert any(e["kind"] == "run" and e["run_id"] == run_id for e in events)
+    assert any(e["kind"] == "ready" for e in events)  # node 0's, replayed from its log
+    wrong = specmon("watch", "node-c", "--profile", "two", config=config)
+    assert wrong.returncode != 0 and "not a node of profile" in wrong.stderr
+    stopped = specmon("stop", "node-a", "--profile", "two", config=config)
+    assert stopped.returncode == 0, stopped.stderr
+    pgids = [pgid for path in state_dirs for pgid in run_pgids(path)]
+    assert len(pgids) == 2 and not any(group_alive(p) for p in pgids)
+    assert port_free(port)

@@ -49,9 +49,9 @@ from specmon.session.run_status import RunStatus, StopReport
 from specmon.store import EventBus, StateStore
 
 if TYPE_CHECKING:
-    from specmon.config import Profile
+    from specmon.config import Config, Profile
     from specmon.launch import FlagValue, LaunchSpec
-    from specmon.session.host import HostSession
+    from specmon.session.host import HostSession, SessionOptions
 
 SETTLE_S = 2.0  # after a node fails, how long the others' failures may still arrive
 
@@ -512,3 +512,31 @@ class MultiNodeController(HostController):
 def _exited(event: RunState) -> ServerFailed:
     """A node other than 0 that ended on its own (no failure of its own reported)."""
     return ServerFailed(run_id=event.run_id, root_cause=(f"its server {event.detail or 'ended'}",))
+
+
+def open_nodes(
+    profile: Profile,
+    config: Config,
+    *,
+    options: SessionOptions | None = None,
+    known_hosts: str | None = None,
+    ssh_config: tuple[str, ...] | None = None,
+    identity_files: tuple[str, ...] = (),
+) -> MultiNodeController:
+    """A controller over ``profile``'s nodes (not yet started): each node a host from the
+    config or an ssh alias, reached as ``open_session`` reaches one host."""
+    from specmon.session import open_session
+
+    sessions = [
+        open_session(
+            name,
+            config,
+            options=options,
+            known_hosts=known_hosts,
+            ssh_config=ssh_config,
+            identity_files=identity_files,
+        )
+        for name in profile.nodes
+    ]
+    same_nodes = {name: p for name, p in config.profiles.items() if p.nodes == profile.nodes}
+    return MultiNodeController(sessions, profiles=same_nodes, node_grace_s=profile.node_grace_s)
