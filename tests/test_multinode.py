@@ -27,14 +27,15 @@ from support.hosts import (
     run_pgids,
     sim_profiles,
 )
+from support.sshd import SshdServer, start_sshd, stop_sshd
 
 from specmon.backends import BACKENDS, NodePlacement, get_backend
 from specmon.backends.sglang import SGLangBackend
 from specmon.config import parse_config_text
 from specmon.errors import ConfigError, UsageError
-from specmon.session.host import HostSession
+from specmon.session.host import HostSession, SessionOptions
 from specmon.session.local import LocalTransport
-from specmon.session.multinode import MultiNodeController
+from specmon.session.multinode import MultiNodeController, open_nodes
 from specmon.store import StateStore
 
 TIMEOUT = 60.0
@@ -336,3 +337,72 @@ SPECMON_SIM_SHARDS = "8"
     pgids = [pgid for path in state_dirs for pgid in run_pgids(path)]
     assert len(pgids) == 2 and not any(group_alive(p) for p in pgids)
     assert port_free(port)
+
+
+@pytest.fixture
+def sshd_server(tmp_path: Path) -> Iterator[SshdServer]:
+    server = start_sshd(tmp_path / "sshd")
+    try:
+        yield server
+    finally:
+        server.drop_connections()
+        stop_sshd(server.proc)
+
+
+async def test_two_node_server_over_two_ssh_aliases(
+    state_dirs: tuple[Path, Path], tmp_path: Path, sshd_server: SshdServer
+) -> None:
+    """Two hosts of specmon.toml whose addresses are ssh config aliases of the test sshd:
+    node 0's rendezvous address is the one ssh reached it at (127.0.0.1)."""
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        "".join(
+            f"Host ssh-{name}\n  HostName 127.0.0.1\n  Port {sshd_server.port}\n"
+            f"  User {sshd_server.user}\n  IdentityFile {sshd_server.client_key}\n"
+            for name in ("node-a", "node-b")
+        )
+    )
+    port = free_port()
+    text = "".join(
+        f'[hosts.{name}]\naddress = "ssh-{name}"\nknown_hosts = "{sshd_server.known_hosts}"\n'
+        f'python = "{sys.executable}"\nstate_dir = "{path}"\n\n'
+        for name, path in zip(("node-a", "node-b"), state_dirs, strict=True)
+    )
+    text += f"""
+[profiles.two]
+command = ["{{python}}", "-m", "specmon.sim"]
+model_path = "moonshotai/Kimi-K2.5"
+tp = 16
+port = {port}
+gpu_agent = "sim"
+stop_grace_s = 5.0
+nodes = ["node-a", "node-b"]
+
+[profiles.two.env]
+SPECMON_SIM_TIME_SCALE = "0.003"
+SPECMON_SIM_SHARDS = "8"
+"""
+    config = parse_config_text(text, None)
+    controller = open_nodes(
+        config.profiles["two"],
+        config,
+        # Each node's state dir is its host's (options keep the default, so the config's win).
+        options=hosts.test_options(Path(SessionOptions().state_dir)),
+        ssh_config=(str(ssh_config),),
+    )
+    store = controller.bus.store
+    await controller.start()
+    try:
+        await controller.launch("two")
+        await until(lambda: store.run_state == "ready", "the two-node server to be ready")
+        argv = node_runs(state_dirs[1])[0]["argv"]
+        assert argv[argv.index("--dist-init-addr") + 1].startswith("127.0.0.1:")
+        assert any(line.text.startswith("[node1 ") for line in store.log)
+        base = await controller.http_base_url()
+        async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
+            assert (await client.get(f"{base}/health")).status_code == 200
+        await controller.stop()
+        pgids = [pgid for path in state_dirs for pgid in run_pgids(path)]
+        assert len(pgids) == 2 and not any(group_alive(p) for p in pgids)
+    finally:
+        await controller.close()
