@@ -57,6 +57,7 @@ def two_node_controller(
     order: tuple[int, int] = (0, 1),
     grace: float = 5.0,
     env: dict[str, str] | None = None,
+    hang_after_s: float = 300.0,
 ) -> MultiNodeController:
     """node-a and node-b as two local hosts; TP16 over them (TP8 per simulated 8-GPU node)."""
     fast = sim_profiles(env=env)["fast"]
@@ -67,7 +68,7 @@ def two_node_controller(
         HostSession(
             LocalTransport(label=("node-a", "node-b")[i]),
             profiles={"two": profile},
-            options=hosts.test_options(dirs[i]),
+            options=hosts.test_options(dirs[i], hang_after_s=hang_after_s),
         )
         for i in order
     ]
@@ -100,7 +101,7 @@ def node_runs(path: Path) -> list[dict]:
 async def test_two_node_server_launches_watches_as_one_run_and_stops(
     state_dirs: tuple[Path, Path],
 ) -> None:
-    controller = two_node_controller(state_dirs)
+    controller = two_node_controller(state_dirs, hang_after_s=1.5)
     store: StateStore = controller.bus.store
     await controller.start()
     try:
@@ -139,6 +140,11 @@ async def test_two_node_server_launches_watches_as_one_run_and_stops(
         base = await controller.http_base_url()
         async with httpx.AsyncClient(timeout=5, trust_env=False) as client:
             assert (await client.get(f"{base}/health")).status_code == 200
+
+        # Node 1 serves no HTTP: it is not polled, and its silence once loaded is no hang.
+        assert controller.nodes[1].session.poll_target() is None
+        await asyncio.sleep(2.5)
+        assert store.failure is None and store.run_state == "ready"
 
         report = await controller.stop()
         assert report is not None and report.run_id == run_id

@@ -126,6 +126,9 @@ class HostSession(HostController):
         # How the operator runs `specmon stop` for this host (set by the CLI from its own
         # arguments), so refusals print advice that works; "" builds one from the label.
         self.stop_command = ""
+        # False for a node of a multi-node server other than node 0: it serves no HTTP, so
+        # it is not polled, and its silence once loaded is not a hang (node 0's HTTP tells).
+        self.serves_http = True
 
     # --- HostController ------------------------------------------------------------------
 
@@ -303,7 +306,7 @@ class HostSession(HostController):
     def poll_target(self) -> PollTarget | None:
         """The followed run, for the HTTP poller (None when none is followed or it ended)."""
         follow = self._follow
-        if follow is None or follow.ended:
+        if follow is None or follow.ended or not self.serves_http:
             return None
         backend = follow.run.backend
         port = follow.run.port or get_backend(backend).default_port
@@ -769,7 +772,7 @@ class HostSession(HostController):
             follow = self._follow
             if follow is None or follow.ended or follow.failed_reported:
                 continue
-            if self._stopping_run == follow.run.run_id:
+            if self._stopping_run == follow.run.run_id or not self.serves_http:
                 continue
             hung = hang_reason(
                 time.monotonic(),

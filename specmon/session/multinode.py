@@ -132,6 +132,7 @@ class MultiNodeController(HostController):
         self.nodes = [_Node(rank, session) for rank, session in enumerate(sessions)]
         for node in self.nodes:
             node.session.bus = _NodeBus(self, node.rank, node.session.bus.store)
+            node.session.serves_http = node.rank == 0
         self._profiles: dict[str, Profile] = dict(profiles or {})
         self._gpu_stride = 0
         self._run_id: str | None = None

@@ -31,7 +31,7 @@ environment (simulator):
                            (default: specmon-sim-gpus.json next to the file stdout goes to, else cwd)
   SPECMON_SIM_FAULT        oom | oom:kv | oom:load | nccl | hang:load | hang:graphs | hang:decode
                            | crash | crash:segv
-  SPECMON_SIM_DIST_TIMEOUT seconds node 0 waits for the other nodes (default 600 x time scale)
+  SPECMON_SIM_DIST_TIMEOUT seconds node 0 waits for the other nodes (600 x time scale, >= 60)
   SPECMON_SIM_PEER_LOST_S  seconds a node outlives another node's death (default 0)
   SPECMON_PROBE_FILE       write per-cycle draft/verify timing records (JSON lines) here
 """

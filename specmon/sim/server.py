@@ -222,7 +222,9 @@ class SimServer:
             host=host,
             port=port,
             ranks_per_node=self.local_tp,
-            timeout_s=float(timeout) if timeout else DEFAULT_TIMEOUT_S * max(self.scale, 0.001),
+            # Scaled like the rest of start-up, but never below a minute: the other nodes'
+            # launches (ssh, python start-up) take real time whatever the scale.
+            timeout_s=float(timeout) if timeout else max(DEFAULT_TIMEOUT_S * self.scale, 60.0),
         )
 
     def _on_peer_lost(self) -> None:
