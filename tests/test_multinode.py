@@ -183,6 +183,31 @@ async def test_killing_one_node_fails_the_run_with_its_cause_and_stops_the_other
         await controller.close()
 
 
+async def test_a_half_server_found_on_connect_is_failed_and_stopped(
+    state_dirs: tuple[Path, Path],
+) -> None:
+    """Node 1 died while no console watched: the next console reports it and stops node 0."""
+    env = {"SPECMON_SIM_PEER_LOST_S": "60"}
+    first = two_node_controller(state_dirs, env=env)
+    await first.start()
+    try:
+        await first.launch("two")
+        await until(lambda: first.bus.store.run_state == "ready", "the server to be ready")
+    finally:
+        await first.close()
+    os.killpg(run_pgids(state_dirs[1])[0], signal.SIGKILL)
+    node0_pgid = run_pgids(state_dirs[0])[0]
+    second = two_node_controller(state_dirs, env=env)
+    await second.start()
+    try:
+        store = second.bus.store
+        await until(lambda: store.failure is not None, "the half-server reported")
+        assert store.failure.root_cause[0].startswith("node 1 (node-b): its part of run")
+        await until(lambda: not group_alive(node0_pgid), "node 0 stopped")
+    finally:
+        await second.close()
+
+
 async def test_locks_are_taken_in_label_order_whatever_the_node_order(
     state_dirs: tuple[Path, Path],
 ) -> None:

@@ -162,6 +162,22 @@ class MultiNodeController(HostController):
         run = self.current_run
         self._run_id = run.run_id if run is not None else None
         self._grace_task = asyncio.get_running_loop().create_task(self._watch_links())
+        self._check_whole()
+
+    def _check_whole(self) -> None:
+        """A run found live on some nodes but not on all (a node died while no console
+        watched) is a half-server: reported failed, and the live parts are stopped."""
+        runs = [node.session.current_run for node in self.nodes]
+        live = [r for r in runs if r is not None and r.alive]
+        if not live:
+            return
+        run_id = live[0].run_id
+        for node, run in zip(self.nodes, runs, strict=True):
+            if run is None or run.run_id != run_id or not run.alive:
+                self._run_id = run_id
+                self._report(node, None, f"its part of run {run_id} is not running")
+                self._spawn(self._stop_after_failure())
+                return
 
     async def close(self) -> None:
         if self._grace_task is not None:
