@@ -168,9 +168,9 @@ class MultiNodeController(HostController):
         """A run found live on some nodes but not on all (a node died while no console
         watched) is a half-server: reported failed, and the live parts are stopped."""
         runs = [node.session.current_run for node in self.nodes]
-        live = [r for r in runs if r is not None and r.alive]
+        live = [r for r in runs if r is not None and r.alive and (r.nnodes or 1) > 1]
         if not live:
-            return
+            return  # nothing, or a one-node run (someone else's to stop)
         run_id = live[0].run_id
         for node, run in zip(self.nodes, runs, strict=True):
             if run is None or run.run_id != run_id or not run.alive:
