@@ -408,6 +408,7 @@ port = {port}
 gpu_agent = "sim"
 stop_grace_s = 5.0
 nodes = ["node-a", "node-b"]
+node_grace_s = 1
 
 [profiles.two.env]
 SPECMON_SIM_TIME_SCALE = "0.003"
@@ -435,5 +436,18 @@ SPECMON_SIM_SHARDS = "8"
         await controller.stop()
         pgids = [pgid for path in state_dirs for pgid in run_pgids(path)]
         assert len(pgids) == 2 and not any(group_alive(p) for p in pgids)
+
+        # Relaunched, then the hosts become unreachable past node_grace_s: the run fails.
+        await controller.launch("two")
+        await until(lambda: store.run_state == "ready", "the relaunched server to be ready")
+        await asyncio.sleep(1.5)  # a stopped run's lost link fails nothing; a live one's does
+        os.kill(sshd_server.proc.pid, signal.SIGSTOP)  # no new connection gets an answer
+        try:
+            sshd_server.drop_connections()  # and the open ones die
+            await until(lambda: store.failure is not None, "the run reported failed")
+        finally:
+            os.kill(sshd_server.proc.pid, signal.SIGCONT)
+        assert "unreachable for more than 1s" in store.failure.root_cause[0]
+        assert store.failure.root_cause[0].startswith("node 0 (ssh-node-a)")
     finally:
         await controller.close()

@@ -404,7 +404,9 @@ class MultiNodeController(HostController):
         while True:
             await asyncio.sleep(max(0.05, min(1.0, self.node_grace_s / 4)))
             run = self.current_run
-            if run is None or self._failure_reported or self._stopping:
+            if run is None or not run.alive or self._failure_reported or self._stopping:
+                continue
+            if self.bus.store.run_state in ("stopped", "failed", "hung"):
                 continue
             for node in self.nodes:
                 lost = node.lost_since
