@@ -451,3 +451,45 @@ SPECMON_SIM_SHARDS = "8"
         assert store.failure.root_cause[0].startswith("node 0 (ssh-node-a)")
     finally:
         await controller.close()
+
+
+@pytest.mark.parametrize(
+    ("rank", "text"),
+    [
+        (
+            0,
+            "torch.distributed.DistStoreError: Timed out after 2 seconds waiting for clients. "
+            "8/16 clients joined.",
+        ),
+        (
+            1,
+            "torch.distributed.DistNetworkError: The client socket has timed out after 1000ms "
+            "while trying to connect to (127.0.0.1, {port}).",
+        ),
+    ],
+)
+def test_a_simulated_node_whose_peer_never_comes_fails_as_torch_does(
+    tmp_path: Path, rank: int, text: str
+) -> None:
+    port = free_port()
+    env = {
+        **os.environ,
+        "SPECMON_SIM_TIME_SCALE": "0.001",
+        "SPECMON_SIM_DIST_TIMEOUT": "1",
+        "SPECMON_SIM_GPU_STATE": str(tmp_path / "gpus.json"),
+    }
+    argv = ["--model-path", "m", "--tp", "16", "--nnodes", "2", "--node-rank", str(rank)]
+    argv += ["--dist-init-addr", f"127.0.0.1:{port}", "--port", str(free_port())]
+    done = subprocess.run(
+        [sys.executable, "-m", "specmon.sim", *argv],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+    )
+    assert done.returncode == -signal.SIGKILL  # SGLang's kill_process_tree
+    lines = done.stderr.splitlines()
+    own = f" TP{8 * rank + 7}] " + text.format(port=port)
+    assert any(line.endswith(own) for line in lines), lines[-4:]
+    assert f" TP{8 * (1 - rank)}]" not in done.stderr  # each node logs its own ranks only
+    assert "Received sigquit from a child process" in lines[-1]
