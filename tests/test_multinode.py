@@ -33,6 +33,7 @@ from specmon.backends import BACKENDS, NodePlacement, get_backend
 from specmon.backends.sglang import SGLangBackend
 from specmon.config import parse_config_text
 from specmon.errors import ConfigError, UsageError
+from specmon.events import GpuReading, GpuSample, NodeStatus
 from specmon.session.host import HostSession, SessionOptions
 from specmon.session.local import LocalTransport
 from specmon.session.multinode import MultiNodeController, open_nodes
@@ -493,3 +494,41 @@ def test_a_simulated_node_whose_peer_never_comes_fails_as_torch_does(
     assert any(line.endswith(own) for line in lines), lines[-4:]
     assert f" TP{8 * (1 - rank)}]" not in done.stderr  # each node logs its own ranks only
     assert "Received sigquit from a child process" in lines[-1]
+
+
+def test_the_console_groups_gpus_by_node_and_shows_a_lagging_node() -> None:
+    from specmon.tui.widgets.gpus import render_gpu_rows
+    from specmon.tui.widgets.loading import node_line
+
+    store = StateStore()
+    store.apply(
+        NodeStatus(node_rank=0, host="gpu-a", connection="connected", state="ready", gpus=(0, 1))
+    )
+    store.apply(
+        NodeStatus(
+            node_rank=1,
+            host="gpu-b",
+            connection="connected",
+            state="loading",
+            phase="target weights",
+            shards_done=5,
+            shards_total=8,
+            gpus=(2, 3),
+        )
+    )
+    store.apply(
+        GpuSample(
+            wall=time.time(),
+            gpus=tuple(
+                GpuReading(index=i, util_gpu=10.0, mem_used_mb=1000.0, mem_total_mb=143771.0)
+                for i in range(4)
+            ),
+        )
+    )
+    rows = render_gpu_rows(store, 80).plain.splitlines()
+    assert rows[0] == "node 0 gpu-a" and rows[3] == "node 1 gpu-b"
+    assert [row.split()[0] for row in (rows[1], rows[2], rows[4], rows[5])] == ["0", "1", "2", "3"]
+    line = node_line(store).plain
+    assert "node0 gpu-a ready" in line and "node1 gpu-b 5/8 target weights" in line
+    store.apply(NodeStatus(node_rank=1, host="gpu-b", connection="reconnecting"))
+    assert "node1 gpu-b reconnecting" in node_line(store).plain
