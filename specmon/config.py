@@ -133,6 +133,8 @@ class Profile:
     stop_grace_s: float = 30.0
     description: str = ""
     baseline_profile: str | None = None
+    nodes: tuple[str, ...] = ()  # hosts of one server spanning nodes; node 0 serves HTTP
+    node_grace_s: float = 60.0  # a node gone (dead or unreachable) this long fails the run
 
     def __post_init__(self) -> None:
         from specmon.backends import DEFAULT_BACKEND, backend_for_command, get_backend
@@ -475,6 +477,8 @@ PROFILE_KEYS = (
     "gpu_agent",
     "stop_grace_s",
     "baseline_profile",
+    "nodes",
+    "node_grace_s",
 )
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
@@ -816,7 +820,10 @@ class _Reader:
             stop_grace_s=self.number(table, path, "stop_grace_s", float, 0.0, 3600.0, 30.0),
             description=self.value(table, path, "description", str, ""),
             baseline_profile=self.value(table, path, "baseline_profile", str, None),
+            nodes=self.read_nodes(table, path, server),
+            node_grace_s=self.number(table, path, "node_grace_s", float, 0.0, 86400.0, 60.0),
         )
+        self.check_no_node_flags(profile, path, server)
         for problem in profile.to_launch_spec().problems():
             subject = problem.partition(": ")[0]
             profile_key = server.profile_key_of(subject)
@@ -828,6 +835,50 @@ class _Reader:
                 key_path = [*path, "extra_args"]
             raise self.error(key_path, problem)
         return profile
+
+    def read_nodes(self, table: Mapping[str, Any], path: Sequence[str], server: Any) -> tuple:
+        """``nodes``: two or more distinct hosts (config names or [user@]host[:port] / ssh
+        aliases), for a backend that can span nodes."""
+        nodes = self.string_list(table, path, "nodes")
+        if "nodes" not in table:
+            return ()
+        key = [*path, "nodes"]
+        if len(nodes) < 2:
+            raise self.error(key, "name two or more hosts (a one-node server needs no nodes)")
+        seen: set[str] = set()
+        for node in nodes:
+            from specmon.errors import UsageError
+            from specmon.hostname import parse_host
+
+            if node in seen:
+                raise self.error(key, f"{node!r:.40} is named twice")
+            seen.add(node)
+            try:
+                parse_host(node)
+            except UsageError as exc:
+                raise self.error(key, str(exc)) from None
+        from specmon.backends import NodePlacement
+
+        if server.multinode_args(NodePlacement(0, len(nodes), "127.0.0.1", 1)) is None:
+            raise self.error(
+                key,
+                f"{server.display_name} servers cannot span nodes in specmon (its multi-node "
+                "mode needs a cluster manager such as Ray); run one server per host instead",
+            )
+        return nodes
+
+    def check_no_node_flags(self, profile: Profile, path: Sequence[str], server: Any) -> None:
+        """The multi-node flags are rendered from ``nodes``, never typed by hand."""
+        from specmon.flag_grammar import parse_flags
+
+        given = {item.name for item in parse_flags(profile.extra_args)[0]}
+        typed = sorted(given & server.multinode_flags())
+        if typed:
+            raise self.error(
+                [*path, "extra_args"],
+                f"--{typed[0]} is set by specmon from the profile's nodes; remove it "
+                '(e.g. nodes = ["gpu-a", "gpu-b"])',
+            )
 
     def read_ui(self, table: Mapping[str, Any]) -> UiConfig:
         path = ["ui"]
@@ -905,6 +956,8 @@ def render_profile_toml(profile: Profile) -> str:
         ("gpu_agent", profile.gpu_agent),
         ("stop_grace_s", profile.stop_grace_s),
         ("baseline_profile", profile.baseline_profile),
+        ("nodes", list(profile.nodes) if profile.nodes else None),
+        ("node_grace_s", profile.node_grace_s if profile.nodes else None),
     ]
     lines += [f"{key} = {_toml_value(value)}" for key, value in fields if value is not None]
     if profile.speculative is not None:

@@ -515,6 +515,23 @@ class GpuSample(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus(Event):
+    """One node of a server spanning several nodes, as its own host sees it: connection,
+    run state, loading phase and shards (a node that lags shows here), and the console's
+    ids of its GPUs (node-major: node i's GPU g is ``i * stride + g``)."""
+
+    kind: ClassVar[str] = "node"
+    node_rank: int
+    host: str
+    connection: str | None = None  # ConnectionStateName of the node's own link
+    state: str | None = None  # its run's state: loading, ready (node 0), running, stopped...
+    phase: str | None = None
+    shards_done: int = 0
+    shards_total: int | None = None
+    gpus: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class AgentStatus(Event):
     """The GPU agent's life: started (with driver versions), error (no driver...), restarting."""
 

@@ -31,6 +31,7 @@ from specmon.events import (
     LoadTimes,
     LogLine,
     MetricsSnapshot,
+    NodeStatus,
     Prefill,
     ProbeTiming,
     Ready,
@@ -96,6 +97,7 @@ class LoadingState:
     ready_at: float | None = None
     loads_seen: int = 0
     previous_load_seconds: float | None = None  # from an earlier load of the same profile
+    nodes: dict[int, NodeStatus] = field(default_factory=dict)  # per node of a multi-node run
 
     def elapsed(self, now: float) -> float | None:
         if self.started_at is None:
@@ -200,6 +202,7 @@ class StateStore:
         self.accept_len: deque[Point] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
         self.gpus: dict[int, GpuReading] = {}
+        self.gpu_nodes: dict[int, int] = {}  # GPU id -> node rank, for a multi-node run
         self.gpu_util: dict[int, deque[Point]] = {}
         self.gpu_mem: dict[int, deque[Point]] = {}
         self.log: deque[LogLine] = deque(maxlen=LOG_LINES)
@@ -359,6 +362,11 @@ class StateStore:
         self.failure = e
         self.run_state = "hung" if e.hung else "failed"
 
+    def _on_node(self, e: NodeStatus, now: float) -> None:
+        self.loading.nodes[e.node_rank] = e
+        for gpu in e.gpus:
+            self.gpu_nodes[gpu] = e.node_rank
+
     def _on_log(self, e: LogLine, now: float) -> None:
         self.log.append(e)
 
@@ -421,6 +429,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,
+    NodeStatus: StateStore._on_node,
     ProbeTiming: StateStore._on_probe,
     GpuSample: StateStore._on_gpu,
 }  # type: ignore[dict-item]

@@ -133,6 +133,16 @@ class ProbeTargets:
     pythonpath: bool = True  # prepend the probe dir to PYTHONPATH
 
 
+@dataclass(frozen=True, slots=True)
+class NodePlacement:
+    """Where one process of a server spanning several nodes stands."""
+
+    rank: int  # 0 serves HTTP
+    nnodes: int
+    init_host: str  # node 0's address, as the other nodes reach it
+    init_port: int  # a port free on node 0 for the distributed rendezvous
+
+
 class Backend(ABC):
     """What specmon needs to know about one kind of server (see docs/backends.md)."""
 
@@ -255,6 +265,21 @@ class Backend(ABC):
     def probe_targets(self) -> ProbeTargets | None:
         """The in-server timing probe, or None for a server without one."""
         return None
+
+    # --- several nodes -----------------------------------------------------------------
+
+    def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
+        """The flags that make one server process node ``node.rank`` of ``node.nnodes``,
+        meeting the others at ``node.init_host:node.init_port`` (node 0's address and a port
+        free there); None when this server cannot span nodes without a cluster manager of
+        its own (specmon then refuses a profile with ``nodes``). The flags are appended to
+        each node's launch and validated with the others by ``launch_problems``."""
+        return None
+
+    def multinode_flags(self) -> frozenset[str]:
+        """The flags ``multinode_args`` writes (without dashes): a launch that sets one by
+        hand is refused, since specmon renders them from the profile's ``nodes``."""
+        return frozenset()
 
 
 # The registry: name -> "module:Class". A new server is one entry and one folder.

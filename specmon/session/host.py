@@ -16,7 +16,7 @@ import json
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +126,9 @@ class HostSession(HostController):
         # How the operator runs `specmon stop` for this host (set by the CLI from its own
         # arguments), so refusals print advice that works; "" builds one from the label.
         self.stop_command = ""
+        # False for a node of a multi-node server other than node 0: it serves no HTTP, so
+        # it is not polled, and its silence once loaded is not a hang (node 0's HTTP tells).
+        self.serves_http = True
 
     # --- HostController ------------------------------------------------------------------
 
@@ -198,11 +201,31 @@ class HostSession(HostController):
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made LaunchSpec (validated here), replacing this console's run."""
         spec.validate()
+        async with self.action_lock("launch"):
+            return await self.replace_run(spec, profile=profile)
+
+    @contextlib.asynccontextmanager
+    async def action_lock(self, action: str) -> AsyncIterator[None]:
+        """This console's operation lock and the host-wide launch/stop lock, for ``action``
+        (a multi-node controller takes every node's, in a fixed order, then calls
+        ``replace_run`` and ``stop_owned_runs``)."""
+        async with self._op_lock, self._host_lock(action):
+            yield
+
+    async def replace_run(
+        self,
+        spec: LaunchSpec,
+        *,
+        profile: str | None = None,
+        run_id: str | None = None,
+        node: Mapping[str, Any] | None = None,
+    ) -> str:
+        """With ``action_lock`` held: stop this console's live run (verified gone, GPU memory
+        released), then launch ``spec`` (already validated); ``run_id`` and ``node`` make it
+        one node of a multi-node run."""
         chosen = self._profiles.get(profile) if profile else None
-        async with self._op_lock, self._host_lock("launch"):
-            runs = await self.status()
-            await self._stop_live_runs(runs)
-            result = await self._helper_launch(spec, profile, chosen)
+        await self._stop_live_runs(await self.status())
+        result = await self._helper_launch(spec, profile, chosen, run_id=run_id, node=node)
         kind = chosen.gpu_agent if chosen is not None else None
         if kind is not None and kind != self._agent_kind:
             self._agent_kind = kind
@@ -210,14 +233,24 @@ class HostSession(HostController):
         return result
 
     async def stop(self) -> StopReport | None:
-        async with self._op_lock, self._host_lock("stop"):
-            runs = await self.status()
-            live = [r for r in runs if r.alive]
-            self._check_ownership(live)
-            report = None
-            for run in live:
-                report = await self._stop_run(run)
-            return report
+        async with self.action_lock("stop"):
+            return await self.stop_owned_runs()
+
+    async def stop_owned_runs(self) -> StopReport | None:
+        """With ``action_lock`` held: stop this console's live run (refusing another's)."""
+        runs = await self.status()
+        live = [r for r in runs if r.alive]
+        self._check_ownership(live)
+        report = None
+        for run in live:
+            report = await self._stop_run(run)
+        return report
+
+    async def free_port(self) -> tuple[str, int]:
+        """(the address this host was reached at, a TCP port free on it now): where node 0
+        of a multi-node server waits for the others."""
+        reply = await self.helper.call(["free-port"])
+        return str(reply["address"]), int(reply["port"])
 
     async def stop_run(self, run_id: str) -> StopReport | None:
         """Stop one run of this state dir by id, whoever launched it (``stop --run-id``);
@@ -273,7 +306,7 @@ class HostSession(HostController):
     def poll_target(self) -> PollTarget | None:
         """The followed run, for the HTTP poller (None when none is followed or it ended)."""
         follow = self._follow
-        if follow is None or follow.ended:
+        if follow is None or follow.ended or not self.serves_http:
             return None
         backend = follow.run.backend
         port = follow.run.port or get_backend(backend).default_port
@@ -517,7 +550,13 @@ class HostSession(HostController):
         self._cancel_task("follow")
 
     async def _helper_launch(
-        self, spec: LaunchSpec, profile: str | None, chosen: Profile | None
+        self,
+        spec: LaunchSpec,
+        profile: str | None,
+        chosen: Profile | None,
+        *,
+        run_id: str | None = None,
+        node: Mapping[str, Any] | None = None,
     ) -> str:
         local = self.transport.is_local
         payload = launch_payload(
@@ -533,6 +572,8 @@ class HostSession(HostController):
             tether_grace_s=(
                 self._grace_for_profile(profile) if self.stop_server_on_close and local else None
             ),
+            run_id=run_id,
+            node=node,
         )
         reply = await self.helper.call(["launch"], input=json.dumps(payload).encode())
         run = RunStatus.from_helper({**reply, "alive": True})
@@ -689,7 +730,9 @@ class HostSession(HostController):
         follow.ended = True
         code, sig = info.get("code"), info.get("signal")
         run_id = follow.run.run_id
-        follow.run = replace(follow.run, alive=False, exit_code=code, exit_signal=sig)
+        follow.run = replace(
+            follow.run, alive=False, exit_code=code, exit_signal=sig, ended_at=info.get("ended_at")
+        )
         if self._stopping_run == run_id:
             self._publish(RunState(run_id=run_id, state="stopped", detail=exit_text(code, sig)))
             return
@@ -730,7 +773,7 @@ class HostSession(HostController):
             follow = self._follow
             if follow is None or follow.ended or follow.failed_reported:
                 continue
-            if self._stopping_run == follow.run.run_id:
+            if self._stopping_run == follow.run.run_id or not self.serves_http:
                 continue
             hung = hang_reason(
                 time.monotonic(),
