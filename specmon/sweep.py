@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specmon.backends import get_backend
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
@@ -197,12 +198,13 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
         else:
             spec = profile.to_launch_spec(python=python).without_speculation()
             name = plan.profile
-            note = f"profile {plan.profile} with every --speculative-* flag removed"
-        if spec.flag("speculative-algorithm"):
+            note = f"profile {plan.profile} with its speculative decoding flags removed"
+        speculating = sorted(get_backend(spec.backend).speculation_flags(spec.args))
+        if speculating:
+            shown = " ".join(f"--{flag} {spec.flag(flag) or ''}".strip() for flag in speculating)
             raise UsageError(
-                f"baseline profile {name!r} runs speculative decoding "
-                f"(--speculative-algorithm {spec.flag('speculative-algorithm')}); a baseline "
-                "must have speculation off"
+                f"baseline profile {name!r} runs speculative decoding ({shown[:120]}); a "
+                "baseline must have speculation off"
             )
         points.append(SweepPoint({}, True, spec, name, (note,)))
     for params in combinations(plan.axes):

@@ -30,11 +30,17 @@ class SpeculativeFields(Protocol):
     def eagle_topk(self) -> int | None: ...
     @property
     def num_draft_tokens(self) -> int | None: ...
+    @property
+    def num_speculative_tokens(self) -> int | None: ...
+    @property
+    def draft_tensor_parallel_size(self) -> int | None: ...
 
 
 class ProfileFields(Protocol):
     """The fields of a launch profile a backend maps to its flags (config.Profile has them)."""
 
+    @property
+    def command(self) -> tuple[str, ...]: ...
     @property
     def model_path(self) -> str: ...
     @property
@@ -130,6 +136,27 @@ class Backend(ABC):
     default_speculative_algorithm: str | None = None  # when a form adds speculation
     sim_module: str | None = None  # the simulator personality run for demos and tests
     default_port: int = 30000
+    # A profile's [speculative] keys: (TOML key, SpeculativeFields attribute), the first being
+    # the algorithm (required). Ranges are the config's (docs/config.md).
+    speculative_keys: tuple[tuple[str, str], ...] = (
+        ("algorithm", "algorithm"),
+        ("num_steps", "num_steps"),
+        ("eagle_topk", "eagle_topk"),
+        ("num_draft_tokens", "num_draft_tokens"),
+    )
+    # The loading panel's phases, in order (the store maps start-up events onto them).
+    loading_phases: tuple[str, ...] = (
+        "target weights",
+        "KV cache",
+        "target CUDA graphs",
+        "draft weights",
+        "draft CUDA graphs",
+        "HTTP server",
+        "ready",
+    )
+    # Built-in profiles (TOML) that run this server's simulator personality, available from
+    # any directory like the ``demo`` profile (config.builtin_config_toml adds them).
+    builtin_profiles_toml: str = ""
 
     # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"
@@ -157,6 +184,11 @@ class Backend(ABC):
     def command_matches(self, command: Sequence[str]) -> bool:
         """Whether a profile's command runs this server (used to infer ``backend``)."""
 
+    def profile_command(self, command: Sequence[str], profile: ProfileFields) -> tuple[str, ...]:
+        """The command words a profile runs (its ``command``; a server whose command takes the
+        model as a positional argument adds it here)."""
+        return tuple(command)
+
     @abstractmethod
     def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
         """The flags a profile's fields (model_path, tp, speculative...) stand for, followed
@@ -169,6 +201,19 @@ class Backend(ABC):
     @abstractmethod
     def flag_kind(self, name: str) -> FlagKind | None:
         """``switch`` (bare), ``value``, or None for a flag this server does not have."""
+
+    def setting_flags(
+        self, args: Sequence[str], changes: Mapping[str, str | bool | None]
+    ) -> dict[str, str | bool | None]:
+        """Flag changes (a sweep grid's, a form's) with the server's named settings that are
+        not flags of their own (e.g. a key inside a JSON flag) folded into the flag that
+        carries them, given the launch's current ``args``. Default: the changes as given."""
+        return dict(changes)
+
+    def setting_value(self, args: Sequence[str], name: str) -> str | None:
+        """The value of a named setting that is not a flag of its own (see setting_flags), or
+        None; a flag's own value is read by the caller."""
+        return None
 
     @abstractmethod
     def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
@@ -247,6 +292,7 @@ class Backend(ABC):
 # The registry: name -> "module:Class". A new server is one entry and one folder.
 BACKENDS: dict[str, str] = {
     "sglang": "specmon.backends.sglang:SGLangBackend",
+    "vllm": "specmon.backends.vllm:VLLMBackend",
 }
 DEFAULT_BACKEND = "sglang"
 
