@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from specmon.launch import LaunchSpec
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # underscores: a backend's named settings
 MAX_POINTS = 1000
 READY_POLL_S = 0.2
 MAX_ATTEMPTS = 3  # per point, when the connection to the host drops mid-point
