@@ -63,7 +63,10 @@ class ThroughputPanel(Vertical):
         yield Static(id="positions")
 
     def update_from(self, store: StateStore) -> None:
-        ratios = store.accept_by_position.ratios()
+        # Shown when the server reports it (vLLM's SpecDecoding lines and counters); the
+        # probe's single-request estimate stays on the exporter.
+        reported = store.accept_by_position.reported
+        ratios = list(reported) if reported is not None else []
         key = (len(store.throughput), store.last_decode, len(store.accept_len), tuple(ratios))
         if key == self._last:
             return
