@@ -186,6 +186,7 @@ class StateStore:
         self.loading = LoadingState()
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
+        self.last_decode_at: float | None = None  # arrival time of last_decode
         self.spec_steps: int | None = None
         """Draft steps in force after adaptive speculation changed them; None: as launched."""
         self.throughput: deque[Point] = deque(maxlen=history)
@@ -278,6 +279,7 @@ class StateStore:
             self.loading = LoadingState(previous_load_seconds=previous)
             self.failure = None
             self.last_decode = None
+            self.last_decode_at = None
             self.spec_steps = None
             self.throughput.clear()
             self.accept_len.clear()
@@ -385,6 +387,7 @@ class StateStore:
         """Throughput is the server's total: a log with several engines (vLLM's data
         parallel `Engine 000:`, `Engine 001:`) adds each engine's latest figure."""
         self.last_decode = e
+        self.last_decode_at = now
         engine = e.engine
         if engine is None:
             self.throughput.append(Point(now, e.gen_throughput))

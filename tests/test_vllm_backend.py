@@ -436,3 +436,73 @@ def test_several_engines_add_up_and_the_exporter_reads_the_reported_positions():
     assert store.accept_by_position.ratios() == [0.9, 0.5]
     assert store.accept_by_position_history[-1] == (2.0, (0.9, 0.5))
     assert 0.0 <= loading_progress(store) <= 1.0
+
+
+# --- /metrics when the log is quiet ----------------------------------------------------------
+
+
+def metrics_page(drafts: int, accepted: tuple[int, ...], generated: int) -> str:
+    lines = [
+        "# TYPE vllm:spec_decode_num_drafts counter",
+        f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}',
+        "# TYPE vllm:spec_decode_num_draft_tokens counter",
+        f'vllm:spec_decode_num_draft_tokens_total{{engine="0",model_name="m"}} {drafts * 3}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter",
+        f'vllm:spec_decode_num_accepted_tokens_total{{engine="0",model_name="m"}} {sum(accepted)}',
+        "# TYPE vllm:spec_decode_num_accepted_tokens_per_pos counter",
+        *(
+            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",'
+            f'position="{i}"}} {n}'
+            for i, n in enumerate(accepted)
+        ),
+        "# TYPE vllm:generation_tokens counter",
+        f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {generated}',
+        "# TYPE vllm:num_requests_running gauge",
+        'vllm:num_requests_running{engine="0",model_name="m"} 2.0',
+        "# TYPE vllm:num_requests_waiting gauge",
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 1.0',
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def test_metrics_pages_become_decode_and_spec_decode_events_from_counter_rates():
+    reader = VLLM.new_metrics_reader()
+    assert reader is not None
+    assert reader.read(metrics_page(0, (0, 0, 0), 0), at=0.0) == []  # the first page: no rate
+    events = reader.read(metrics_page(100, (80, 60, 40), 580), at=2.0)
+    decode, spec = events
+    assert (decode.kind, decode.gen_throughput, decode.running_req, decode.queue_req) == (
+        "decode",
+        290.0,
+        2,
+        1,
+    )
+    assert decode.token_usage == 0.25 and decode.tokens is None
+    assert spec.kind == "spec_decode"
+    assert spec.mean_accept_len == pytest.approx(2.8)
+    assert spec.per_position == pytest.approx((0.8, 0.6, 0.4))
+    assert spec.draft_acceptance_rate == pytest.approx(0.6)
+    assert reader.read("not metrics {", at=3.0) == []
+
+
+def test_metrics_events_are_published_only_while_the_log_is_quiet(tmp_path):
+    from support.hosts import local_session
+
+    from specmon.events import Decode
+    from specmon.session.host import LOG_STATS_QUIET_S
+
+    session = local_session(tmp_path / "state", {})
+    store = session.bus.store
+    assert session._log_stats_quiet(None)  # no decode seen yet
+    logged = Decode(running_req=1, tokens=None, token_usage=0.1, gen_throughput=9.0, queue_req=0)
+    import time
+
+    store.apply(logged, at=time.time())
+    assert not session._log_stats_quiet(None)  # the log just spoke
+    own = Decode(running_req=1, tokens=None, token_usage=0.1, gen_throughput=8.0, queue_req=0)
+    store.apply(own, at=time.time())
+    assert session._log_stats_quiet(own)  # the latest decode is the poller's own
+    store.apply(logged, at=time.time() - LOG_STATS_QUIET_S - 1)
+    assert session._log_stats_quiet(None)  # the log's last decode is old

@@ -92,6 +92,15 @@ class LogSummary(ABC):
         """The summary record (the parser supplies counters such as unparsed_decode_like)."""
 
 
+class MetricsReader(ABC):
+    """Turns successive ``/metrics`` pages of one run into events (rates between polls), for
+    a server whose log may say nothing while it serves. Never raises on input."""
+
+    @abstractmethod
+    def read(self, text: str, at: float) -> list[Event]:
+        """Events from one page polled at ``at`` (monotonic seconds); [] when none yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One launch rule broken: ``subject`` is the flag (``--name``) or variable at fault."""
@@ -283,6 +292,11 @@ class Backend(ABC):
     def metric_sample_kept(self, name: str) -> bool:
         """Whether a Prometheus sample belongs on the console (histogram buckets left out)."""
         return name.startswith(self.metric_prefix) and not name.endswith("_bucket")
+
+    def new_metrics_reader(self) -> MetricsReader | None:
+        """A reader of the server's ``/metrics`` into events, or None when its log says all
+        (the poller publishes its events only while the log's own stats lines are quiet)."""
+        return None
 
     def probe_targets(self) -> ProbeTargets | None:
         """The in-server timing probe, or None for a server without one."""

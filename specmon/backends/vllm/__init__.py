@@ -12,6 +12,7 @@ from specmon.backends import (
     FormField,
     LogParser,
     LogSummary,
+    MetricsReader,
     ProbeTargets,
     Problem,
     ProfileFields,
@@ -299,6 +300,11 @@ class VLLMBackend(Backend):
 
     def metric_sample_kept(self, name: str) -> bool:
         return name.startswith(self.metric_prefix) and not name.endswith(("_bucket", "_created"))
+
+    def new_metrics_reader(self) -> MetricsReader | None:
+        from specmon.backends.vllm.metrics import VLLMMetricsReader
+
+        return VLLMMetricsReader()
 
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.probe import injection_files
