@@ -196,7 +196,10 @@ class LaunchSpec:
         backend's named setting that is not a flag of its own (vLLM's
         ``num_speculative_tokens``, a key of its speculative config) reads the same way."""
         name = name.lstrip("-")
-        setting = _backend(self.backend).setting_value(self.args, name)
+        try:
+            setting = _backend(self.backend).setting_value(self.args, name)
+        except LaunchSpecError:
+            setting = None  # an unknown backend (a record from another build): flags only
         if setting is not None:
             return setting
         found: str | None = None
