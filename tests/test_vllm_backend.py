@@ -506,3 +506,23 @@ def test_metrics_events_are_published_only_while_the_log_is_quiet(tmp_path):
     assert session._log_stats_quiet(own)  # the latest decode is the poller's own
     store.apply(logged, at=time.time() - LOG_STATS_QUIET_S - 1)
     assert session._log_stats_quiet(None)  # the log's last decode is old
+
+
+def test_speculation_is_read_from_metrics_where_the_info_endpoint_does_not_say():
+    assert VLLM.speculation_in_metrics(metrics_page(0, (0, 0, 0), 0)) is True
+    no_spec = "\n".join(
+        line for line in metrics_page(0, (0, 0, 0), 0).splitlines() if "spec_decode" not in line
+    )
+    assert VLLM.speculation_in_metrics(no_spec + "\n") is False
+    assert VLLM.speculation_in_metrics("") is None  # no vllm: samples (--disable-log-stats)
+    assert VLLM.speculation_in_metrics("bad {") is None
+    from dataclasses import replace
+
+    from specmon.bench.runner import BenchResult
+
+    fields = {f: None for f in BenchResult.__dataclass_fields__}
+    result = BenchResult(**fields)  # type: ignore[arg-type]
+    assert result.speculative is None
+    assert replace(result, metrics_speculative=False).speculative is False
+    info = replace(result, server_info={"speculative_algorithm": "EAGLE3"})
+    assert replace(info, metrics_speculative=False).speculative is True  # the info wins

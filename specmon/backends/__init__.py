@@ -298,6 +298,11 @@ class Backend(ABC):
         (the poller publishes its events only while the log's own stats lines are quiet)."""
         return None
 
+    def speculation_in_metrics(self, text: str) -> bool | None:
+        """Whether a ``/metrics`` page shows speculative decoding running, for a server whose
+        info endpoint does not say (the sweep confirms a baseline by it); None: unknown."""
+        return None
+
     def probe_targets(self) -> ProbeTargets | None:
         """The in-server timing probe, or None for a server without one."""
         return None

@@ -306,6 +306,16 @@ class VLLMBackend(Backend):
 
         return VLLMMetricsReader()
 
+    def speculation_in_metrics(self, text: str) -> bool | None:
+        """vLLM exports its spec_decode counters only when a speculative config is set."""
+        from specmon.backends.vllm.metrics import MetricsTextError, parse_metrics
+
+        try:
+            snapshot = parse_metrics(text, 0.0)
+        except MetricsTextError:
+            return None
+        return snapshot.spec_decode if snapshot.engines else None
+
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.probe import injection_files
 
