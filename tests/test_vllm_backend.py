@@ -526,3 +526,15 @@ def test_speculation_is_read_from_metrics_where_the_info_endpoint_does_not_say()
     assert replace(result, metrics_speculative=False).speculative is False
     info = replace(result, server_info={"speculative_algorithm": "EAGLE3"})
     assert replace(info, metrics_speculative=False).speculative is True  # the info wins
+
+
+def test_bench_info_merges_the_served_model_and_the_version():
+    assert VLLM.info_merged and VLLM.info_paths == ("/v1/models", "/version")
+    models = {
+        "object": "list",
+        "data": [{"id": "llama", "root": "/models/llama", "max_model_len": 8}],
+    }
+    assert VLLM.bench_info(models) == {"model_path": "/models/llama", "max_model_len": 8}
+    assert VLLM.bench_info({"version": "0.33.0"}) == {"version": "0.33.0"}
+    assert VLLM.bench_info([1]) == {}
+    assert VLLM.server_info_values(models) == (("model", "llama"), ("max_model_len", "8"))

@@ -170,6 +170,7 @@ class Backend(ABC):
     # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"
     info_paths: tuple[str, ...] = ()  # server-info endpoints, tried in order
+    info_merged: bool = False  # True: every info endpoint answers part (merged), not the first
     metrics_path: str = "/metrics"
     metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
     accept_length_metric: str | None = None  # the mean acceptance length gauge
@@ -269,6 +270,12 @@ class Backend(ABC):
     def ready_on_health(self, status: int | None) -> bool:
         """Whether an answer of the health endpoint means the server is ready to serve."""
         return status == 200
+
+    def bench_info(self, data: Any) -> dict[str, Any]:
+        """A server-info answer as the benchmark records it: ``version``, ``model_path`` and
+        the server's launch arguments by name (``speculative_algorithm`` says whether it
+        speculates). Default: the answer as it is."""
+        return dict(data) if isinstance(data, dict) else {}
 
     @abstractmethod
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:

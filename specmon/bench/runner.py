@@ -416,20 +416,27 @@ async def _run_batch(
 
 
 async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | None:
-    """The backend's server-info endpoints, tried in order; None if the server has none."""
+    """The backend's server-info endpoints, tried in order; None if the server has none.
+    A backend whose info is spread over several endpoints (``info_merged``) has every
+    answering endpoint's fields (``bench_info``) merged, the first answer winning per key."""
     import httpx
 
+    merged: dict[str, Any] = {}
     for path in backend.info_paths:
         try:
             response = await client.get(path)
         except httpx.HTTPError:
-            return None
+            return merged or None
         if response.status_code == 200:
             try:
                 data = response.json()
             except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
+                return merged or None
+            fields = backend.bench_info(data)
+            if not backend.info_merged:
+                return fields
+            merged = {**fields, **merged}
+    return merged or None
     return None
 
 

@@ -81,7 +81,8 @@ class VLLMBackend(Backend):
     sim_module = "specmon.sim.vllm"
     default_port = 8000
     health_path = "/health"
-    info_paths = ("/version",)
+    info_paths = ("/v1/models", "/version")
+    info_merged = True  # the served model from one, the version from the other
     metrics_path = "/metrics"
     metric_prefix = "vllm:"
     accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
@@ -246,6 +247,24 @@ class VLLMBackend(Backend):
 
     def ready_on_health(self, status: int | None) -> bool:
         return status == 200  # 503: the engine died (vLLM refuses connections while loading)
+
+    def bench_info(self, data: Any) -> dict[str, Any]:
+        """``/version`` gives the version; ``/v1/models`` the served model (its ``root``, the
+        path it was loaded from, else its name) and max_model_len."""
+        if not isinstance(data, dict):
+            return {}
+        info: dict[str, Any] = {}
+        if isinstance(data.get("version"), str):
+            info["version"] = data["version"]
+        models = data.get("data")
+        if isinstance(models, list) and models and isinstance(models[0], dict):
+            model = models[0]
+            name = model.get("root") or model.get("id")
+            if name is not None:
+                info["model_path"] = str(name)
+            if model.get("max_model_len") is not None:
+                info["max_model_len"] = model["max_model_len"]
+        return info
 
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
         if not isinstance(data, dict):
