@@ -538,3 +538,10 @@ def test_bench_info_merges_the_served_model_and_the_version():
     assert VLLM.bench_info({"version": "0.33.0"}) == {"version": "0.33.0"}
     assert VLLM.bench_info([1]) == {}
     assert VLLM.server_info_values(models) == (("model", "llama"), ("max_model_len", "8"))
+
+
+def test_a_benchmarks_acceptance_length_comes_from_the_counters_rise():
+    before, after = metrics_page(10, (8, 6, 4), 100), metrics_page(110, (88, 66, 44), 700)
+    assert VLLM.accept_length_between(before, after) == pytest.approx(2.8)
+    assert VLLM.accept_length_between(after, after) is None  # no drafts in between
+    assert VLLM.accept_length_between("bad {", after) is None

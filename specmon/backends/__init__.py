@@ -305,6 +305,11 @@ class Backend(ABC):
         (the poller publishes its events only while the log's own stats lines are quiet)."""
         return None
 
+    def accept_length_between(self, before: str, after: str) -> float | None:
+        """The mean acceptance length over an interval from two ``/metrics`` pages, for a
+        server without an ``accept_length_metric`` gauge; None: unknown."""
+        return None
+
     def speculation_in_metrics(self, text: str) -> bool | None:
         """Whether a ``/metrics`` page shows speculative decoding running, for a server whose
         info endpoint does not say (the sweep confirms a baseline by it); None: unknown."""

@@ -496,6 +496,13 @@ async def run_benchmark(
                 raise BenchError(
                     f"warm-up failed ({len(failed)} of {len(warm)} requests): {failed[0].error}"
                 )
+        # A server without an acceptance gauge (vLLM: counters) is read before and after
+        # the measured requests; the backend computes the length from the rise.
+        counters_before = (
+            await fetch_metrics_text(client, server)
+            if server.accept_length_metric is None
+            else None
+        )
         started_at = time.time()
         started = time.perf_counter()
         measured = await _run_batch(
@@ -510,9 +517,13 @@ async def run_benchmark(
             )
         metrics_accept = await fetch_metrics_accept_length(client, server)
         metrics_speculative = None
-        if speculative_from_server_info(server_info) is None:
+        if server.accept_length_metric is None or speculative_from_server_info(server_info) is None:
             text = await fetch_metrics_text(client, server)
-            metrics_speculative = None if text is None else server.speculation_in_metrics(text)
+            if text is not None:
+                if speculative_from_server_info(server_info) is None:
+                    metrics_speculative = server.speculation_in_metrics(text)
+                if server.accept_length_metric is None and counters_before is not None:
+                    metrics_accept = server.accept_length_between(counters_before, text)
     result = summarize(
         settings=settings,
         base_url=base_url,

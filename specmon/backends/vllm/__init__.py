@@ -325,6 +325,20 @@ class VLLMBackend(Backend):
 
         return VLLMMetricsReader()
 
+    def accept_length_between(self, before: str, after: str) -> float | None:
+        """1 + accepted / drafts over the interval, as vLLM's docs define it."""
+        from specmon.backends.vllm.metrics import (
+            MetricsTextError,
+            parse_metrics,
+            spec_decode_rates,
+        )
+
+        try:
+            rates = spec_decode_rates(parse_metrics(before, 0.0), parse_metrics(after, 1.0))
+        except MetricsTextError:
+            return None
+        return None if rates is None else rates.mean_accept_len
+
     def speculation_in_metrics(self, text: str) -> bool | None:
         """vLLM exports its spec_decode counters only when a speculative config is set."""
         from specmon.backends.vllm.metrics import MetricsTextError, parse_metrics
