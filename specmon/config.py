@@ -83,6 +83,11 @@ def builtin_config_toml() -> str:
     return "\n".join([BUILTIN_CONFIG_TOML, *(text for text in extra if text)])
 
 
+def _builtin_profile_names() -> set[str]:
+    """The built-in profiles' names (a file's default_profile may name one)."""
+    return set(re.findall(r"^\[profiles\.([A-Za-z0-9_-]+)\]$", builtin_config_toml(), re.M))
+
+
 @dataclass(frozen=True)
 class HostConfig:
     """A machine to run servers on. ``address`` may be an ~/.ssh/config alias."""
@@ -699,7 +704,10 @@ class _Reader:
                 f"no host named {default_host!r}{_did_you_mean(default_host, hosts)}",
             )
         default_profile = self.value(data, [], "default_profile", str, None)
-        if default_profile is not None and default_profile not in {*profiles, "demo"}:
+        if default_profile is not None and default_profile not in {
+            *profiles,
+            *_builtin_profile_names(),
+        }:
             raise self.error(
                 ["default_profile"],
                 f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",

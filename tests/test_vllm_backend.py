@@ -545,3 +545,10 @@ def test_a_benchmarks_acceptance_length_comes_from_the_counters_rise():
     assert VLLM.accept_length_between(before, after) == pytest.approx(2.8)
     assert VLLM.accept_length_between(after, after) is None  # no drafts in between
     assert VLLM.accept_length_between("bad {", after) is None
+
+
+def test_a_file_may_name_the_built_in_vllm_demo_as_its_default_profile():
+    config = parse_config_text('default_profile = "demo-vllm"\n', None)
+    assert config.default_profile == "demo-vllm"
+    with pytest.raises(Exception, match="no profile named 'demo-vlm'"):
+        parse_config_text('default_profile = "demo-vlm"\n', None)
