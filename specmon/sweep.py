@@ -722,7 +722,11 @@ class SweepRunner:
             is_baseline=point.is_baseline,
             status="ok",
             tok_s=result.tok_s_overall,
-            accept_len=result.accept_len,
+            # per-request lengths where the replies carry them, else the server's /metrics
+            # over the measured requests (vLLM's replies carry none)
+            accept_len=(
+                result.accept_len if result.accept_len is not None else result.metrics_accept_len
+            ),
             verify_ms=phases.verify_ms if phases else None,
             load_seconds=load_seconds,
             speculative=result.speculative,

@@ -552,3 +552,41 @@ def test_a_file_may_name_the_built_in_vllm_demo_as_its_default_profile():
     assert config.default_profile == "demo-vllm"
     with pytest.raises(Exception, match="no profile named 'demo-vlm'"):
         parse_config_text('default_profile = "demo-vlm"\n', None)
+
+
+def test_a_sweep_points_accept_length_falls_back_to_the_metrics_figure(tmp_path):
+    """vLLM's replies carry no acceptance length; the ledger's sweep table reads the one the
+    benchmark computed from /metrics instead of showing none."""
+    from dataclasses import replace
+
+    from specmon.bench.runner import BenchSettings, RequestResult, summarize
+    from specmon.ledger import BenchContext, Ledger
+
+    results = [
+        RequestResult(prompt_id=f"p{i}", ok=True, latency_s=1.0, completion_tokens=100)
+        for i in range(3)
+    ]
+    result = summarize(
+        settings=BenchSettings(requests=3, concurrency=1, max_tokens=64),
+        base_url="http://127.0.0.1:1",
+        prompt_set_version="v1",
+        prompt_set_digest="d" * 64,
+        started_at=1.0,
+        duration_s=3.0,
+        results=results,
+        metrics_accept_len=2.75,
+        server_info={"model_path": "m", "version": "0.33.0"},
+    )
+    result = replace(result, metrics_speculative=True)
+    assert result.accept_len is None and result.speculative is True
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        sweep = ledger.start_sweep("k", "h", "p", {})
+        ledger.record_sweep_point(
+            sweep,
+            {"num_speculative_tokens": "3"},
+            is_baseline=False,
+            status="ok",
+            benchmark=(result, BenchContext(host="h")),
+        )
+        (point,) = ledger.sweep_points(sweep)
+    assert point.accept_len == 2.75
