@@ -47,7 +47,9 @@ def test_demo_vllm_headless_reaches_ready_decodes_and_leaves_no_process(tmp_path
     after_ready = kinds[kinds.index("ready") :]
     assert "decode" in after_ready and "spec_decode" in after_ready and "probe" in after_ready
     decodes = [e for e in events if e["kind"] == "decode"]
-    assert all(e.get("engine") is not None for e in decodes)
+    # the log's `Engine 000:` lines carry their engine; before the first one (every 10 s) the
+    # poller speaks for the quiet log from /metrics (no engine)
+    assert any(e.get("engine") == 0 for e in decodes)
     positions = [e["per_position"] for e in events if e["kind"] == "spec_decode"]
     assert any(p and len(p) == 3 for p in positions), positions
     assert processes_mentioning(str(tmp_path)) == []
