@@ -74,6 +74,20 @@ SPECMON_SIM_GPUS = "8"
 """
 
 
+def builtin_config_toml() -> str:
+    """The built-in host and profiles: ``local``, ``demo`` and each backend's own built-in
+    profiles (e.g. a demo of its simulator personality)."""
+    from specmon.backends import all_backends
+
+    extra = [backend.builtin_profiles_toml for backend in all_backends()]
+    return "\n".join([BUILTIN_CONFIG_TOML, *(text for text in extra if text)])
+
+
+def _builtin_profile_names() -> set[str]:
+    """The built-in profiles' names (a file's default_profile may name one)."""
+    return set(re.findall(r"^\[profiles\.([A-Za-z0-9_-]+)\]$", builtin_config_toml(), re.M))
+
+
 @dataclass(frozen=True)
 class HostConfig:
     """A machine to run servers on. ``address`` may be an ~/.ssh/config alias."""
@@ -100,12 +114,20 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class SpeculativeSettings:
-    """The speculative-decoding settings; steps/topk/draft tokens None lets the server choose."""
+    """The speculative-decoding settings; a number left None lets the server choose.
+
+    ``algorithm`` is the server's name for the method (SGLang's ``algorithm``, vLLM's
+    ``method``); which of the numbers a profile may set is the backend's
+    (``Backend.speculative_keys``): steps/topk/draft tokens for SGLang, num_speculative_tokens
+    and draft_tensor_parallel_size for vLLM.
+    """
 
     algorithm: str
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    num_speculative_tokens: int | None = None
+    draft_tensor_parallel_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -162,9 +184,11 @@ class Profile:
         """The launch with overrides applied, e.g. ``{"speculative-num-steps": "2"}`` and
         ``{"NCCL_PROTO": "LL"}`` (None removes). ``python`` replaces the "{python}" command
         word: pass the host's ``HostConfig.python``. Not validated: call ``.validate()``."""
+        from specmon.backends import get_backend
         from specmon.launch import LaunchSpec
 
-        command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in self.command)
+        words = get_backend(self.backend).profile_command(self.command, self)
+        command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in words)
         spec = LaunchSpec(self.backend, command, self.base_args(), dict(self.env))
         if flags:
             spec = spec.with_flags(flags)
@@ -278,7 +302,7 @@ def load_config(
     """
     environ = os.environ if environ is None else environ
     found = find_config_path(path, cwd=cwd, environ=environ)
-    builtin = parse_config_text(BUILTIN_CONFIG_TOML, None, environ=environ)
+    builtin = parse_config_text(builtin_config_toml(), None, environ=environ)
     if found is None:
         config = builtin
     else:
@@ -481,6 +505,14 @@ PROFILE_KEYS = (
     "node_grace_s",
 )
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+# Bounds of every numeric [speculative] key any backend reads (the backend says which it reads).
+SPECULATIVE_RANGES: dict[str, tuple[int, int]] = {
+    "num_steps": (1, 32),
+    "eagle_topk": (1, 64),
+    "num_draft_tokens": (1, 1024),
+    "num_speculative_tokens": (1, 64),
+    "draft_tensor_parallel_size": (1, 64),
+}
 UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
 TOP_KEYS = (
     "state_dir",
@@ -676,7 +708,10 @@ class _Reader:
                 f"no host named {default_host!r}{_did_you_mean(default_host, hosts)}",
             )
         default_profile = self.value(data, [], "default_profile", str, None)
-        if default_profile is not None and default_profile not in {*profiles, "demo"}:
+        if default_profile is not None and default_profile not in {
+            *profiles,
+            *_builtin_profile_names(),
+        }:
             raise self.error(
                 ["default_profile"],
                 f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",
@@ -784,17 +819,18 @@ class _Reader:
         if "speculative" in table:
             spec_table = self.value(table, path, "speculative", dict)
             spec_path = [*path, "speculative"]
-            self.check_keys(spec_table, spec_path, SPECULATIVE_KEYS)
-            speculative = SpeculativeSettings(
-                algorithm=self.choice(
-                    spec_table, spec_path, "algorithm", server.speculative_algorithms()
-                ),
-                num_steps=self.number(spec_table, spec_path, "num_steps", int, 1, 32, None),
-                eagle_topk=self.number(spec_table, spec_path, "eagle_topk", int, 1, 64, None),
-                num_draft_tokens=self.number(
-                    spec_table, spec_path, "num_draft_tokens", int, 1, 1024, None
-                ),
-            )
+            keys = server.speculative_keys
+            self.check_keys(spec_table, spec_path, tuple(key for key, _ in keys))
+            (algorithm_key, _), numbers = keys[0], keys[1:]
+            values: dict[str, Any] = {
+                "algorithm": self.choice(
+                    spec_table, spec_path, algorithm_key, server.speculative_algorithms()
+                )
+            }
+            for key, attribute in numbers:
+                low, high = SPECULATIVE_RANGES[attribute]
+                values[attribute] = self.number(spec_table, spec_path, key, int, low, high, None)
+            speculative = SpeculativeSettings(**values)
         env = self.string_table(table, path, "env", scalars=False)
         for env_name in env:
             problem = env_name_problem(env_name)
@@ -961,9 +997,11 @@ def render_profile_toml(profile: Profile) -> str:
     ]
     lines += [f"{key} = {_toml_value(value)}" for key, value in fields if value is not None]
     if profile.speculative is not None:
+        from specmon.backends import get_backend
+
         lines += ["", f"[profiles.{table}.speculative]"]
-        for key in SPECULATIVE_KEYS:
-            value = getattr(profile.speculative, key)
+        for key, attribute in get_backend(profile.backend).speculative_keys:
+            value = getattr(profile.speculative, attribute)
             if value is not None:
                 lines.append(f"{key} = {_toml_value(value)}")
     if profile.env:

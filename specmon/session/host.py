@@ -49,6 +49,10 @@ if TYPE_CHECKING:
     from specmon.config import Profile
     from specmon.launch import FlagValue, LaunchSpec
 
+# Seconds without a decode line in the log after which a server's /metrics speaks for it
+# (vLLM logs its stats every 10 s, and at DEBUG only while idle).
+LOG_STATS_QUIET_S = 25.0
+
 __all__ = [
     "HostSession",
     "LockBusyError",
@@ -122,6 +126,7 @@ class HostSession(HostController):
             self,
             interval_s=lambda: self.options.health_interval_s,
             timeout_s=self.options.http_timeout_s,
+            log_stats_quiet=self._log_stats_quiet,
         )
         # How the operator runs `specmon stop` for this host (set by the CLI from its own
         # arguments), so refusals print advice that works; "" builds one from the label.
@@ -129,6 +134,16 @@ class HostSession(HostController):
         # False for a node of a multi-node server other than node 0: it serves no HTTP, so
         # it is not polled, and its silence once loaded is not a hang (node 0's HTTP tells).
         self.serves_http = True
+
+    def _log_stats_quiet(self, own: Event | None) -> bool:
+        """Whether the server's log has said nothing about decoding for a while (its stats
+        lines are off, or at DEBUG while idle): the latest decode in the store is none, the
+        poller's own (``own``), or older than LOG_STATS_QUIET_S."""
+        store = self.bus.store
+        last = store.last_decode
+        if last is None or last is own or store.last_decode_at is None:
+            return True
+        return time.time() - store.last_decode_at > LOG_STATS_QUIET_S
 
     # --- HostController ------------------------------------------------------------------
 

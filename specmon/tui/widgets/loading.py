@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from specmon.events import StopProgress
-from specmon.store import PHASES, StateStore
+from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration
 
@@ -155,7 +155,7 @@ def _phase_list(store: StateStore, columns: int = 1) -> Text:
     loading = store.loading
     failed = store.run_state in ("failed", "hung")
     cells: list[Text] = []
-    for phase in PHASES:
+    for phase in store.phases:
         cell = Text()
         if phase in loading.done_phases:
             cell.append("✓ ", style="green")
