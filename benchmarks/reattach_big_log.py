@@ -6,8 +6,10 @@ reattaches once with the log as it is (the reference, a few hundred KB), then ap
 lines (a week of DP8 serving, in 1 MiB blocks) until the log is --gb gigabytes and reattaches
 again. For each reattach it prints the time from `start()` until the console is live: the run
 known (reattached), its state, the last tok/s taken from the newest decode line of the log,
-and a GPU sample; the log bytes transferred (from the first replayed line's offset to the end)
-against the configured replay window; and whether the load time of the run still shows.
+and a GPU sample; the log bytes transferred (what the session's log tail read) against the
+configured replay window, and how many of the replay's lines came out as log lines (the last
+LOG_LINES: the replay is a summary, see specmon/session/log_follower.py); and whether the
+load time of the run still shows.
 Usage: python3 benchmarks/reattach_big_log.py [--gb G] [--ssh]
 """
 
@@ -111,13 +113,18 @@ async def reattach(make_session: Any, log: Path, *, grown: bool) -> dict[str, An
             if wanted <= marks.keys():
                 break
             await asyncio.sleep(0.01)
-        offsets = [e.offset for _, e in recorder.events if isinstance(e, LogLine) and e.offset]
+        offsets = [e.offset for _, e in recorder.events if isinstance(e, LogLine)]
         store = session.bus.store
         run = session.current_run
+        window = session.options.replay_log_bytes
+        follower = session._follow.log if session._follow else None  # what the tail has read
+        read = follower.log_offset - max(0, end - window) if follower else 0
         return {
             "marks": marks,
             "live_s": max(marks.get(k, float("inf")) for k in wanted),
-            "transferred": log.stat().st_size - min(offsets) if offsets else 0,
+            "transferred": read,
+            "shown": end - min(offsets) if offsets else 0,
+            "lines": len(offsets),
             "events": len(recorder.events),
             "load_shown": store.loading.ready_at is not None
             and store.loading.started_at is not None,
@@ -174,7 +181,9 @@ async def main_async(args: argparse.Namespace) -> int:
         marks = ", ".join(f"{k} {v:.2f} s" for k, v in result["marks"].items())
         print(
             f"{name}: live in {result['live_s']:.2f} s ({marks}); "
-            f"{result['transferred'] / 1e6:.1f} MB of log transferred; {result['events']} events; "
+            f"{result['transferred'] / 1e6:.1f} MB of log transferred (its last "
+            f"{result['lines']} lines, {result['shown'] / 1e6:.1f} MB, as log lines); "
+            f"{result['events']} events; "
             f"load time shown: {'yes' if result['load_shown'] else 'no'} "
             f"(run record: {result['run_load_s'] and round(result['run_load_s'], 2)} s)"
             + (f"; log {size / 1e3:.0f} KB" if size else "")

@@ -311,9 +311,12 @@ class StateStore:
 
     def _on_load_times(self, e: LoadTimes, now: float) -> None:
         loading = self.loading
-        if e.started_at is not None and loading.started_at is not None:
+        # Seen no start-up line (a reattach whose replay began after them): the run record's
+        # times are all there is, so they are taken as they are.
+        unseen = loading.started_at is None and loading.ready_at is None
+        if e.started_at is not None and (loading.started_at is not None or unseen):
             loading.started_at = e.started_at
-        if e.ready_at is not None and loading.ready_at is not None:
+        if e.ready_at is not None and (loading.ready_at is not None or unseen):
             loading.ready_at = e.ready_at
         if e.previous_load_seconds is not None:
             loading.previous_load_seconds = e.previous_load_seconds

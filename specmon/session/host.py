@@ -16,6 +16,7 @@ import json
 import shlex
 import sys
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,13 @@ class _Follow:
     ended: bool = False
     failed_reported: bool = False
     ready_known: bool = False
+
+
+def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
+    """A follow message's bytes: base64 ("b"), or zlib then base64 ("z", long chunks)."""
+    if "z" in msg:
+        return zlib.decompress(base64.b64decode(msg["z"]))
+    return base64.b64decode(msg["b"])
 
 
 def _backoff(attempt: int, initial: float, cap: float) -> float:
@@ -613,9 +621,9 @@ class HostSession(HostController):
                 kind = msg.get("t")
                 if kind == "log":
                     await self.bus.wait_for_room()  # a slow lossless reader slows the tail
-                    self._on_log_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))
+                    self._on_log_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "probe":
-                    self._on_probe_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))
+                    self._on_probe_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "exit":
                     self._on_exit(follow, msg.get("exit") or {})
                     return
@@ -631,9 +639,15 @@ class HostSession(HostController):
 
     def _publish_replayed_times(self, run: RunStatus) -> None:
         """A replayed log arrives all at once: put the real start (and ready) times back, so
-        elapsed time and the ETA are right after a reattach."""
+        elapsed time, the ETA and the load time are right after a reattach, even when the
+        replay no longer holds the start-up lines. A ready time noticed late (not when the
+        run became ready) is no load time: it is not sent."""
         self._publish(
-            LoadTimes(run_id=run.run_id, started_at=run.started_at, ready_at=run.ready_at)
+            LoadTimes(
+                run_id=run.run_id,
+                started_at=run.started_at,
+                ready_at=None if run.ready_late else run.ready_at,
+            )
         )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:

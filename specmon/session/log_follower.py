@@ -3,6 +3,14 @@
 The host session feeds it the chunks the helper's ``follow`` streams (a chunk may repeat bytes
 already seen after a reconnect, or start mid-line on a reattach that skips an old log's head)
 and publishes what comes back; nothing here touches a connection, so it is unit-tested alone.
+
+A reattach replays the last ``replay_log_bytes`` of the log (16 MiB: some 85,000 lines of a
+busy server) in a summary: every state event the parser finds in it (start-up phases, ready,
+errors, speculation changes) comes out as its chunk is read, but of the high-rate lines only
+what the console keeps comes out, once the replay is read: the last ``LOG_LINES`` log lines
+(the log pane's length) and the last ``HISTORY`` decode and prefill samples (the throughput
+history's length). The replay's older lines never become events, exactly as the log before
+the window never does; a subscriber and the store see the same events (store.py's promise).
 """
 
 from __future__ import annotations
@@ -13,10 +21,12 @@ from dataclasses import dataclass, field
 
 from specmon.backends import LogParser
 from specmon.errors import SpecmonError
-from specmon.events import Event, LogLine, ServerError
+from specmon.events import Decode, Event, LogLine, Prefill, ServerError
+from specmon.store import HISTORY, LOG_LINES
 
 MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
 RECENT_LINES = 40  # the last lines kept for a failure's root cause (argparse errors)
+REPLAY_SAMPLES = (Decode, Prefill)  # high-rate samples: a replay keeps only the last HISTORY
 
 
 class LogGapError(SpecmonError):
@@ -28,7 +38,7 @@ class LogFollower:
     """Where the log tail of one run stands (it survives reconnects) and the parser state.
 
     ``replay_end``: on reattach, the log size when we came; the bytes before it are a replay
-    (their arrival time is not when they were written).
+    (their arrival time is not when they were written), read as a summary (module docstring).
     """
 
     parser: LogParser
@@ -42,12 +52,27 @@ class LogFollower:
     last_output: float = field(default_factory=time.monotonic)
     skip_to_newline: bool = False
     replay_end: int = 0
+    replay_lines: int = LOG_LINES
+    replayed: bytearray | None = None  # the replay's bytes after the first line boundary
+    samples: deque[Event] = field(default_factory=deque)  # the replay's newest samples
 
     @classmethod
-    def reattached(cls, parser: LogParser, log_size: int, replay_bytes: int) -> LogFollower:
+    def reattached(
+        cls,
+        parser: LogParser,
+        log_size: int,
+        replay_bytes: int,
+        *,
+        lines: int = LOG_LINES,
+        samples: int = HISTORY,
+    ) -> LogFollower:
         """A follower for a run that was already running: replay at most ``replay_bytes``
-        of its log, starting at a line boundary."""
-        follower = cls(parser=parser, replay_end=log_size)
+        of its log, starting at a line boundary, as a summary that ends with its last
+        ``lines`` log lines and ``samples`` decode and prefill samples."""
+        follower = cls(parser=parser, replay_end=log_size, replay_lines=lines)
+        if log_size:
+            follower.replayed = bytearray()
+            follower.samples = deque(maxlen=samples)
         if log_size > replay_bytes:
             follower.log_offset = follower.line_start = log_size - replay_bytes
             follower.skip_to_newline = True
@@ -76,6 +101,8 @@ class LogFollower:
             self.line_start += cut + 1
             data = data[cut + 1 :]
             self.skip_to_newline = False
+        if self.replayed is not None:
+            return self._replay(data)
         events: list[Event] = []
         buf = self.partial
         buf.extend(data)
@@ -96,6 +123,50 @@ class LogFollower:
             buf.clear()
         events.extend(self._parsed(self.parser.feed(data)))
         return events
+
+    def _replay(self, data: bytes) -> list[Event]:
+        """A chunk of the replay: its state events now; at the replay's end also the last log
+        lines and samples (no LogLine or sample is made for the older lines)."""
+        assert self.replayed is not None
+        self.replayed.extend(data)
+        parsed = self._parsed(self.parser.feed(data))
+        samples = REPLAY_SAMPLES
+        events = [e for e in parsed if not isinstance(e, samples)]
+        if len(events) < len(parsed):
+            self.samples.extend(e for e in parsed if isinstance(e, samples))
+        if self.log_offset < self.replay_end:
+            return events
+        events.extend(self._replayed_tail())
+        events.extend(self.samples)
+        self.samples.clear()
+        return events
+
+    def _replayed_tail(self) -> list[LogLine]:
+        """The replay's last ``replay_lines`` complete lines as LogLine events; the partial
+        line after them is held as a live tail's would be."""
+        buf = self.replayed
+        assert buf is not None
+        self.replayed = None
+        end = buf.rfind(b"\n") + 1  # just past the last complete line (0: none)
+        start = end  # then back to the start of the oldest line shown
+        for _ in range(self.replay_lines):
+            if start == 0:
+                break
+            start = buf.rfind(b"\n", 0, start - 1) + 1
+        offset = self.line_start + start
+        lines: list[LogLine] = []
+        for raw in bytes(buf[start : end - 1]).split(b"\n") if end > start else ():
+            text = raw.decode(errors="replace")
+            lines.append(LogLine(text=text, offset=offset))
+            offset += len(raw) + 1
+        self.recent.extend(line.text for line in lines[-RECENT_LINES:])
+        self.line_start += end
+        self.partial = bytearray(buf[end:])
+        if len(self.partial) > MAX_PARTIAL_LINE:
+            lines.append(LogLine(text=bytes(self.partial).decode(errors="replace"), offset=offset))
+            self.line_start += len(self.partial)
+            self.partial.clear()
+        return lines
 
     def replay_finished(self) -> bool:
         """True once, when the replayed part of a reattached run's log has been read."""
