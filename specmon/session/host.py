@@ -426,7 +426,7 @@ class HostSession(HostController):
                 )
                 stop = self.stop_command or (
                     f"specmon stop {shlex.quote(self.host_label)} "
-                    f"--state-dir {shlex.quote(self._state_dir)}"
+                    f"--state-dir {shlex.quote(self.state_dir)}"
                 )
                 raise RunConflictError(
                     f"run {run.run_id} on {self.host_label} (started {started}"
