@@ -476,6 +476,11 @@ class EventBus:
             self.room.clear()
             await self.room.wait()
 
+    @property
+    def lossless(self) -> bool:
+        """Whether a subscriber takes every event (a reattach then replays its log in full)."""
+        return any(not queue.lossy for queue in self._subscribers)
+
     def subscribe(self, *, lossy: bool = False, bounded: bool = True) -> Subscription:
         queue = Subscription(self, self.queue_size if bounded else None, lossy)
         self._subscribers.append(queue)

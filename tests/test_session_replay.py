@@ -4,16 +4,15 @@ record when the replay no longer holds the start-up lines."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from specmon.backends import DEFAULT_BACKEND, get_backend
-from specmon.events import Decode, LoadBegin, LogLine, Ready, ServerError
+from specmon.events import Decode, Dropped, LoadBegin, LogLine, Ready, ServerError
 from specmon.session.log_follower import LogFollower
-from tests.support.hosts import Recorder, kill_everything_under, local_session, sim_profiles
+from tests.support.hosts import kill_everything_under, local_session, sim_profiles
 
 
 def decode_line(n: int, gen: float) -> str:
@@ -38,7 +37,9 @@ def test_a_replay_gives_every_state_event_but_only_the_last_lines_and_samples():
     )
     data = text.encode()
     parser = get_backend(DEFAULT_BACKEND).new_log_parser()
-    log = LogFollower.reattached(parser, len(data), replay_bytes=1 << 20, lines=3, samples=2)
+    log = LogFollower.reattached(
+        parser, len(data), replay_bytes=1 << 20, summary=True, lines=3, samples=2
+    )
     events = []
     for start in range(0, len(data), 4099):  # chunks that cut lines anywhere
         events += log.feed_log(start, data[start : start + 4099])
@@ -47,6 +48,9 @@ def test_a_replay_gives_every_state_event_but_only_the_last_lines_and_samples():
     assert LoadBegin in kinds and Ready in kinds and ServerError in kinds
     decodes = [e for e in events if isinstance(e, Decode)]
     assert [d.gen_throughput for d in decodes] == [1098.0, 1099.0]
+    # what was left out is counted where it was: 600 of 603 lines, 598 of 600 samples
+    assert [e.count for e in events if isinstance(e, Dropped)] == [600 + 598]
+    assert kinds.index(Dropped) < kinds.index(LogLine)
     lines = [e for e in events if isinstance(e, LogLine)]
     complete = text.split("\n")[:-1]
     assert [line.text for line in lines] == complete[-3:]
@@ -65,14 +69,17 @@ def test_a_replay_gives_every_state_event_but_only_the_last_lines_and_samples():
     assert [e.gen_throughput for e in after if isinstance(e, Decode)] == [1234.5]
 
 
-def test_a_replay_of_a_short_log_shows_all_of_it():
-    text = "".join(decode_line(n, 100.0 + n) for n in range(10))
+@pytest.mark.parametrize("summary", [True, False])
+def test_a_short_replay_or_one_for_a_lossless_reader_gives_every_line(summary: bool):
+    count = 10 if summary else 6000  # not a summary: every line, however many
+    text = "".join(decode_line(n, 100.0 + n) for n in range(count))
     data = text.encode()
     parser = get_backend(DEFAULT_BACKEND).new_log_parser()
-    log = LogFollower.reattached(parser, len(data), replay_bytes=1 << 20)
+    log = LogFollower.reattached(parser, len(data), replay_bytes=4 << 20, summary=summary)
     events = log.feed_log(0, data)
     assert [e.text for e in events if isinstance(e, LogLine)] == text.split("\n")[:-1]
-    assert len([e for e in events if isinstance(e, Decode)]) == 10
+    assert len([e for e in events if isinstance(e, Decode)]) == count
+    assert not [e for e in events if isinstance(e, Dropped)]
 
 
 @pytest.fixture
@@ -88,7 +95,8 @@ async def test_reattach_to_a_grown_log_is_live_with_the_last_throughput_and_the_
     state_dir: Path,
 ) -> None:
     """The log grows past the replay window (start-up lines out of it), through the helper's
-    compressed chunks: the newest decode, the tail of the log and the load time all show."""
+    compressed chunks, and only a lossy reader listens (as the console does): the newest
+    decode, the tail of the log and the load time all show, the older lines as one marker."""
     profiles = sim_profiles()
     first = local_session(state_dir, profiles, gpu_agent="none")
     await first.start()
@@ -102,25 +110,28 @@ async def test_reattach_to_a_grown_log_is_live_with_the_last_throughput_and_the_
     with log_path.open("ab") as out:
         out.write(block + decode_line(1, 4321.5).encode())
     size = log_path.stat().st_size
-    session = local_session(state_dir, profiles, gpu_agent="none", replay_log_bytes=1 << 20)
-    recorder = Recorder(session)
+    session = local_session(state_dir, profiles, gpu_agent="none", replay_log_bytes=3 << 19)
+    queue = session.bus.subscribe(lossy=True)
     await session.start()
     try:
         store = await session.wait_for(
             lambda s: s.last_decode is not None and s.last_decode.gen_throughput == 4321.5, 30
         )
-        await recorder.settle()
+        events = []
+        while not queue.empty():
+            events.append(queue.get_nowait()[1])
         run = session.current_run
         assert run is not None and run.ready_at is not None and not run.ready_late
         assert store.loading.started_at == pytest.approx(run.started_at)
         assert store.loading.ready_at == pytest.approx(run.ready_at)
-        lines = [e for e in recorder.kinds("log") if e.offset < size]
-        assert 0 < len(lines) <= 5000
+        lines = [e for e in events if isinstance(e, LogLine) and e.offset < size]
+        assert len(lines) == 5000  # of the ~7,300 in the window
+        assert [e for e in events if isinstance(e, Dropped) and e.count > 2000]
         text = log_path.read_bytes()
         for line in (lines[0], lines[-1]):
             assert text[line.offset : line.offset + len(line.text)] == line.text.encode()
         assert lines[-1].offset + len(lines[-1].text) + 1 == size
-        await asyncio.sleep(0)
+        assert list(store.log)[-len(lines) :] == lines
     finally:
-        recorder.close()
+        session.bus.unsubscribe(queue)
         await session.close()

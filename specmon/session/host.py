@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import json
 import shlex
 import sys
@@ -564,7 +565,12 @@ class HostSession(HostController):
         self._cancel_task("follow")
         parser = get_backend(run.backend).new_log_parser()
         log = (
-            LogFollower.reattached(parser, run.log_size, self.options.replay_log_bytes)
+            LogFollower.reattached(
+                parser,
+                run.log_size,
+                self.options.replay_log_bytes,
+                summary=not self.bus.lossless,  # a lossless reader gets every replayed line
+            )
             if reattached
             else LogFollower(parser=parser)
         )
@@ -632,8 +638,18 @@ class HostSession(HostController):
 
     def _on_log_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
         now = time.time()
-        for event in follow.log.feed_log(offset, data):
-            self._on_server_event(follow, event, now)
+        # A chunk makes up to ~2,000 events (a replay's: 256 KiB of lines) that hold no cycles
+        # and that queues keep alive: the collector's passes over them were ~40% of a replay's
+        # CPU (profile of a lossless 16 MiB replay: 0.76-0.88 s with, 0.45 s without). It
+        # runs again once the chunk is published; nothing else runs in between (no await).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for event in follow.log.feed_log(offset, data):
+                self._on_server_event(follow, event, now)
+        finally:
+            if collecting:
+                gc.enable()
         if follow.log.replay_finished():
             self._publish_replayed_times(follow.run)
 

@@ -5,12 +5,14 @@ already seen after a reconnect, or start mid-line on a reattach that skips an ol
 and publishes what comes back; nothing here touches a connection, so it is unit-tested alone.
 
 A reattach replays the last ``replay_log_bytes`` of the log (16 MiB: some 85,000 lines of a
-busy server) in a summary: every state event the parser finds in it (start-up phases, ready,
-errors, speculation changes) comes out as its chunk is read, but of the high-rate lines only
-what the console keeps comes out, once the replay is read: the last ``LOG_LINES`` log lines
-(the log pane's length) and the last ``HISTORY`` decode and prefill samples (the throughput
-history's length). The replay's older lines never become events, exactly as the log before
-the window never does; a subscriber and the store see the same events (store.py's promise).
+busy server). While no lossless subscriber listens (the console's view is lossy; `watch`,
+`launch --wait` and tests are lossless and get every line) the replay is read as a summary:
+every state event the parser finds in it (start-up phases, ready, errors, speculation changes)
+comes out as its chunk is read, but of the high-rate lines only what the store keeps comes
+out, once the replay is read: a ``Dropped`` marker counting the older log lines and samples
+(never a state change), then the last ``LOG_LINES`` log lines (the log pane's and the store's
+length) and the last ``HISTORY`` decode and prefill samples (the throughput history's
+length). The store ends in the state a full replay leaves, without making ~170,000 events.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 from specmon.backends import LogParser
 from specmon.errors import SpecmonError
-from specmon.events import Decode, Event, LogLine, Prefill, ServerError
+from specmon.events import Decode, Dropped, Event, LogLine, Prefill, ServerError
 from specmon.store import HISTORY, LOG_LINES
 
 MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
@@ -53,8 +55,9 @@ class LogFollower:
     skip_to_newline: bool = False
     replay_end: int = 0
     replay_lines: int = LOG_LINES
-    replayed: bytearray | None = None  # the replay's bytes after the first line boundary
+    replayed: bytearray | None = None  # a summarised replay's bytes from its first line
     samples: deque[Event] = field(default_factory=deque)  # the replay's newest samples
+    samples_seen: int = 0
 
     @classmethod
     def reattached(
@@ -63,14 +66,15 @@ class LogFollower:
         log_size: int,
         replay_bytes: int,
         *,
+        summary: bool = False,
         lines: int = LOG_LINES,
         samples: int = HISTORY,
     ) -> LogFollower:
         """A follower for a run that was already running: replay at most ``replay_bytes``
-        of its log, starting at a line boundary, as a summary that ends with its last
-        ``lines`` log lines and ``samples`` decode and prefill samples."""
+        of its log, starting at a line boundary; with ``summary``, as a summary that ends
+        with its last ``lines`` log lines and ``samples`` decode and prefill samples."""
         follower = cls(parser=parser, replay_end=log_size, replay_lines=lines)
-        if log_size:
+        if log_size and summary:
             follower.replayed = bytearray()
             follower.samples = deque(maxlen=samples)
         if log_size > replay_bytes:
@@ -133,17 +137,22 @@ class LogFollower:
         samples = REPLAY_SAMPLES
         events = [e for e in parsed if not isinstance(e, samples)]
         if len(events) < len(parsed):
+            self.samples_seen += len(parsed) - len(events)
             self.samples.extend(e for e in parsed if isinstance(e, samples))
         if self.log_offset < self.replay_end:
             return events
-        events.extend(self._replayed_tail())
+        skipped, lines = self._replayed_tail()
+        skipped += self.samples_seen - len(self.samples)
+        if skipped:
+            events.append(Dropped(count=skipped))
+        events.extend(lines)
         events.extend(self.samples)
         self.samples.clear()
         return events
 
-    def _replayed_tail(self) -> list[LogLine]:
-        """The replay's last ``replay_lines`` complete lines as LogLine events; the partial
-        line after them is held as a live tail's would be."""
+    def _replayed_tail(self) -> tuple[int, list[LogLine]]:
+        """How many complete lines the replay has before its last ``replay_lines``, and
+        those as LogLine events; the partial line after them is held as a live tail's is."""
         buf = self.replayed
         assert buf is not None
         self.replayed = None
@@ -154,6 +163,7 @@ class LogFollower:
                 break
             start = buf.rfind(b"\n", 0, start - 1) + 1
         offset = self.line_start + start
+        skipped = buf.count(b"\n", 0, start)
         lines: list[LogLine] = []
         for raw in bytes(buf[start : end - 1]).split(b"\n") if end > start else ():
             text = raw.decode(errors="replace")
@@ -166,7 +176,7 @@ class LogFollower:
             lines.append(LogLine(text=bytes(self.partial).decode(errors="replace"), offset=offset))
             self.line_start += len(self.partial)
             self.partial.clear()
-        return lines
+        return skipped, lines
 
     def replay_finished(self) -> bool:
         """True once, when the replayed part of a reattached run's log has been read."""
