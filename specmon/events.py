@@ -460,7 +460,9 @@ class LogLine(Event):
 class Dropped(Event):
     """``count`` events (log lines, samples: never a state change) that a lossy subscriber, the
     console's live view, did not receive because it fell behind; it arrives where they were.
-    The store still applied them all."""
+    The store still applied them all. Also the older lines and samples of a reattach's replay
+    read as a summary while only lossy subscribers listen (specmon/session/log_follower.py):
+    the store keeps no more of those than the summary gives it."""
 
     kind: ClassVar[str] = "dropped"
     count: int

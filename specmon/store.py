@@ -405,9 +405,12 @@ class StateStore:
 
     def _on_load_times(self, e: LoadTimes, now: float) -> None:
         loading = self.loading
-        if e.started_at is not None and loading.started_at is not None:
+        # Seen no start-up line (a reattach whose replay began after them): the run record's
+        # times are all there is, so they are taken as they are.
+        unseen = loading.started_at is None and loading.ready_at is None
+        if e.started_at is not None and (loading.started_at is not None or unseen):
             loading.started_at = e.started_at
-        if e.ready_at is not None and loading.ready_at is not None:
+        if e.ready_at is not None and (loading.ready_at is not None or unseen):
             loading.ready_at = e.ready_at
         if e.previous_load_seconds is not None:
             loading.previous_load_seconds = e.previous_load_seconds
@@ -615,6 +618,11 @@ class EventBus:
         while any(queue.full_for_follower for queue in self._subscribers):
             self.room.clear()
             await self.room.wait()
+
+    @property
+    def lossless(self) -> bool:
+        """Whether a subscriber takes every event (a reattach then replays its log in full)."""
+        return any(not queue.lossy for queue in self._subscribers)
 
     def subscribe(self, *, lossy: bool = False, bounded: bool = True) -> Subscription:
         queue = Subscription(self, self.queue_size if bounded else None, lossy)

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import gc
 import json
 import shlex
 import sys
 import time
+import zlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -77,6 +79,13 @@ class _Follow:
     ended: bool = False
     failed_reported: bool = False
     ready_known: bool = False
+
+
+def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
+    """A follow message's bytes: base64 ("b"), or zlib then base64 ("z", long chunks)."""
+    if "z" in msg:
+        return zlib.decompress(base64.b64decode(msg["z"]))
+    return base64.b64decode(msg["b"])
 
 
 def _backoff(attempt: int, initial: float, cap: float) -> float:
@@ -612,7 +621,12 @@ class HostSession(HostController):
         self._cancel_task("follow")
         parser = get_backend(run.backend).new_log_parser()
         log = (
-            LogFollower.reattached(parser, run.log_size, self.options.replay_log_bytes)
+            LogFollower.reattached(
+                parser,
+                run.log_size,
+                self.options.replay_log_bytes,
+                summary=not self.bus.lossless,  # a lossless reader gets every replayed line
+            )
             if reattached
             else LogFollower(parser=parser)
         )
@@ -669,9 +683,9 @@ class HostSession(HostController):
                 kind = msg.get("t")
                 if kind == "log":
                     await self.bus.wait_for_room()  # a slow lossless reader slows the tail
-                    self._on_log_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))
+                    self._on_log_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "probe":
-                    self._on_probe_chunk(follow, int(msg["o"]), base64.b64decode(msg["b"]))
+                    self._on_probe_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "exit":
                     self._on_exit(follow, msg.get("exit") or {})
                     return
@@ -680,16 +694,32 @@ class HostSession(HostController):
 
     def _on_log_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
         now = time.time()
-        for event in follow.log.feed_log(offset, data):
-            self._on_server_event(follow, event, now)
+        # A chunk makes up to ~2,000 events (a replay's: 256 KiB of lines) that hold no cycles
+        # and that queues keep alive: the collector's passes over them were ~40% of a replay's
+        # CPU (profile of a lossless 16 MiB replay: 0.76-0.88 s with, 0.45 s without). It
+        # runs again once the chunk is published; nothing else runs in between (no await).
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            for event in follow.log.feed_log(offset, data):
+                self._on_server_event(follow, event, now)
+        finally:
+            if collecting:
+                gc.enable()
         if follow.log.replay_finished():
             self._publish_replayed_times(follow.run)
 
     def _publish_replayed_times(self, run: RunStatus) -> None:
         """A replayed log arrives all at once: put the real start (and ready) times back, so
-        elapsed time and the ETA are right after a reattach."""
+        elapsed time, the ETA and the load time are right after a reattach, even when the
+        replay no longer holds the start-up lines. A ready time noticed late (not when the
+        run became ready) is no load time: it is not sent."""
         self._publish(
-            LoadTimes(run_id=run.run_id, started_at=run.started_at, ready_at=run.ready_at)
+            LoadTimes(
+                run_id=run.run_id,
+                started_at=run.started_at,
+                ready_at=None if run.ready_late else run.ready_at,
+            )
         )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
