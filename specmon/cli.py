@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("agent", "agent", "run the NVML GPU agent on this machine"),
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),
+    ("nccl-sweep", "nccl_sweep", "run a collective benchmark once per NCCL setting, recorded"),
     ("ledger", "ledger", "list, show, export and plot recorded experiments"),
     ("export", "export", "serve hosts' metrics to Prometheus (headless)"),
     ("serve", "serve", "serve the console as a web page"),

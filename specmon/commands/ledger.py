@@ -8,7 +8,7 @@ from typing import Any
 
 from specmon.terminal_text import safe_text
 
-TABLES = ("benchmarks", "sweep_points", "sweeps", "runs")
+TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "collective_results")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
