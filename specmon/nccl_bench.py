@@ -150,6 +150,8 @@ def _rank_main(rank: int, config: BenchConfig) -> None:
     )
     if config.device == "cuda":
         torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)  # a core per rank, not every core per rank
     dist.init_process_group(
         config.backend,
         init_method=f"tcp://127.0.0.1:{config.port}",
@@ -162,7 +164,7 @@ def _rank_main(rank: int, config: BenchConfig) -> None:
             tensor = torch.ones(batch, config.hidden, dtype=torch.bfloat16, device=device)
             latencies = _time_all_reduce(tensor, config, device)
             # Per-call latency as the slowest rank saw it: a TP step waits for the last rank.
-            gathered = torch.tensor(latencies, dtype=torch.float64)
+            gathered = torch.tensor(latencies, dtype=torch.float64, device=device)  # nccl: on GPU
             dist.all_reduce(gathered, op=dist.ReduceOp.MAX)
             if rank == 0:
                 record: dict[str, object] = {
