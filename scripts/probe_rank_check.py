@@ -167,9 +167,13 @@ def rank_main(result_path: Path, cycles: int) -> None:
         worker.forward_batch_generation(batch)
     sync()
     first_measured = len(stand_in.TRUTH)
-    started = time.perf_counter()
+    outer: list[float] = []  # each call as its caller sees it, probe wrappers included
+    clock = time.perf_counter
+    started = clock()
     for _ in range(cycles):
+        called = clock()
         worker.forward_batch_generation(batch)
+        outer.append((clock() - called) * 1000.0)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     wall_s = time.perf_counter() - started
@@ -183,6 +187,7 @@ def rank_main(result_path: Path, cycles: int) -> None:
     truth = [(phase, ms(s, e)) for phase, s, e in stand_in.TRUTH[first_measured:]]
     report: dict = {"rank": rank, "world": world, "probed": probed, "wall_s": wall_s}
     report["truth"] = truth
+    report["outer_ms"] = outer
     hook = sys.modules.get("specmon_probe_hook")
     recorder = hook.recorder() if hook is not None else None
     if recorder is not None:
@@ -242,6 +247,16 @@ def phase_means(truth: list) -> dict[str, float]:
     return {phase: statistics.fmean(values) for phase, values in by_phase.items()}
 
 
+def wrapper_gap_us(run: dict) -> float:
+    """Median over cycles of the call as the caller saw it less the three phases' own bodies:
+    the probe's wrappers plus the plain call overhead. Its difference with and without the
+    probe is the probe's cost per cycle, measured inside each run (robust to a busy machine,
+    unlike two runs' wall times)."""
+    phases = [c["draft"] + c["verify"] + c["extend"] for c in _cycles(run["truth"])]
+    gaps = [(o - p) * 1000.0 for o, p in zip(run["outer_ms"], phases, strict=True)]
+    return statistics.median(gaps)
+
+
 def summarize(
     without: list[dict], with_probe: list[dict], records: list[dict], cycles: int
 ) -> dict:
@@ -262,6 +277,8 @@ def summarize(
                 },
                 "overhead_us_per_cycle": (on["wall_s"] - off["wall_s"]) / cycles * 1e6,
                 "overhead_pct": (on["wall_s"] - off["wall_s"]) / off["wall_s"] * 100,
+                "wrapper_gap_us": {"without": wrapper_gap_us(off), "with": wrapper_gap_us(on)},
+                "probe_cost_us_per_cycle": wrapper_gap_us(on) - wrapper_gap_us(off),
                 "probe_writes": on.get("probe_enabled"),
                 "probe_lines": on.get("writer_lines", 0),
             }
@@ -292,6 +309,7 @@ def summarize(
                 "mean_abs_rel_diff": statistics.fmean(rel) if rel else None,
             }
     overheads = [r["overhead_us_per_cycle"] for r in per_rank]
+    costs = [r["probe_cost_us_per_cycle"] for r in per_rank]
     return {
         "per_rank": per_rank,
         "spread_across_ranks": spread,
@@ -301,6 +319,11 @@ def summarize(
             "mean": statistics.fmean(overheads),
             "min": min(overheads),
             "max": max(overheads),
+        },
+        "probe_cost_us_per_cycle": {
+            "mean": statistics.fmean(costs),
+            "min": min(costs),
+            "max": max(costs),
         },
     }
 
@@ -386,12 +409,16 @@ def check(args: argparse.Namespace, cycles: int, work: Path, script: Path, repo:
         f"{summary['probed_ranks']}, writing on ranks "
         f"{[r['rank'] for r in summary['per_rank'] if r['probe_writes']]}"
     )
-    print("rank  draft ms  verify ms  extend ms  cycle ms  overhead us/cycle  overhead %")
+    print(
+        "rank  draft ms  verify ms  extend ms  cycle ms  wall diff us/cycle  wall diff %  "
+        "probe cost us/cycle"
+    )
     for r in summary["per_rank"]:
         t = r["truth_ms_with_probe"]
         print(
             f"{r['rank']:>4}  {t['draft']:8.3f}  {t['verify']:9.3f}  {t['extend']:9.3f}  "
-            f"{t['cycle']:8.3f}  {r['overhead_us_per_cycle']:17.1f}  {r['overhead_pct']:10.2f}"
+            f"{t['cycle']:8.3f}  {r['overhead_us_per_cycle']:18.1f}  {r['overhead_pct']:11.2f}  "
+            f"{r['probe_cost_us_per_cycle']:19.1f}"
         )
     for phase, s in summary["spread_across_ranks"].items():
         print(
