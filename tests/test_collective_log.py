@@ -301,3 +301,17 @@ def test_table_ranks_by_small_batch_latency_failures_last():
     assert table[2].split()[:5] == ["1", "LL", "ok", "10.0", "12.5"]
     assert table[3].split()[:5] == ["2", "Simple", "ok", "20.0", "25.0"]
     assert table[4].split()[:3] == ["-", "LL128", "failed"]
+
+
+def test_specmon_never_imports_torch_to_launch_or_read_the_benchmark():
+    """The benchmark's launcher and everything that reads it stay torch-free (the ranks alone
+    import it), so specmon runs on a host whose interpreter has no torch."""
+    code = (
+        "import sys\n"
+        "import specmon.nccl_bench, specmon.collective, specmon.collective_sweep\n"
+        "import specmon.commands.nccl_sweep\n"
+        "specmon.nccl_bench.parse_config(['--tp', '2'], {})\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
