@@ -176,6 +176,7 @@ class CollectiveSweepRunner:
         self.run_timeout_s = run_timeout_s
         self.fresh = fresh
         self.sweep_id: int | None = None
+        self._live_run: str | None = None  # the point's run while it may still be running
 
     def _emit(self, event: Any) -> None:
         if self.on_event is not None:
@@ -207,6 +208,9 @@ class CollectiveSweepRunner:
                 results.append(result)
         except BaseException:
             self.ledger.set_sweep_status(sweep_id, "interrupted")
+            if self._live_run is not None:  # Ctrl-C, SIGTERM: the ranks go with the sweep
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.controller.stop())
             raise
         self.ledger.set_sweep_status(sweep_id, "finished")
         finished = CollectiveFinished(sweep_id, tuple(results))
@@ -238,8 +242,11 @@ class CollectiveSweepRunner:
         queue = bus.subscribe(bounded=False)
         try:
             try:
+                self._live_run = "launching"
                 run_id = await self.controller.launch_spec(point.spec, profile=point.profile)
+                self._live_run = run_id
                 await self._until_exit(run_id, queue, lines)
+                self._live_run = None
                 log = read_log(lines)
                 check = check_settings(
                     log, {k: (None if v == UNSET else v) for k, v in point.params.items()}
@@ -255,6 +262,7 @@ class CollectiveSweepRunner:
                 if run_id is not None:
                     with contextlib.suppress(SpecmonError):
                         await self.controller.stop()
+                self._live_run = None
                 self.ledger.record_collective_point(
                     sweep_id,
                     point.params,

@@ -123,3 +123,40 @@ def test_a_run_past_its_timeout_is_stopped_with_every_rank(tmp_path):
     while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
         time.sleep(0.2)
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+
+
+def test_sigterm_mid_point_stops_the_ranks_and_marks_the_sweep_interrupted(tmp_path):
+    config = tmp_path / "specmon.toml"
+    config.write_text(CONFIG.format(state_dir=tmp_path / "state", iters=10_000_000))
+    command = [sys.executable, "-m", "specmon", "--config", str(config), "nccl-sweep", "box"]
+    ledger = str(tmp_path / "l.sqlite3")
+    sweep_process = subprocess.Popen(
+        [*command, "--profile", "allreduce", "--ledger", ledger, "--grid", "NCCL_PROTO=LL,Simple"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SPECMON_DATA_DIR": str(tmp_path / "data")},
+    )
+    pids: list[int] = []
+    deadline = time.monotonic() + 120
+    while len(pids) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        for log in (tmp_path / "state").glob("runs/*/server.log"):
+            pids = [
+                json.loads(line.split(" ", 1)[1])["pid"]
+                for line in log.read_text().splitlines()
+                if line.startswith("specmon-collective-rank ")
+            ]
+    assert len(pids) == 2, "the ranks did not start"
+    sweep_process.terminate()
+    _, err = sweep_process.communicate(timeout=60)
+    assert sweep_process.returncode == 130, err[-2000:]
+    assert "interrupted; run the same command again to resume it" in err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
+    with Ledger(tmp_path / "l.sqlite3") as ledger:
+        sweep_row = ledger.latest_sweep()
+        assert sweep_row is not None and sweep_row.status == "interrupted"
+        assert ledger.sweep_points(sweep_row.id) == []  # nothing half-measured was recorded
