@@ -148,6 +148,22 @@ class CollectiveFinished:
     results: tuple[CollectivePointResult, ...] = field(default_factory=tuple)
 
 
+def point_result_from_ledger(ledger: Ledger, row: Any) -> CollectivePointResult:
+    """A recorded point (a ledger PointRow) with its per-size results."""
+    rows = ledger.collective_results(row.id)
+    results = tuple(CollectiveResult.from_record(r) for r in rows)
+    evidence = tuple(rows[0]["evidence"]) if rows else ()
+    return CollectivePointResult(
+        dict(row.params),
+        row.status,
+        results,
+        evidence,
+        row.error,
+        tuple(row.root_cause),
+        row.load_seconds or 0.0,
+    )
+
+
 class _PointFailed(SpecmonError):
     def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
         super().__init__(message)
@@ -218,18 +234,7 @@ class CollectiveSweepRunner:
         return finished
 
     def _from_ledger(self, row: Any) -> CollectivePointResult:
-        rows = self.ledger.collective_results(row.id)
-        results = tuple(CollectiveResult.from_record(r) for r in rows)
-        evidence = tuple(rows[0]["evidence"]) if rows else ()
-        return CollectivePointResult(
-            dict(row.params),
-            row.status,
-            results,
-            evidence,
-            row.error,
-            tuple(row.root_cause),
-            row.load_seconds or 0.0,
-        )
+        return point_result_from_ledger(self.ledger, row)
 
     async def _run_point(
         self, sweep_id: int, index: int, point: SweepPoint

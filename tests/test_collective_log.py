@@ -315,3 +315,33 @@ def test_specmon_never_imports_torch_to_launch_or_read_the_benchmark():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_ledger_show_prints_a_collective_sweep_as_latencies(tmp_path, capsys):
+    from specmon.cli import main
+
+    results = read_log(good_nccl_log()).results
+    run = RunRecord(host="local", profile="allreduce", argv=("python3",), env={}, status="exited")
+    path = tmp_path / "l.sqlite3"
+    plan = CollectivePlan("local", "allreduce", parse_grid(["NCCL_PROTO=LL"]))
+    with Ledger(path) as ledger:
+        sweep = ledger.start_sweep(plan.key, "local", "allreduce", plan.to_dict())
+        ledger.record_collective_point(
+            sweep, {"NCCL_PROTO": "LL"}, status="ok", run=run, results=results
+        )
+    assert main(["ledger", "show", f"s{sweep}", "--ledger", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"nccl-sweep s{sweep}  local  profile allreduce")
+    assert lines[2].split() == [
+        "#",
+        "NCCL_PROTO",
+        "status",
+        "p50",
+        "b1",
+        "p50",
+        "b8",
+        "p99",
+        "b1",
+        "note",
+    ]
+    assert lines[4].split() == ["1", "LL", "ok", "20.0", "25.0", "30.0"]
