@@ -123,10 +123,11 @@ _V3 = (
     "ALTER TABLE sweeps ADD COLUMN note TEXT",
 )
 
-# Version 4: collective benchmarks (`specmon nccl-sweep`): per point, one row per tensor size
-# with its per-call latency percentiles, and what showed that the point's settings reached
-# every rank. The point itself is an ordinary sweep point (run, status, params).
-_V4 = (
+# Collective benchmarks (`specmon nccl-sweep`): per point, one row per tensor size with its
+# per-call latency percentiles, and what showed that the point's settings reached every rank.
+# The point itself is an ordinary sweep point (run, status, params). Named _V5: main's version
+# 4 is the tuning advisor's predictions, and this one comes after it once both are merged.
+_V5 = (
     """CREATE TABLE collective_results (
         id INTEGER PRIMARY KEY,
         point_ref INTEGER NOT NULL REFERENCES sweep_points(id),
@@ -146,7 +147,7 @@ _V4 = (
     "CREATE INDEX collective_results_point ON collective_results (point_ref)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
