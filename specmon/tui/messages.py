@@ -100,3 +100,29 @@ _SWEEP_MESSAGES: dict[type, type[Message]] = {
 def sweep_message(event: SweepEvent) -> Message:
     """The message that carries a sweep event to the screen."""
     return _SWEEP_MESSAGES[type(event)](event)  # type: ignore[call-arg]
+
+
+@dataclass
+class HostChosen(Message):
+    """The fleet overview asks to open a host's full console."""
+
+    name: str
+
+
+@dataclass
+class FleetRelaunchAsked(Message):
+    """The fleet overview asks for the relaunch form for these hosts."""
+
+    names: list[str]
+
+
+@dataclass
+class FleetRelaunchRequested(Message):
+    """The operator confirmed one relaunch on several hosts; ``all_or_none``: launch none if
+    one host refuses (else the others proceed)."""
+
+    names: list[str]
+    profile: str
+    flags: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
+    all_or_none: bool = False
