@@ -114,8 +114,13 @@ def _state_and_detail(store: StateStore, now: float) -> tuple[RowState, str]:
     state = store.run_state
     if state in ("failed", "hung"):
         failure = store.failure
-        cause = failure.root_cause[-1] if failure is not None and failure.root_cause else ""
         how = "hung" if state == "hung" else "failed"
+        if failure is None:
+            return "failed", how
+        if failure.category != "other":
+            how += f" ({failure.category.upper()})"
+        # The server's first error line is the root cause; later ones are its consequences.
+        cause = failure.root_cause[0] if failure.root_cause else ""
         return "failed", f"{how}: {cause}" if cause else how
     if state == "loading":
         return "loading", loading_detail(store, now)
@@ -195,7 +200,11 @@ def fleet_names(given: Sequence[str], config: Config | None, *, every: bool) -> 
     if every:
         if names:
             raise UsageError("give hosts or --all, not both")
-        names = list(config.hosts) if config is not None else []
+        names = [
+            n
+            for n, h in (config.hosts if config is not None else {}).items()
+            if h != _builtin_hosts().get(n)
+        ]  # `local` is built in, not the file's
         if not names:
             raise UsageError("--all: specmon.toml names no hosts ([hosts.NAME] tables)")
     if not names:
@@ -204,6 +213,12 @@ def fleet_names(given: Sequence[str], config: Config | None, *, every: bool) -> 
     if twice:
         raise UsageError(f"host named more than once: {', '.join(twice)}")
     return names
+
+
+def _builtin_hosts() -> dict[str, object]:
+    from specmon.config import BUILTIN_CONFIG_TOML, parse_config_text
+
+    return dict(parse_config_text(BUILTIN_CONFIG_TOML, None, environ={}).hosts)
 
 
 # --- one relaunch on several hosts ------------------------------------------------------------

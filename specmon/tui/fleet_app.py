@@ -63,7 +63,8 @@ class FleetApp(SpecmonApp):
             **extra,  # type: ignore[arg-type]
         )
         self.views = [
-            HostView(name, c, MainScreen(f"{name} · {c.host_label}")) for name, c in hosts
+            HostView(name, c, MainScreen(f"{name} · {c.host_label}", screen_id=f"main-{i}"))
+            for i, (name, c) in enumerate(hosts)
         ]
         self.view = self.views[0]
         self.fleet = [FleetHost(v.name, v.controller) for v in self.views]
@@ -83,6 +84,7 @@ class FleetApp(SpecmonApp):
         await self.push_screen(self.overview)
         for view in self.views:
             view.queue = view.controller.bus.subscribe()
+        self.overview.refresh_from(self.clock())  # every host's row from the first paint
         self.tick()
         self.set_interval(1.0 / self.redraw_hz, self.tick)
         if self.read_only:
