@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from specmon.errors import SpecmonError, UsageError
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 BUSY_UTIL_PERCENT = 5.0  # a GPU above this utilisation counts as busy
 SPARK_POINTS = 30  # throughput samples a row's sparkline is drawn from
+VERIFY_CYCLES = 200  # probe cycles the verify mean is over (as the timing panel's)
 UNREACHABLE_STATES = ("reconnecting", "disconnected")
 
 RowState = Literal["connecting", "unreachable", "failed", "loading", "ready", "stopped", "other"]
@@ -74,14 +76,16 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
     profile = run.profile if run is not None else None
     backend = run.backend if run is not None and run.backend else backends.get(profile or "")
     state, detail = _state_and_detail(store, now)
-    current, _, _ = store.throughput_stats()
+    # The newest samples only: a row is redrawn several times a second for every host.
+    current = store.throughput[-1].value if store.throughput else None
     accept = store.last_decode.accept_len if store.last_decode is not None else None
-    means = store.phase_means()
+    recent_probe = list(islice(reversed(store.probe), VERIFY_CYCLES))
+    verify = sum(p.verify_ms for p in recent_probe) / len(recent_probe) if recent_probe else None
     readings = list(store.gpus.values())
     busy = sum(1 for r in readings if (r.util_gpu or 0.0) > BUSY_UTIL_PERCENT)
     used = [r.mem_used_mb for r in readings if r.mem_used_mb is not None]
     total = [r.mem_total_mb for r in readings if r.mem_total_mb is not None]
-    recent = tuple(p.value for p in list(store.throughput)[-SPARK_POINTS:])
+    recent = tuple(p.value for p in islice(reversed(store.throughput), SPARK_POINTS))[::-1]
     return FleetRow(
         name=name,
         backend=backend,
@@ -91,7 +95,7 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
         tokens_per_s=current if state == "ready" else None,
         throughput_recent=recent if state == "ready" else (),
         accept_len=accept if state == "ready" else None,
-        verify_ms=means[1] if means is not None and state == "ready" else None,
+        verify_ms=verify if state == "ready" else None,
         gpus_busy=busy,
         gpus_total=len(readings),
         mem_used_gb=sum(used) / 1024 if used else None,

@@ -72,7 +72,11 @@ class FleetScreen(Screen[None]):
         rows = sort_rows(fleet_rows(self.hosts, now, self.backends), self.sort_column)
         shown = filter_rows(rows, self.filter_text)
         self.table.show(shown, self.selected)
-        title = f"fleet: {len(self.hosts)} hosts · sorted by {self.sort_column} (o)"
+        connected = sum(1 for row in rows if row.state not in ("connecting", "unreachable"))
+        title = (
+            f"fleet · hosts: {len(self.hosts)}, connected: {connected}"
+            f" · sorted by {self.sort_column} (o)"
+        )
         if self.filter_text:
             title += f" · filter {self.filter_text!r}: {len(shown)} shown"
         if self.selected:

@@ -42,9 +42,10 @@ class FleetTable(DataTable[object]):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.host_order: list[str] = []
+        self._shown: dict[str, tuple[str, ...]] = {}  # each row's cells as last drawn
 
     def on_mount(self) -> None:
-        self.add_columns(*COLUMNS)
+        self._host_column = self.add_columns(*COLUMNS)[COLUMNS.index("host")]
 
     @property
     def cursor_host(self) -> str | None:
@@ -55,17 +56,31 @@ class FleetTable(DataTable[object]):
     def show(self, rows: Sequence[FleetRow], selected: Collection[str]) -> None:
         keep = self.cursor_host
         names = [row.name for row in rows]
+        if names != self.host_order and set(names) == set(self.host_order):
+            # The same hosts in a new order (a sort): rows move, nothing is rebuilt.
+            position = {name: index for index, name in enumerate(names)}
+            self.sort(self._host_column, key=lambda cell: position[str(cell)])
+            self.host_order = names
+            if keep in names:
+                self.move_cursor(row=names.index(keep), animate=False)
         if names != self.host_order:
             self.clear()
+            self._shown = {}
             for row in rows:
-                self.add_row(*self._cells(row, row.name in selected), key=row.name)
+                cells = self._cells(row, row.name in selected)
+                self.add_row(*cells, key=row.name)
+                self._shown[row.name] = tuple(map(str, cells))
             self.host_order = names
             if keep in names:
                 self.move_cursor(row=names.index(keep), animate=False)
             return
-        for index, row in enumerate(rows):
-            for column, cell in enumerate(self._cells(row, row.name in selected)):
-                self.update_cell_at((index, column), cell)
+        for index, row in enumerate(rows):  # only the cells that changed: no full redraw
+            cells = self._cells(row, row.name in selected)
+            before = self._shown.get(row.name, ())
+            for column, cell in enumerate(cells):
+                if column >= len(before) or before[column] != str(cell):
+                    self.update_cell_at((index, column), cell)
+            self._shown[row.name] = tuple(map(str, cells))
 
     def move_host(self, step: int) -> None:
         if self.host_order:
