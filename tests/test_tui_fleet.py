@@ -9,7 +9,9 @@ from pathlib import Path
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
 
 from specmon.config import load_config
-from specmon.session.transport import TransportError
+from specmon.events import ConnectionState
+from specmon.session.transport import HostKeyError, TransportError
+from specmon.tui import fleet_app
 from specmon.tui.fleet_app import FleetApp
 from specmon.tui.screens.fleet import FleetScreen
 from specmon.tui.screens.main import MainScreen
@@ -102,3 +104,41 @@ async def test_sort_filter_open_return_and_step() -> None:
         assert isinstance(app.screen, FleetScreen)
         await pilot.press("s")  # stop: a host's action, not the overview's
         assert isinstance(app.screen, FleetScreen)
+
+
+class FlakyController(ReplayController):
+    """A host down for its first two connection attempts (rebooting), then up."""
+
+    def __init__(self, events, **kwargs) -> None:
+        super().__init__(events, **kwargs)
+        self.attempts = 0
+
+    async def start(self) -> None:
+        self.attempts += 1
+        if self.attempts <= 2:
+            raise TransportError("ssh to gpu-late:22 failed: no route to host")
+        self.bus.publish(ConnectionState(host=self.host_label, state="connected"))
+        self.replay()
+
+
+class RefusedKeyController(ReplayController):
+    async def start(self) -> None:
+        raise HostKeyError("host key for gpu-new:22 is not in known_hosts")
+
+
+async def test_a_host_down_at_start_is_tried_again_a_refused_key_is_not(monkeypatch) -> None:
+    monkeypatch.setattr(fleet_app, "START_BACKOFF_S", 0.05)
+    late = FlakyController(recorded_session(), host_label="root@late:22")
+    refused = RefusedKeyController([], host_label="root@new:22")
+    app = FleetApp([("late", late), ("new", refused)], None, clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(200, 30)) as pilot:
+        table = app.overview.query_one(FleetTable)
+        await pilot.pause(0.05)
+        deadline = 50
+        while "ready" not in row_text(table, "late") and deadline:
+            await pilot.pause(0.1)
+            deadline -= 1
+        assert "ready" in row_text(table, "late") and late.attempts == 3
+        assert "unreachable" in row_text(table, "new") and "known_hosts" in row_text(table, "new")
+        new_store = refused.bus.store
+        assert new_store.connection is not None and new_store.connection.state == "disconnected"

@@ -17,9 +17,10 @@ from textual.binding import Binding, BindingType
 
 from specmon.config import Config
 from specmon.controller import HostController
-from specmon.errors import SpecmonError
+from specmon.errors import SpecmonError, UsageError
 from specmon.events import ConnectionState
 from specmon.fleet import FleetHost, HostOutcome, relaunch_fleet
+from specmon.session.transport import HostKeyError
 from specmon.tui.app import CLOSE_TIMEOUT_S, BesideService, SpecmonApp, tune_gc_for_console
 from specmon.tui.host_view import HostView
 from specmon.tui.messages import FleetRelaunchAsked, FleetRelaunchRequested, HostChosen
@@ -27,6 +28,9 @@ from specmon.tui.screens.fleet import FleetScreen
 from specmon.tui.screens.main import MainScreen
 from specmon.tui.widgets.log_pane import LogPane
 
+START_ATTEMPTS = 8  # connecting a host that is down: 2, 4, 8, 16, 30, 30, 30 s apart
+START_BACKOFF_S = 2.0
+START_BACKOFF_MAX_S = 30.0
 # On the overview no host is in view: these act on one host's main screen only.
 HOST_ONLY_ACTIONS = frozenset(
     {"stop", "experiments", "gpu_detail", "history", "focus_log", "filter_log", "toggle_pause"}
@@ -94,15 +98,36 @@ class FleetApp(SpecmonApp):
                 self.run_worker(self._start_host(view), group=f"start:{view.name}")
 
     async def _start_host(self, view: HostView) -> None:
-        """Connect one host; its failure is its row's (the store keeps why), not the console's."""
-        try:
-            await view.controller.start()
-        except Exception as exc:  # any failure of one host must leave the others running
-            why = str(exc) if isinstance(exc, SpecmonError) else f"{type(exc).__name__}: {exc}"
-            label = view.controller.host_label
+        """Connect one host; its failure is its row's (the store keeps why), not the console's.
+        A host that cannot be reached yet (rebooting, network down) is tried again with backoff,
+        a bounded number of times; a refused host key or a crash is not retried."""
+        label = view.controller.host_label
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                await view.controller.start()
+                return
+            except (HostKeyError, UsageError) as exc:
+                why, retry = str(exc), False
+            except SpecmonError as exc:
+                why, retry = str(exc), True
+            except Exception as exc:  # a crash of one host's controller leaves the others be
+                why, retry = f"{type(exc).__name__}: {exc}", False
+            if not retry or attempt == START_ATTEMPTS:
+                if retry:
+                    why += f" (gave up after {attempt} attempts)"
+                state = ConnectionState(host=label, state="disconnected", detail=why)
+                view.controller.bus.publish(state)
+                return
+            delay = min(START_BACKOFF_MAX_S, START_BACKOFF_S * 2 ** (attempt - 1))
             view.controller.bus.publish(
-                ConnectionState(host=label, state="disconnected", detail=why)
+                ConnectionState(
+                    host=label,
+                    state="reconnecting",
+                    attempt=attempt,
+                    detail=f"{why}; trying again in {delay:.0f}s",
+                )
             )
+            await asyncio.sleep(delay)
 
     async def close_controller(self) -> None:
         if self._closed:
