@@ -17,6 +17,10 @@ Textual's output path), as benchmarks/tui_load.py does for one host:
     python3 benchmarks/fleet_load.py                   # 2,000 events/s for 60 s, then 10M
     python3 benchmarks/fleet_load.py --duration 10 --replay 1000000   # a quick look
 
+4. Reference: the one-host console (benchmarks/tui_load.py) at the same total rate, right
+   after, so the fleet's keypress-to-paint can be read against what the machine's load does
+   to a single host's.
+
 Targets (issue 15): p95 keypress-to-paint <= 50 ms, RSS <= 200 MB and flat over 10M events.
 """
 
@@ -283,6 +287,29 @@ def press_and_time(
     return False
 
 
+def single_host_reference(args: argparse.Namespace) -> dict[str, Any]:
+    """tui_load.py's measurement of the one-host console at the same total event rate."""
+    import contextlib
+    import io
+
+    import tui_load
+
+    with tempfile.TemporaryDirectory(prefix="specmon-fleet-ref-") as root:
+        out = Path(root) / "reference.json"
+        reference = argparse.Namespace(
+            rate=args.rate,
+            duration=args.reference_duration,
+            warmup=args.warmup,
+            replay=1000,
+            replay_timeout=60.0,
+            out=str(out),
+            no_gc_tuning=False,
+        )
+        with contextlib.redirect_stdout(io.StringIO()):
+            tui_load.run_parent(reference)
+        return json.loads(out.read_text()) if out.exists() else {}
+
+
 def run_parent(args: argparse.Namespace) -> int:
     import psutil
 
@@ -348,6 +375,7 @@ def run_parent(args: argparse.Namespace) -> int:
         end(child, master)
     child_results = json.loads(result_path.read_text()) if result_path.exists() else {}
     result_path.unlink(missing_ok=True)
+    reference = single_host_reference(args) if args.reference_duration > 0 else {}
     every = overview_ms + host_ms
     third = max(1, len(rss_samples) // 3)
     report = {
@@ -374,6 +402,15 @@ def run_parent(args: argparse.Namespace) -> int:
         "rss_mb_last_third_mean": round(statistics.mean(rss_samples[-third:]), 1),
         "rss_mb_peak_during_replay": round(peak_replay, 1),
         "terminal_bytes_painted": reader.bytes_read,
+        # The one-host console (tui_load.py) at the same total rate, right after: what this
+        # machine's load does to keypress-to-paint, whatever the number of hosts.
+        "reference_one_host_latency_ms_p95": reference.get("latency_ms_p95"),
+        "reference_one_host_keypresses": reference.get("keypresses"),
+        "p95_ratio_fleet_to_one_host": round(
+            percentile(every, 0.95) / reference["latency_ms_p95"], 2
+        )
+        if every and reference.get("latency_ms_p95")
+        else None,
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
         **{k: round(v, 2) if isinstance(v, float) else v for k, v in child_results.items()},
@@ -392,6 +429,12 @@ def main() -> int:
     parser.add_argument("--replay", type=int, default=10_000_000, help="events to replay")
     parser.add_argument("--replay-timeout", type=float, default=1200.0)
     parser.add_argument("--connect-timeout", type=float, default=60.0)
+    parser.add_argument(
+        "--reference-duration",
+        type=float,
+        default=30.0,
+        help="seconds of the one-host console at the same rate, for reference (0: skip)",
+    )
     parser.add_argument("--out", default="fleet_load.json", help="where to write the figures")
     parser.add_argument("--load-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--connect-child", action="store_true", help=argparse.SUPPRESS)
