@@ -142,3 +142,21 @@ async def test_a_host_down_at_start_is_tried_again_a_refused_key_is_not(monkeypa
         assert "unreachable" in row_text(table, "new") and "known_hosts" in row_text(table, "new")
         new_store = refused.bus.store
         assert new_store.connection is not None and new_store.connection.state == "disconnected"
+
+
+async def test_help_on_the_overview_lists_its_keys_and_read_only_hides_relaunch() -> None:
+    from specmon.tui.screens.help import HelpScreen
+
+    app = make_fleet()
+    app.read_only = True
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, HelpScreen)
+        actions = {b.action for b in app.screen.bindings}
+        assert {"cycle_sort", "filter", "toggle_select", "open_host"} <= actions
+        assert "relaunch" not in actions and "stop" not in actions
+        await pilot.press("escape")
+        await pilot.press("r")  # refused: no form opens
+        await pilot.pause(0.1)
+        assert isinstance(app.screen, FleetScreen)

@@ -171,6 +171,22 @@ class FleetApp(SpecmonApp):
             return False
         return super().check_action(action, parameters)
 
+    def action_help(self) -> None:
+        """On the overview: its own keys first, then the app's that act there."""
+        from specmon.tui.screens.help import HelpScreen
+
+        if self.screen is not self.overview:
+            super().action_help()
+            return
+        keys = [
+            b
+            for b in (*FleetScreen.BINDINGS, *self.BINDINGS)
+            if isinstance(b, Binding)
+            and (b.action != "relaunch" or not self.read_only)
+            and self.check_action(b.action.partition("(")[0], ()) is not False
+        ]
+        self.push_screen(HelpScreen(keys))
+
     @on(HostChosen)
     async def _host_chosen(self, message: HostChosen) -> None:
         await self.open_host(message.name)

@@ -83,6 +83,10 @@ class FleetScreen(Screen[None]):
             title += f" · selected: {', '.join(sorted(self.selected))}"
         self.query_one("#fleet-title", Static).update(title)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """A read-only console hides the relaunch from the footer (the app refuses it too)."""
+        return not (action == "relaunch" and getattr(self.app, "read_only", False))
+
     def action_cycle_sort(self) -> None:
         self.sort_column = next_sort_column(self.sort_column)
         self.refresh_from(self.now)
