@@ -26,7 +26,8 @@ from specmon.tui.widgets.fleet_table import FleetTable
 
 class FleetScreen(Screen[None]):
     DEFAULT_CSS = """
-    FleetScreen #fleet-title { height: 1; background: $primary-background; padding: 0 1; }
+    FleetScreen #fleet-title { height: 1; width: 1fr; background: $primary-background;
+        padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     FleetScreen FleetTable { height: 1fr; }
     FleetScreen #fleet-filter { display: none; }
     FleetScreen.-filtering #fleet-filter { display: block; }
@@ -81,7 +82,8 @@ class FleetScreen(Screen[None]):
             title += f" · filter {self.filter_text!r}: {len(shown)} shown"
         if self.selected:
             title += f" · selected: {', '.join(sorted(self.selected))}"
-        self.query_one("#fleet-title", Static).update(title)
+        # One fixed-size line: no layout pass (a keypress is painted sooner under load).
+        self.query_one("#fleet-title", Static).update(title, layout=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """A read-only console hides the relaunch from the footer (the app refuses it too)."""
