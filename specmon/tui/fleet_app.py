@@ -85,6 +85,13 @@ class FleetApp(SpecmonApp):
 
     async def mount_console(self) -> None:
         self.handle_exit_signals()
+        for view in self.views:
+            # Installed, then shown once: every host's panels exist from now on (an installed
+            # screen stays mounted when it is not on top), so events for a host out of view
+            # reach its panels, and opening a host never waits for its screen to compose.
+            self.install_screen(view.main, name=view.main.id)
+            await self.push_screen(view.main)
+            await self.pop_screen()
         await self.push_screen(self.overview)
         for view in self.views:
             view.queue = view.controller.bus.subscribe()
