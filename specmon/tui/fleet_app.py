@@ -86,6 +86,15 @@ class FleetApp(SpecmonApp):
     async def mount_console(self) -> None:
         self.handle_exit_signals()
         for view in self.views:
+            view.queue = view.controller.bus.subscribe()  # before start: no event missed
+        if self.read_only:
+            self.sub_title = "read-only"
+        if not await self.start_beside():
+            return
+        if self.start_controller:
+            for view in self.views:  # in parallel, each in its own worker
+                self.run_worker(self._start_host(view), group=f"start:{view.name}")
+        for view in self.views:  # while the hosts connect
             # Installed, then shown once: every host's panels exist from now on (an installed
             # screen stays mounted when it is not on top), so events for a host out of view
             # reach its panels, and opening a host never waits for its screen to compose.
@@ -93,16 +102,9 @@ class FleetApp(SpecmonApp):
             await self.push_screen(view.main)
             await self.pop_screen()
         await self.push_screen(self.overview)
-        for view in self.views:
-            view.queue = view.controller.bus.subscribe()
         self.overview.refresh_from(self.clock())  # every host's row from the first paint
         self.tick()
         self.set_interval(1.0 / self.redraw_hz, self.tick)
-        if self.read_only:
-            self.sub_title = "read-only"
-        if await self.start_beside() and self.start_controller:
-            for view in self.views:  # in parallel, each in its own worker
-                self.run_worker(self._start_host(view), group=f"start:{view.name}")
 
     async def _start_host(self, view: HostView) -> None:
         """Connect one host; its failure is its row's (the store keeps why), not the console's.
