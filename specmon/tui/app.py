@@ -228,7 +228,7 @@ class SpecmonApp(App[int]):
         ``prefix`` names the host in notifications (the fleet console)."""
         store = view.controller.bus.store
         queue = view.queue
-        shown = view.main.is_mounted  # a fleet host not opened yet has no panels
+        shown = view.main.is_mounted and (len(self.views) == 1 or view.panels_ready)
         drained = 0
         while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
             at, event = queue.get_nowait()

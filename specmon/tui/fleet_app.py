@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from textual import on
 from textual.binding import Binding, BindingType
+from textual.css.query import NoMatches
 
 from specmon.config import Config
 from specmon.controller import HostController
@@ -94,13 +95,9 @@ class FleetApp(SpecmonApp):
         if self.start_controller:
             for view in self.views:  # in parallel, each in its own worker
                 self.run_worker(self._start_host(view), group=f"start:{view.name}")
-        for view in self.views:  # while the hosts connect
-            # Installed, then shown once: every host's panels exist from now on (an installed
-            # screen stays mounted when it is not on top), so events for a host out of view
-            # reach its panels, and opening a host never waits for its screen to compose.
+        for view in self.views:
+            # Installed: composed when first opened, then kept mounted when out of view.
             self.install_screen(view.main, name=view.main.id)
-            await self.push_screen(view.main)
-            await self.pop_screen()
         await self.push_screen(self.overview)
         self.overview.refresh_from(self.clock())  # every host's row from the first paint
         self.tick()
@@ -168,7 +165,19 @@ class FleetApp(SpecmonApp):
             if live_due:
                 self.overview.refresh_from(now)
         elif self.view.main in self.screen_stack:
-            self.refresh_view(self.view, now, live_due=live_due)
+            self.refresh_host_screen(self.view, now, live_due=live_due)
+
+    def refresh_host_screen(self, view: HostView, now: float, *, live_due: bool) -> None:
+        """Redraw the host in view; the first time, its whole kept log. A screen opened a
+        moment ago may still be composing its panels: it is drawn on the next tick."""
+        try:
+            if not view.panels_ready:
+                view.main.query_one(LogPane).show_all(view.controller.bus.store.log)
+                view.pending_lines = []
+                view.panels_ready = True
+            self.refresh_view(view, now, live_due=live_due)
+        except NoMatches:
+            view.panels_ready = False
 
     # --- moving between the overview and the hosts -------------------------------------------
 
@@ -211,9 +220,8 @@ class FleetApp(SpecmonApp):
         else:
             await self.switch_screen(view.main)
         # The whole kept log at once (lines that came while the host was out of view too).
-        view.pending_lines = []
-        view.main.query_one(LogPane).show_all(view.controller.bus.store.log)
-        self.refresh_view(view, self.clock(), live_due=True)
+        view.panels_ready = False
+        self.refresh_host_screen(view, self.clock(), live_due=True)
 
     async def action_overview(self) -> None:
         if isinstance(self.screen, MainScreen):

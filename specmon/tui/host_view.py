@@ -27,6 +27,7 @@ class HostView:
     pending_lines: list[LogLine] = field(default_factory=list)
     experiments: ExperimentsScreen | None = None  # installed on first `e`; kept
     relaunch_in_progress: bool = False
+    panels_ready: bool = False  # the fleet console: its screen is composed and has the log
 
     @property
     def sweep_running(self) -> bool:
