@@ -19,13 +19,13 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specmon.advisor import Advice, AdvisorError
 from specmon.advisor_inputs import advise_from_store, enough_data, model_of
-from specmon.backends import get_backend
+from specmon.backends import all_backends, get_backend
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
@@ -237,7 +237,11 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
     return points
 
 
-STEPS_FLAG = "speculative-num-steps"  # the grid axis the advisor predicts
+def steps_axis(names: Iterable[str]) -> str | None:
+    """The axis among a grid's ``names`` that sets the draft step count (a backend's
+    ``steps_setting``): the axis the tuning advisor predicts; None when none does."""
+    settings = {b.steps_setting for b in all_backends() if b.steps_setting}
+    return next((name for name in names if name in settings), None)
 
 
 # --- progress events (for the console's Experiments screen and the CLI) --------------------
@@ -558,7 +562,7 @@ class SweepRunner:
         """Store the advisor's prediction for a sweep over step counts before it measures
         anything: the one given, else one made now from the running server if the store has
         enough probe cycles. ``specmon ledger show`` sets it against what the sweep measures."""
-        if not any(axis.name == STEPS_FLAG for axis in self.plan.axes):
+        if steps_axis(axis.name for axis in self.plan.axes) is None:
             return
         store = self.controller.bus.store
         advice, source = self.prediction, "advisor view"

@@ -189,9 +189,10 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep is None:
         raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
-    from specmon.sweep import STEPS_FLAG
+    from specmon.sweep import steps_axis
 
     prediction = ledger.prediction_for_sweep(sweep.id)
+    steps_param = steps_axis(axis["name"] for axis in sweep.spec.get("grid", [])) or ""
     if args.json:
         from specmon.report import predicted_vs_measured
 
@@ -201,13 +202,13 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
             else {
                 steps: tok_s
                 for steps, tok_s, _measured, _error in predicted_vs_measured(
-                    prediction["advice"], results, STEPS_FLAG
+                    prediction["advice"], results, steps_param
                 )
             }
         )
         for result in results:
             row = result.to_json_dict()
-            steps = result.params.get(STEPS_FLAG, "")
+            steps = result.params.get(steps_param, "")
             if steps.isdigit() and int(steps) in predicted and not result.is_baseline:
                 row["predicted_tok_s"] = predicted[int(steps)]  # the advisor's, not measured
             print(json.dumps(row))
@@ -226,7 +227,7 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     print(safe_text(sweep_table(results, names, baseline)))
     if prediction is not None:
         print()
-        print(safe_text(prediction_table(prediction, results, STEPS_FLAG)))
+        print(safe_text(prediction_table(prediction, results, steps_param)))
     return 0
 
 

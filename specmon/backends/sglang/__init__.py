@@ -8,6 +8,7 @@ from typing import Any
 
 from specmon.backends import (
     Backend,
+    DraftShape,
     FlagKind,
     FormField,
     LogParser,
@@ -76,6 +77,7 @@ class SGLangBackend(Backend):
     metric_prefix = "sglang:"
     accept_length_metric = "sglang:spec_accept_length"
     generate_path = "/generate"
+    steps_setting = "speculative-num-steps"
 
     # --- logs --------------------------------------------------------------------------
 
@@ -167,6 +169,24 @@ class SGLangBackend(Backend):
             if name in env:
                 out[name] = env[name]
         return out
+
+    def draft_shape(
+        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
+    ) -> DraftShape:
+        """``/get_server_info``'s speculative fields over the launch's flags."""
+        flags = self.key_flags(args, env)
+
+        def read(info_key: str, flag_key: str) -> int | None:
+            for value in (server_info.get(info_key), flags.get(flag_key)):
+                if value is not None and str(value).strip().isdigit():
+                    return int(str(value).strip())
+            return None
+
+        return DraftShape(
+            steps=read("speculative_num_steps", "steps"),
+            topk=read("speculative_eagle_topk", "topk"),
+            verify_tokens=read("speculative_num_draft_tokens", "draft_tokens"),
+        )
 
     # --- the relaunch form -------------------------------------------------------------
 

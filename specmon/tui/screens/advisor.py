@@ -14,11 +14,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from specmon.advisor import Advice, AdvisorError, sweep_steps
-from specmon.advisor_inputs import advise_from_store
+from specmon.advisor_inputs import advise_from_store, steps_setting
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.ledger import Ledger
-from specmon.sweep import STEPS_FLAG
 from specmon.tui.messages import SweepRequested
 from specmon.tui.widgets.advisor_chart import AdvisorChart
 from specmon.tui.widgets.advisor_table import AdvisorTable
@@ -116,5 +115,9 @@ class AdvisorScreen(Screen[None]):
         if self.advice is None:
             self.notify(f"No prediction to check: {self.problem}", severity="warning")
             return
-        grid = [f"{STEPS_FLAG}={','.join(map(str, sweep_steps(self.advice)))}"]
+        setting = steps_setting(self.controller.bus.store)
+        if setting is None:
+            self.notify("This server has no step-count setting to sweep", severity="warning")
+            return
+        grid = [f"{setting}={','.join(map(str, sweep_steps(self.advice)))}"]
         self.app.post_message(SweepRequested(grid, baseline=True, prediction=self.advice))
