@@ -216,18 +216,12 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
         env = {k: v for k, v in params.items() if k[:1].isupper()}
         notes: list[str] = []
         spec = profile.to_launch_spec(flags=flags, env=env, python=python)
-        steps = spec.flag("speculative-num-steps")
-        if (
-            "speculative-num-steps" in flags
-            and "speculative-num-draft-tokens" not in flags
-            and spec.flag("speculative-eagle-topk") == "1"
-            and steps
-            and steps.isdigit()
-        ):
-            draft_tokens = str(int(steps) + 1)
-            if spec.flag("speculative-num-draft-tokens") != draft_tokens:
-                spec = spec.with_flags({"speculative-num-draft-tokens": draft_tokens})
-                notes.append(f"speculative-num-draft-tokens={draft_tokens} (steps + 1, topk 1)")
+        backend = get_backend(spec.backend)
+        if backend.steps_setting is not None and backend.steps_setting in flags:
+            follow = backend.steps_follow_ups(spec.args, flags)
+            if follow:
+                spec = spec.with_flags({name: value for name, (value, _) in follow.items()})
+                notes.extend(f"{name}={value} ({why})" for name, (value, why) in follow.items())
         point_problems = spec.problems()
         label = " ".join(f"{k}={v}" for k, v in params.items())
         problems.extend(f"[{label}] {p}" for p in point_problems)

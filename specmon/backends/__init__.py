@@ -293,6 +293,14 @@ class Backend(ABC):
         """The draft a launch runs: its steps, topk and tokens per verify, from the server's
         own report (``server_info``: the fields ``server_info_values`` gave) over its flags."""
 
+    def steps_follow_ups(
+        self, args: Sequence[str], given: Iterable[str]
+    ) -> dict[str, tuple[str, str]]:
+        """Settings that a new step count (``steps_setting``, already set in ``args``) decides,
+        as ``name -> (value, why)``, leaving out those the same change sets (``given``): a
+        sweep over step counts applies them and says so. Default: none."""
+        return {}
+
     def probe_draft_positions(self, draft_tokens: int, batch_size: int) -> int:
         """Draft positions per request that a probe record stands for, from its
         ``draft_tokens`` and ``batch_size``. Default: the probe counts each request's verified

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specmon.backends import (
@@ -187,6 +187,21 @@ class SGLangBackend(Backend):
             topk=read("speculative_eagle_topk", "topk"),
             verify_tokens=read("speculative_num_draft_tokens", "draft_tokens"),
         )
+
+    def steps_follow_ups(
+        self, args: Sequence[str], given: Iterable[str]
+    ) -> dict[str, tuple[str, str]]:
+        """A chain (topk 1) verifies steps + 1 tokens: the draft tokens follow the steps."""
+        if "speculative-num-draft-tokens" in set(given):
+            return {}
+        values = {item.name: item.value for item in parse_flags(args)[0]}
+        steps = values.get("speculative-num-steps") or ""
+        if values.get("speculative-eagle-topk") != "1" or not steps.isdigit():
+            return {}
+        tokens = str(int(steps) + 1)
+        if values.get("speculative-num-draft-tokens") == tokens:
+            return {}
+        return {"speculative-num-draft-tokens": (tokens, "steps + 1, topk 1")}
 
     # --- the relaunch form -------------------------------------------------------------
 
