@@ -125,6 +125,12 @@ def test_inputs_for_a_vllm_run():
     advice = advise(inputs)
     assert advice.current.num_draft_tokens == 6
     assert [p.num_steps for p in advice.predictions] == list(range(1, 11))
+    from specmon.commands.advise import advice_text
+
+    text = advice_text(advice, "h", store)
+    k = advice.recommended.num_steps
+    assert f"recommended: {k} steps (num_speculative_tokens={k}, {k + 1} tokens per verify)" in text
+    assert "h: running 5 steps (topk 1, 6 draft tokens)" in text
 
 
 def test_a_vllm_run_without_speculation_is_refused_in_one_line():

@@ -89,6 +89,7 @@ class AdvisorScreen(Screen[None]):
             "this host's ledger" if advice.verify_slope_source == "ledger" else "a default slope"
         )
         measured = self.controller.bus.store.throughput_stats()[1]
+        setting = steps_setting(self.controller.bus.store) or "steps"
         now = f"{advice.current.tok_s:.1f} predicted" + (
             f", {measured:.1f} measured (server log)" if measured else ""
         )
@@ -101,7 +102,8 @@ class AdvisorScreen(Screen[None]):
             f"PREDICTION from {inputs.cycles} probe cycles at {inputs.num_steps} steps "
             f"({inputs.requests_per_cycle:.1f} requests per cycle; verify growth from {slope}): "
             f"now {now}.",
-            f"Recommended: {best.num_steps} steps (num_draft_tokens {best.num_draft_tokens}), "
+            f"Recommended: {best.num_steps} steps ({setting}={best.num_steps}, "
+            f"{best.num_draft_tokens} tokens per verify), "
             f"{verdict}.",
             "x: open Experiments with a sweep over "
             + ", ".join(map(str, sweep_steps(advice)))
