@@ -145,6 +145,10 @@ async def test_advice_from_a_k5_vllm_run_matches_a_real_sweep(tmp_path):
     with contextlib.redirect_stdout(out):
         cli_main(["ledger", "--ledger", ledger_path, "show", f"s{finished.sweep_id}", "--json"])
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    plot = io.StringIO()
+    with contextlib.redirect_stdout(plot):  # x: the sweep's step count setting by default
+        assert cli_main(["ledger", "--ledger", ledger_path, "plot", f"s{finished.sweep_id}"]) == 0
+    assert "nothing to plot" not in plot.getvalue() and "num_speculative_tokens" in plot.getvalue()
     assert {int(r["params"]["num_speculative_tokens"]): r["predicted_tok_s"] for r in rows} == {
         k: pytest.approx(predicted[k]) for k in GRID
     }

@@ -151,3 +151,11 @@ def test_ledger_verify_points_of_vllm_launches_are_read_by_vllms_backend():
     # a command no backend claims is read by the live run's backend
     odd = [dataclasses.replace(s, argv=("/opt/run.sh", *s.argv[3:])) for s in samples]
     assert verify_by_draft_tokens(odd, 1.0, "vllm") == {2: 25.0, 5: 28.5}
+
+
+def test_the_sweep_plot_puts_vllms_step_count_on_the_x_axis():
+    from specmon.sweep import parse_grid
+    from specmon.tui.widgets.sweep_plot import choose_x_axis
+
+    grid = parse_grid(["gpu-memory-utilization=0.8,0.9", "num_speculative_tokens=1,2,3"])
+    assert choose_x_axis(grid) == "num_speculative_tokens"

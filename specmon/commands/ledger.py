@@ -29,7 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--table", choices=TABLES, default="benchmarks")
     plot = sub.add_parser("plot", help="tok/s vs steps per NCCL setting, baseline as a line")
     plot.add_argument("sweep", nargs="?", metavar="SWEEP", help="sweep id (default: the latest)")
-    plot.add_argument("--x", default="speculative-num-steps", metavar="NAME", help="x axis")
+    plot.add_argument(
+        "--x", metavar="NAME", help="x axis (default: the sweep's step count setting)"
+    )
     plot.add_argument("--width", type=int, default=80)
     plot.add_argument("--height", type=int, default=22)
     plot.add_argument("--color", action="store_true", help="colour output")
@@ -315,9 +317,11 @@ def _plot(ledger: Any, args: argparse.Namespace) -> int:
         if sweep is None:
             raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
-    print(
-        sweep_plot(
-            results, baseline, args.x, width=args.width, height=args.height, color=args.color
-        )
-    )
+    x = args.x
+    if x is None:
+        from specmon.sweep import steps_axis
+
+        names = [axis["name"] for axis in sweep.spec.get("grid", [])]
+        x = steps_axis(names) or (names[0] if names else "steps")
+    print(sweep_plot(results, baseline, x, width=args.width, height=args.height, color=args.color))
     return 0
