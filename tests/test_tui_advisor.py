@@ -111,6 +111,12 @@ async def test_on_a_vllm_run_the_view_prefills_a_sweep_over_num_speculative_toke
     app = vllm_console
     store = app.controller.bus.store
     async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(
+            pilot,
+            lambda: store.connection is not None and store.connection.state == "connected",
+            15,
+            "connected",
+        )
         await app.controller.launch("vsim")
         await wait_until(pilot, lambda: store.run_state == "ready", 60, "ready server")
         base_url = await session_base_url(app.controller)
