@@ -1,7 +1,8 @@
 """What the tuning advisor is fed, gathered from one host's live store (and the ledger's verify
 times): the running draft settings, the probe's phase means, requests per cycle and acceptance
-by position. Server-agnostic: it reads only the store's typed state, the launch's key flags and
-the server-info fields the session already collects, never a server's own names for things.
+by position. Server-agnostic: it reads only the store's typed state, and asks the run's backend
+what its launch and server info say about the draft (``Backend.draft_shape``); it never reads a
+server's own names for things.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specmon.advisor import MIN_CYCLES, Advice, AdvisorError, AdvisorInputs, advise
-from specmon.backends import DEFAULT_BACKEND, get_backend
+from specmon.backends import DEFAULT_BACKEND, Backend, backend_for_command, get_backend
+from specmon.errors import SpecmonError
 from specmon.ledger import VerifySample
 from specmon.store import StateStore
 
@@ -27,24 +29,28 @@ class DraftSettings:
     num_draft_tokens: int | None
 
 
-def _int(value: object) -> int | None:
-    try:
-        return int(str(value))
-    except (TypeError, ValueError):
-        return None
+def run_backend(store: StateStore) -> Backend:
+    """The backend of the followed run (the default one before any run is seen)."""
+    name = store.run.backend if store.run is not None else None
+    return get_backend(name or DEFAULT_BACKEND)
+
+
+def steps_setting(store: StateStore) -> str | None:
+    """The setting a sweep over the run's step count varies (e.g. as a grid axis name)."""
+    return run_backend(store).steps_setting
 
 
 def draft_settings(store: StateStore) -> DraftSettings:
-    """Steps, topk and draft tokens in force: the server's own report (its info endpoint) over
-    the launch's flags, a run-time step change (adaptive speculation) over both, and the probe's
-    tokens per request as the last resort for the draft tokens."""
-    flags: dict[str, str] = {}
+    """Steps, topk and draft tokens in force: the backend's reading of the server's own report
+    and the launch's flags (``Backend.draft_shape``), a run-time step change (adaptive
+    speculation) over both, and the probe's tokens per request as the last resort for the
+    draft tokens."""
+    argv: tuple[str, ...] = ()
+    env: dict[str, str] = {}
     if store.run is not None:
-        flags = launch_key_flags(store.run.argv, dict(store.run.env), store.run.backend)
-    info = store.server_info
-    steps = _int(info.get("speculative_num_steps")) or _int(flags.get("steps"))
-    topk = _int(info.get("speculative_eagle_topk")) or _int(flags.get("topk"))
-    tokens = _int(info.get("speculative_num_draft_tokens")) or _int(flags.get("draft_tokens"))
+        argv, env = tuple(store.run.argv), dict(store.run.env)
+    shape = run_backend(store).draft_shape(argv, env, store.server_info)
+    steps, topk, tokens = shape.steps, shape.topk, shape.verify_tokens
     if tokens is None:
         tokens = probe_tokens_per_request(store)
     if store.spec_steps is not None:
@@ -58,30 +64,34 @@ def draft_settings(store: StateStore) -> DraftSettings:
     return DraftSettings(steps, topk, tokens)
 
 
-def launch_key_flags(
-    argv: Sequence[str], env: Mapping[str, str], backend: str | None = None
-) -> dict[str, str]:
-    """A launch's key flags (steps, topk, draft_tokens, ...), the one place the advisor reads
-    a command line: its backend's reading, as the console header shows them."""
-    return get_backend(backend or DEFAULT_BACKEND).key_flags(tuple(argv), env)
+def _sample_backend(argv: Sequence[str], fallback: str | None) -> Backend:
+    """The backend a benchmark's launch ran (by its command), else ``fallback``'s."""
+    try:
+        name = backend_for_command(tuple(argv))
+    except SpecmonError:
+        name = None
+    return get_backend(name or fallback or DEFAULT_BACKEND)
 
 
 def verify_by_draft_tokens(
-    samples: Sequence[VerifySample], requests_per_cycle: float | None = None
+    samples: Sequence[VerifySample],
+    requests_per_cycle: float | None = None,
+    backend: str | None = None,
 ) -> dict[int, float]:
     """Mean verify ms per draft-token count. Of the concurrencies measured at two or more
     token counts, the one nearest ``requests_per_cycle`` (a verify's cost depends on the
-    requests it checks); empty when none was."""
+    requests it checks); empty when none was. Each launch is read by the backend its command
+    runs (``backend``: the live run's, for a command no backend claims)."""
     by_concurrency: dict[int, dict[int, list[float]]] = {}
     for sample in samples:
-        flags = launch_key_flags(sample.argv, sample.env)
-        tokens = flags.get("draft_tokens")
-        if tokens is None and flags.get("steps", "").isdigit() and flags.get("topk") == "1":
-            tokens = str(int(flags["steps"]) + 1)
-        if tokens is None or not tokens.isdigit():
+        shape = _sample_backend(sample.argv, backend).draft_shape(sample.argv, sample.env, {})
+        tokens = shape.verify_tokens
+        if tokens is None and shape.steps is not None and shape.topk == 1:
+            tokens = shape.steps + 1
+        if tokens is None or tokens < 1:
             continue
         group = by_concurrency.setdefault(sample.concurrency, {})
-        group.setdefault(int(tokens), []).append(sample.verify_ms)
+        group.setdefault(tokens, []).append(sample.verify_ms)
     usable = {c: points for c, points in by_concurrency.items() if len(points) >= 2}
     if not usable:
         return {}
@@ -91,15 +101,20 @@ def verify_by_draft_tokens(
 
 
 def probe_tokens_per_request(store: StateStore) -> int | None:
+    """Tokens one request's verify checks, from the latest probe record that counts them: the
+    draft positions the backend says it stands for, plus the root."""
+    backend = run_backend(store)
     for record in reversed(store.probe):
         if record.batch_size and record.draft_tokens:
-            return record.draft_tokens // record.batch_size
+            return backend.probe_draft_positions(record.draft_tokens, record.batch_size) + 1
     return None
 
 
 def model_of(store: StateStore) -> str | None:
-    """The served model, as the benchmarks in the ledger name it (the server's model path)."""
-    return store.server_info.get("model_path") or None
+    """The served model, as the benchmarks in the ledger name it: the path the server loaded
+    it from, else the name it serves it as."""
+    info = store.server_info
+    return info.get("model_path") or info.get("model") or None
 
 
 def gather_inputs(
@@ -147,8 +162,9 @@ def advise_from_store(
     if ledger is not None:
         sizes = [r.batch_size for r in list(store.probe)[-WINDOW_CYCLES:] if r.batch_size]
         per_cycle = sum(sizes) / len(sizes) if sizes else None
+        backend = store.run.backend if store.run is not None else None
         verify_by_tokens = verify_by_draft_tokens(
-            ledger.speculative_verify_times(host, model), per_cycle
+            ledger.speculative_verify_times(host, model), per_cycle, backend
         )
     return advise(gather_inputs(store, verify_by_tokens)), model
 

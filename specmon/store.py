@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from specmon.events import (
     CompileBegin,
@@ -47,6 +48,9 @@ from specmon.events import (
     SpecParams,
     WeightsLoaded,
 )
+
+if TYPE_CHECKING:
+    from specmon.backends import Backend
 
 # The loading phases an operator sees ticking, in order: the default backend's (each backend
 # names its own, ``Backend.loading_phases``; ``StateStore.phases`` is the followed run's).
@@ -143,37 +147,58 @@ class CycleHistogram:
 
 
 @dataclass(slots=True)
-class PositionAcceptance:
-    """How often each draft position was accepted over the current run: the same view from
-    either server. From SGLang's probe, each request's accepted count in a verify (a chain
-    draft accepts positions 1..a in a row, so positions 1..a were accepted and the rest not);
-    from vLLM's periodic per-position acceptance rates, weighted by their drafts. A cycle with
-    no per-request counts is used only when it held one request (its sum is that request's)."""
+class PositionTally:
+    """Drafts that reached each position, and how many had it accepted."""
 
     cycles: list[int] = field(default_factory=list)  # drafts that reached position i + 1
     accepted: list[int] = field(default_factory=list)  # ... and had it accepted
 
-    def _grow(self, positions: int) -> None:
+    def grow(self, positions: int) -> None:
         while len(self.cycles) < positions:
             self.cycles.append(0)
             self.accepted.append(0)
 
-    def observe(self, accepted_tokens: int, positions: int) -> None:
-        """One request's verify: ``accepted_tokens`` of its ``positions`` draft tokens."""
-        self._grow(positions)
-        for i in range(positions):
-            self.cycles[i] += 1
-            if accepted_tokens > i:
-                self.accepted[i] += 1
+    @property
+    def drafts(self) -> int:
+        return self.cycles[0] if self.cycles else 0
 
+    def ratios(self) -> list[float]:
+        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True) if c]
+
+
+@dataclass(slots=True)
+class PositionAcceptance:
+    """How often each draft position was accepted over the current run: the same view from
+    either server. From the probe, each request's accepted count in a verify (a chain draft
+    accepts positions 1..a in a row, so positions 1..a were accepted and the rest not); from
+    the server's own periodic per-position rates (vLLM), weighted by their drafts. A cycle with
+    no per-request counts is used only when it held one request (its sum is that request's).
+
+    The two sources count the same drafts, so they are kept apart and never added: the
+    server's own counts win (they cover every engine, the probe only rank 0's), the probe's
+    serve while the server has counted none."""
+
+    probe: PositionTally = field(default_factory=PositionTally)
+    server: PositionTally = field(default_factory=PositionTally)
     reported: list[float] | None = None  # the server's own per-position rates, when it has them
 
+    def observe(self, accepted_tokens: int, positions: int) -> None:
+        """One request's verify (from the probe): ``accepted_tokens`` of its ``positions``."""
+        tally = self.probe
+        tally.grow(positions)
+        for i in range(positions):
+            tally.cycles[i] += 1
+            if accepted_tokens > i:
+                tally.accepted[i] += 1
+
     def observe_rates(self, rates: tuple[float, ...], drafts: int) -> None:
-        """``drafts`` drafts whose share accepted at position i + 1 was ``rates[i]``."""
-        self._grow(len(rates))
+        """``drafts`` drafts (the server's count) whose share accepted at position i + 1 was
+        ``rates[i]``."""
+        tally = self.server
+        tally.grow(len(rates))
         for i, rate in enumerate(rates):
-            self.cycles[i] += drafts
-            self.accepted[i] += round(max(0.0, min(1.0, rate)) * drafts)
+            tally.cycles[i] += drafts
+            tally.accepted[i] += round(max(0.0, min(1.0, rate)) * drafts)
 
     def set_rates(self, rates: list[float]) -> None:
         """The server's own latest acceptance rate per draft position (vLLM's SpecDecoding
@@ -181,15 +206,20 @@ class PositionAcceptance:
         self.reported = [min(1.0, max(0.0, float(rate))) for rate in rates]
 
     @property
+    def counted(self) -> PositionTally:
+        """The tally the view comes from: the server's once it has counted drafts."""
+        return self.server if self.server.drafts else self.probe
+
+    @property
     def drafts(self) -> int:
         """How many drafts (request-verifies) the first position's share comes from."""
-        return self.cycles[0] if self.cycles else 0
+        return self.counted.drafts
 
     def ratios(self) -> list[float]:
         """Accepted share per position (1-based position = index + 1), P(accepted >= i), over
-        the run: its counted drafts (probe cycles, or rate lines weighted by their drafts),
-        else the server's latest reported rates (e.g. from its counters alone)."""
-        counted = [a / c for a, c in zip(self.accepted, self.cycles, strict=True) if c]
+        the run: its counted drafts (the server's rate lines weighted by their drafts, else
+        the probe's cycles), else the server's latest reported rates (e.g. its counters)."""
+        counted = self.counted.ratios()
         if counted:
             return counted
         return list(self.reported) if self.reported is not None else []
@@ -246,13 +276,17 @@ class StateStore:
 
     # --- derived figures ---------------------------------------------------------------------
 
-    @property
-    def phases(self) -> tuple[str, ...]:
-        """The loading phases of the followed run's server, in order."""
+    def _backend(self) -> Backend:
+        """The followed run's server (the default backend before a run is seen)."""
         from specmon.backends import DEFAULT_BACKEND, get_backend
 
         backend = self.run.backend if self.run is not None and self.run.backend else None
-        return get_backend(backend or DEFAULT_BACKEND).loading_phases
+        return get_backend(backend or DEFAULT_BACKEND)
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The loading phases of the followed run's server, in order."""
+        return self._backend().loading_phases
 
     def _phase(self, *names: str) -> str | None:
         """The first of ``names`` that the server's phase list has."""
@@ -472,8 +506,10 @@ class StateStore:
         self.event_lag_s = now - e.wall
         if not e.batch_size or not e.draft_tokens:
             return
-        # draft_tokens counts every request's verified root too: positions 1..per request - 1
-        positions = e.draft_tokens // e.batch_size - 1
+        # what draft_tokens counts is the server's (SGLang adds each request's root, vLLM not)
+        positions = self._backend().probe_draft_positions(e.draft_tokens, e.batch_size)
+        if positions < 1:
+            return
         if e.accepted_per_request is not None and len(e.accepted_per_request) == e.batch_size:
             for accepted in e.accepted_per_request:
                 self.accept_by_position.observe(accepted, positions)

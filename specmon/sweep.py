@@ -19,13 +19,13 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specmon.advisor import Advice, AdvisorError
 from specmon.advisor_inputs import advise_from_store, enough_data, model_of
-from specmon.backends import get_backend
+from specmon.backends import all_backends, get_backend
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
@@ -216,18 +216,12 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
         env = {k: v for k, v in params.items() if k[:1].isupper()}
         notes: list[str] = []
         spec = profile.to_launch_spec(flags=flags, env=env, python=python)
-        steps = spec.flag("speculative-num-steps")
-        if (
-            "speculative-num-steps" in flags
-            and "speculative-num-draft-tokens" not in flags
-            and spec.flag("speculative-eagle-topk") == "1"
-            and steps
-            and steps.isdigit()
-        ):
-            draft_tokens = str(int(steps) + 1)
-            if spec.flag("speculative-num-draft-tokens") != draft_tokens:
-                spec = spec.with_flags({"speculative-num-draft-tokens": draft_tokens})
-                notes.append(f"speculative-num-draft-tokens={draft_tokens} (steps + 1, topk 1)")
+        backend = get_backend(spec.backend)
+        if backend.steps_setting is not None and backend.steps_setting in flags:
+            follow = backend.steps_follow_ups(spec.args, flags)
+            if follow:
+                spec = spec.with_flags({name: value for name, (value, _) in follow.items()})
+                notes.extend(f"{name}={value} ({why})" for name, (value, why) in follow.items())
         point_problems = spec.problems()
         label = " ".join(f"{k}={v}" for k, v in params.items())
         problems.extend(f"[{label}] {p}" for p in point_problems)
@@ -237,7 +231,11 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
     return points
 
 
-STEPS_FLAG = "speculative-num-steps"  # the grid axis the advisor predicts
+def steps_axis(names: Iterable[str]) -> str | None:
+    """The axis among a grid's ``names`` that sets the draft step count (a backend's
+    ``steps_setting``): the axis the tuning advisor predicts; None when none does."""
+    settings = {b.steps_setting for b in all_backends() if b.steps_setting}
+    return next((name for name in names if name in settings), None)
 
 
 # --- progress events (for the console's Experiments screen and the CLI) --------------------
@@ -558,7 +556,7 @@ class SweepRunner:
         """Store the advisor's prediction for a sweep over step counts before it measures
         anything: the one given, else one made now from the running server if the store has
         enough probe cycles. ``specmon ledger show`` sets it against what the sweep measures."""
-        if not any(axis.name == STEPS_FLAG for axis in self.plan.axes):
+        if steps_axis(axis.name for axis in self.plan.axes) is None:
             return
         store = self.controller.bus.store
         advice, source = self.prediction, "advisor view"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.console import local_console, wait_until
-from support.profiles import SIMBENCH_PROFILE_TOML
+from support.profiles import SIMBENCH_PROFILE_TOML, vllm_sim_profile_toml
 from support.sim import free_port
 from textual.widgets import Checkbox, Static, TextArea
 
@@ -91,6 +91,60 @@ async def test_advisor_view_predicts_and_prefills_the_experiments_screen(console
         assert experiments.prediction is advice
         assert experiments.plan is not None and len(experiments.points) == len(steps) + 1
         assert not experiments.running  # nothing starts before the operator presses Start
+
+
+@pytest.fixture
+def vllm_console(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SPECMON_DATA_DIR", str(tmp_path / "data"))
+    config_path = tmp_path / "specmon.toml"
+    text = vllm_sim_profile_toml("vsim", free_port(), k=4, time_scale=TIME_SCALE)
+    config_path.write_text('default_profile = "vsim"\n' + text)
+    with local_console(load_config(config_path), tmp_path / "state", gpu_agent="none") as app:
+        yield app
+
+
+async def test_on_a_vllm_run_the_view_prefills_a_sweep_over_num_speculative_tokens(
+    vllm_console: SpecmonApp,
+):
+    """vLLM's step count is a key of --speculative-config: the pre-filled grid names it as
+    the backend does, and the points it plans are valid vLLM launches."""
+    app = vllm_console
+    store = app.controller.bus.store
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(
+            pilot,
+            lambda: store.connection is not None and store.connection.state == "connected",
+            15,
+            "connected",
+        )
+        await app.controller.launch("vsim")
+        await wait_until(pilot, lambda: store.run_state == "ready", 60, "ready server")
+        base_url = await session_base_url(app.controller)
+        load = BenchSettings(requests=2, max_tokens=160, warmup=0, concurrency=1)
+        await run_benchmark(base_url, load, backend="vllm")
+
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, AdvisorScreen), 5, "advisor")
+        screen = app.screen
+        assert isinstance(screen, AdvisorScreen)
+        await wait_until(pilot, lambda: screen.advice is not None, 10, "a prediction")
+        advice = screen.advice
+        assert advice is not None and advice.inputs.num_steps == 4
+        assert advice.inputs.current_tokens == 5 and advice.inputs.extend_ms == 0.0
+
+        await pilot.press("x")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentsScreen), 5, "screen")
+        experiments = app.screen
+        assert isinstance(experiments, ExperimentsScreen)
+        await pilot.pause(0.1)
+        k = advice.recommended.num_steps
+        steps = sorted({s for s in (k - 1, k, k + 1, 4) if s >= 1})
+        grid = experiments.query_one("#grid", TextArea).text
+        assert grid == "num_speculative_tokens=" + ",".join(map(str, steps))
+        assert experiments.plan is not None and len(experiments.points) == len(steps) + 1
+        planned = [p.spec.flag("num_speculative_tokens") for p in experiments.points[1:]]
+        assert planned == [str(s) for s in steps]
+        assert not experiments.running
 
 
 def test_the_palette_offers_the_advisor():

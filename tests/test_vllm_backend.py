@@ -546,7 +546,13 @@ def test_bench_info_merges_the_served_model_and_the_version():
     assert VLLM.bench_info(models) == {"model_path": "/models/llama", "max_model_len": 8}
     assert VLLM.bench_info({"version": "0.33.0"}) == {"version": "0.33.0"}
     assert VLLM.bench_info([1]) == {}
-    assert VLLM.server_info_values(models) == (("model", "llama"), ("max_model_len", "8"))
+    assert VLLM.server_info_values(models) == (
+        ("model", "llama"),
+        ("model_path", "/models/llama"),  # as bench_info records it (the advisor's ledger key)
+        ("max_model_len", "8"),
+    )
+    same = {"data": [{"id": "/models/llama", "root": "/models/llama"}]}
+    assert VLLM.server_info_values(same) == (("model", "/models/llama"),)
 
 
 def test_a_benchmarks_acceptance_length_comes_from_the_counters_rise():

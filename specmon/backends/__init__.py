@@ -158,6 +158,16 @@ class NodePlacement:
     init_port: int  # a port free on node 0 for the distributed rendezvous
 
 
+@dataclass(frozen=True, slots=True)
+class DraftShape:
+    """The draft a server runs each cycle, as the tuning advisor models it; None where neither
+    the server nor its launch says. A server not speculating has 0 steps."""
+
+    steps: int | None  # draft forwards per cycle: the chain's length k when topk is 1
+    topk: int | None  # candidates per step (1: a chain; more: a tree)
+    verify_tokens: int | None  # tokens one request's verify checks (k + 1 for a chain)
+
+
 class Backend(ABC):
     """What specmon needs to know about one kind of server (see docs/backends.md)."""
 
@@ -189,6 +199,9 @@ class Backend(ABC):
     # Built-in profiles (TOML) that run this server's simulator personality, available from
     # any directory like the ``demo`` profile (config.builtin_config_toml adds them).
     builtin_profiles_toml: str = ""
+    # The setting (a flag without dashes, or a named setting, as a sweep grid and ``--set``
+    # take it) that sets the draft step count: the axis the tuning advisor predicts.
+    steps_setting: str | None = None
 
     # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"
@@ -272,6 +285,27 @@ class Backend(ABC):
     def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
         """The settings runs are compared by, for the console header: algorithm, steps, topk,
         draft_tokens, tp, mem_fraction and NCCL variables, those that are set."""
+
+    @abstractmethod
+    def draft_shape(
+        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
+    ) -> DraftShape:
+        """The draft a launch runs: its steps, topk and tokens per verify, from the server's
+        own report (``server_info``: the fields ``server_info_values`` gave) over its flags."""
+
+    def steps_follow_ups(
+        self, args: Sequence[str], given: Iterable[str]
+    ) -> dict[str, tuple[str, str]]:
+        """Settings that a new step count (``steps_setting``, already set in ``args``) decides,
+        as ``name -> (value, why)``, leaving out those the same change sets (``given``): a
+        sweep over step counts applies them and says so. Default: none."""
+        return {}
+
+    def probe_draft_positions(self, draft_tokens: int, batch_size: int) -> int:
+        """Draft positions per request that a probe record stands for, from its
+        ``draft_tokens`` and ``batch_size``. Default: the probe counts each request's verified
+        root token with its drafts (``batch_size x num_draft_tokens``)."""
+        return draft_tokens // batch_size - 1
 
     # --- the relaunch form -------------------------------------------------------------
 

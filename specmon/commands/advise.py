@@ -81,9 +81,11 @@ def run(args: argparse.Namespace) -> int:
 def advice_text(advice: Any, host: str, store: Any) -> str:
     """The prediction table with what it rests on, for people."""
     from specmon.advisor import prediction_flags
+    from specmon.advisor_inputs import steps_setting
     from specmon.report import render_table
 
     inputs = advice.inputs
+    setting = steps_setting(store) or "steps"  # the launch setting that sets the step count
     measured = store.throughput_stats()[1]
     rows = []
     for p in advice.predictions:
@@ -111,8 +113,9 @@ def advice_text(advice: Any, host: str, store: Any) -> str:
         f"cycle; verify {inputs.verify_ms:.2f} ms + {slope}",
         "PREDICTION, not a measurement:",
         render_table(header, rows, {0, 1, 2, 3, 4}),
-        f"recommended: {advice.recommended.num_steps} steps "
-        f"(num_draft_tokens = {advice.recommended.num_draft_tokens}), predicted "
+        f"recommended: {advice.recommended.num_steps} steps ({setting}="
+        f"{advice.recommended.num_steps}, {advice.recommended.num_draft_tokens} tokens per "
+        "verify), predicted "
         f"{advice.recommended.tok_s:.1f} tok/s vs {advice.current.tok_s:.1f} at the current "
         "setting; measure it with `specmon sweep`",
     ]

@@ -29,7 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--table", choices=TABLES, default="benchmarks")
     plot = sub.add_parser("plot", help="tok/s vs steps per NCCL setting, baseline as a line")
     plot.add_argument("sweep", nargs="?", metavar="SWEEP", help="sweep id (default: the latest)")
-    plot.add_argument("--x", default="speculative-num-steps", metavar="NAME", help="x axis")
+    plot.add_argument(
+        "--x", metavar="NAME", help="x axis (default: the sweep's step count setting)"
+    )
     plot.add_argument("--width", type=int, default=80)
     plot.add_argument("--height", type=int, default=22)
     plot.add_argument("--color", action="store_true", help="colour output")
@@ -191,9 +193,10 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep.spec.get("kind") == "collective":
         return _show_collective(ledger, sweep, json_lines=args.json)
     results, baseline = sweep_results(ledger, sweep)
-    from specmon.sweep import STEPS_FLAG
+    from specmon.sweep import steps_axis
 
     prediction = ledger.prediction_for_sweep(sweep.id)
+    steps_param = steps_axis(axis["name"] for axis in sweep.spec.get("grid", [])) or ""
     if args.json:
         from specmon.report import predicted_vs_measured
 
@@ -203,13 +206,13 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
             else {
                 steps: tok_s
                 for steps, tok_s, _measured, _error in predicted_vs_measured(
-                    prediction["advice"], results, STEPS_FLAG
+                    prediction["advice"], results, steps_param
                 )
             }
         )
         for result in results:
             row = result.to_json_dict()
-            steps = result.params.get(STEPS_FLAG, "")
+            steps = result.params.get(steps_param, "")
             if steps.isdigit() and int(steps) in predicted and not result.is_baseline:
                 row["predicted_tok_s"] = predicted[int(steps)]  # the advisor's, not measured
             print(json.dumps(row))
@@ -228,7 +231,7 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     print(safe_text(sweep_table(results, names, baseline)))
     if prediction is not None:
         print()
-        print(safe_text(prediction_table(prediction, results, STEPS_FLAG)))
+        print(safe_text(prediction_table(prediction, results, steps_param)))
     return 0
 
 
@@ -336,9 +339,11 @@ def _plot(ledger: Any, args: argparse.Namespace) -> int:
         if sweep is None:
             raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
-    print(
-        sweep_plot(
-            results, baseline, args.x, width=args.width, height=args.height, color=args.color
-        )
-    )
+    x = args.x
+    if x is None:
+        from specmon.sweep import steps_axis
+
+        names = [axis["name"] for axis in sweep.spec.get("grid", [])]
+        x = steps_axis(names) or (names[0] if names else "steps")
+    print(sweep_plot(results, baseline, x, width=args.width, height=args.height, color=args.color))
     return 0

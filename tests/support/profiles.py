@@ -25,3 +25,22 @@ SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN = "1"
 SPECMON_SIM_TIME_SCALE = "{time_scale}"
 SPECMON_SIM_SHARDS = "8"
 """
+
+
+def vllm_sim_profile_toml(name: str, server_port: int, k: int, time_scale: str) -> str:
+    """The built-in demo-vllm profile (the simulator's vLLM personality, probe on) as profile
+    ``name`` at ``k`` speculative tokens: no GPU agent, a stats line every second."""
+    from specmon.backends import get_backend
+
+    text = get_backend("vllm").builtin_profiles_toml.replace("demo-vllm", name)
+    replacements = {
+        "port = 8000": f"port = {server_port}",
+        "num_speculative_tokens = 3": f"num_speculative_tokens = {k}",
+        'gpu_agent = "sim"': 'gpu_agent = "none"',
+        'SPECMON_SIM_TIME_SCALE = "0.02"': f'SPECMON_SIM_TIME_SCALE = "{time_scale}"',
+        'SPECMON_SIM_SHARDS = "30"': 'SPECMON_SIM_SHARDS = "4"',
+    }
+    for old, new in replacements.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text + 'VLLM_LOG_STATS_INTERVAL = "1"\n'

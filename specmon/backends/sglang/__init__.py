@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specmon.backends import (
     Backend,
+    DraftShape,
     FlagKind,
     FormField,
     LogParser,
@@ -76,6 +77,7 @@ class SGLangBackend(Backend):
     metric_prefix = "sglang:"
     accept_length_metric = "sglang:spec_accept_length"
     generate_path = "/generate"
+    steps_setting = "speculative-num-steps"
 
     # --- logs --------------------------------------------------------------------------
 
@@ -167,6 +169,39 @@ class SGLangBackend(Backend):
             if name in env:
                 out[name] = env[name]
         return out
+
+    def draft_shape(
+        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
+    ) -> DraftShape:
+        """``/get_server_info``'s speculative fields over the launch's flags."""
+        flags = self.key_flags(args, env)
+
+        def read(info_key: str, flag_key: str) -> int | None:
+            for value in (server_info.get(info_key), flags.get(flag_key)):
+                if value is not None and str(value).strip().isdigit():
+                    return int(str(value).strip())
+            return None
+
+        return DraftShape(
+            steps=read("speculative_num_steps", "steps"),
+            topk=read("speculative_eagle_topk", "topk"),
+            verify_tokens=read("speculative_num_draft_tokens", "draft_tokens"),
+        )
+
+    def steps_follow_ups(
+        self, args: Sequence[str], given: Iterable[str]
+    ) -> dict[str, tuple[str, str]]:
+        """A chain (topk 1) verifies steps + 1 tokens: the draft tokens follow the steps."""
+        if "speculative-num-draft-tokens" in set(given):
+            return {}
+        values = {item.name: item.value for item in parse_flags(args)[0]}
+        steps = values.get("speculative-num-steps") or ""
+        if values.get("speculative-eagle-topk") != "1" or not steps.isdigit():
+            return {}
+        tokens = str(int(steps) + 1)
+        if values.get("speculative-num-draft-tokens") == tokens:
+            return {}
+        return {"speculative-num-draft-tokens": (tokens, "steps + 1, topk 1")}
 
     # --- the relaunch form -------------------------------------------------------------
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from specmon.backends import (
     Backend,
+    DraftShape,
     FlagKind,
     FormField,
     LogParser,
@@ -87,6 +88,7 @@ class VLLMBackend(Backend):
     metric_prefix = "vllm:"
     accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
     generate_path = "/v1/completions"
+    steps_setting = "num_speculative_tokens"  # a key of --speculative-config (setting_flags)
     builtin_profiles_toml = DEMO_PROFILE_TOML
     loading_phases = (
         "weights",
@@ -215,6 +217,27 @@ class VLLMBackend(Backend):
                 out[name] = env[name]
         return out
 
+    def draft_shape(
+        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
+    ) -> DraftShape:
+        """A chain of ``num_speculative_tokens`` (k) drafts: topk 1, and the verify checks the
+        k drafts plus the bonus token, k + 1. vLLM's info endpoints do not report the draft,
+        so the launch says. A ``speculative_token_tree`` drafts a tree: its widest branching
+        is the topk (the advisor refuses trees)."""
+        flags = self.key_flags(args, env)
+        if flags.get("algorithm") == "off":
+            return DraftShape(steps=0, topk=1, verify_tokens=1)
+        k_text = flags.get("k", "")
+        k = int(k_text) if k_text.isdigit() else None
+        tree = vflags.token_tree(args)
+        if tree is not None:
+            return DraftShape(steps=k, topk=tree[0], verify_tokens=tree[1] + 1)
+        return DraftShape(steps=k, topk=1, verify_tokens=None if k is None else k + 1)
+
+    def probe_draft_positions(self, draft_tokens: int, batch_size: int) -> int:
+        """vLLM's probe counts the scheduled draft tokens, k per request, without a root."""
+        return draft_tokens // batch_size
+
     # --- the relaunch form -------------------------------------------------------------
 
     def form_fields(self) -> tuple[FormField, ...]:
@@ -277,6 +300,10 @@ class VLLMBackend(Backend):
             for model in models[:4]:
                 if isinstance(model, dict) and model.get("id") is not None:
                     values.append(("model", str(model["id"])))
+                    root = model.get("root")
+                    if root is not None and str(root) != str(model["id"]):
+                        # where it was loaded from: the model the benchmarks record
+                        values.append(("model_path", str(root)))
                     if model.get("max_model_len") is not None:
                         values.append(("max_model_len", str(model["max_model_len"])))
         return tuple(values)

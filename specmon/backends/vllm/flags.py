@@ -15,6 +15,7 @@ Settings: the JSON's keys are also addressable by name, as if they were flags, s
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -139,6 +140,26 @@ def setting_value(args: Sequence[str], name: str) -> str | None:
     config, _ = read_spec_config(_last_values(args).get(SPEC_CONFIG_FLAG))
     value = config.get(key)
     return None if value is None else str(value)
+
+
+def token_tree(args: Sequence[str]) -> tuple[int, int] | None:
+    """(widest branching, nodes) of the ``speculative_token_tree`` in a launch's config (a list
+    of paths such as ``[(0,), (1,), (0, 0)]``), or None when it drafts a chain or the tree
+    cannot be read."""
+    config, _ = read_spec_config(_last_values(args).get(SPEC_CONFIG_FLAG))
+    text = config.get("speculative_token_tree")
+    if not isinstance(text, str):
+        return None
+    try:
+        paths = ast.literal_eval(text[:10_000])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(paths, (list, tuple)) or not all(isinstance(p, tuple) for p in paths):
+        return None
+    children: dict[tuple[object, ...], int] = {}
+    for path in paths:
+        children[path[:-1]] = children.get(path[:-1], 0) + 1
+    return (max(children.values(), default=1), len(paths))
 
 
 def setting_flags(args: Sequence[str], changes: Mapping[str, FlagValue]) -> dict[str, FlagValue]:

@@ -14,11 +14,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from specmon.advisor import Advice, AdvisorError, sweep_steps
-from specmon.advisor_inputs import advise_from_store
+from specmon.advisor_inputs import advise_from_store, steps_setting
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.ledger import Ledger
-from specmon.sweep import STEPS_FLAG
 from specmon.tui.messages import SweepRequested
 from specmon.tui.widgets.advisor_chart import AdvisorChart
 from specmon.tui.widgets.advisor_table import AdvisorTable
@@ -90,6 +89,7 @@ class AdvisorScreen(Screen[None]):
             "this host's ledger" if advice.verify_slope_source == "ledger" else "a default slope"
         )
         measured = self.controller.bus.store.throughput_stats()[1]
+        setting = steps_setting(self.controller.bus.store) or "steps"
         now = f"{advice.current.tok_s:.1f} predicted" + (
             f", {measured:.1f} measured (server log)" if measured else ""
         )
@@ -102,7 +102,8 @@ class AdvisorScreen(Screen[None]):
             f"PREDICTION from {inputs.cycles} probe cycles at {inputs.num_steps} steps "
             f"({inputs.requests_per_cycle:.1f} requests per cycle; verify growth from {slope}): "
             f"now {now}.",
-            f"Recommended: {best.num_steps} steps (num_draft_tokens {best.num_draft_tokens}), "
+            f"Recommended: {best.num_steps} steps ({setting}={best.num_steps}, "
+            f"{best.num_draft_tokens} tokens per verify), "
             f"{verdict}.",
             "x: open Experiments with a sweep over "
             + ", ".join(map(str, sweep_steps(advice)))
@@ -116,5 +117,9 @@ class AdvisorScreen(Screen[None]):
         if self.advice is None:
             self.notify(f"No prediction to check: {self.problem}", severity="warning")
             return
-        grid = [f"{STEPS_FLAG}={','.join(map(str, sweep_steps(self.advice)))}"]
+        setting = steps_setting(self.controller.bus.store)
+        if setting is None:
+            self.notify("This server has no step-count setting to sweep", severity="warning")
+            return
+        grid = [f"{setting}={','.join(map(str, sweep_steps(self.advice)))}"]
         self.app.post_message(SweepRequested(grid, baseline=True, prediction=self.advice))

@@ -12,19 +12,17 @@ from textual_plotext import PlotextPlot
 
 from specmon.ledger import Baseline
 from specmon.report import sweep_series
-from specmon.sweep import GridAxis, SweepPointResult
+from specmon.sweep import GridAxis, SweepPointResult, steps_axis
 
 SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red")
 BASELINE_COLOUR = "white"
-PREFERRED_X = "speculative-num-steps"
 
 
 def choose_x_axis(axes: Sequence[GridAxis]) -> str | None:
-    """The steps if the grid varies them, else the first axis whose values are all numbers."""
+    """The step count if the grid varies it (the server's setting for it, ``steps_axis``),
+    else the first axis whose values are all numbers."""
     numeric = [axis.name for axis in axes if all(_is_number(v) for v in axis.values)]
-    if PREFERRED_X in numeric:
-        return PREFERRED_X
-    return numeric[0] if numeric else None
+    return steps_axis(numeric) or (numeric[0] if numeric else None)
 
 
 def _is_number(text: str) -> bool:
