@@ -7,7 +7,9 @@ probe timings; the tests read what the widgets show, not internal state.
 from __future__ import annotations
 
 import io
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -343,21 +345,34 @@ async def test_the_configured_theme_is_used():
 async def test_log_follows_the_tail_unless_the_operator_scrolled_back():
     from specmon.events import LogLine
 
+    async def settle(pilot: Any, done: Callable[[], bool]) -> None:
+        """Wait (bounded) for the console to have drawn what ``done`` checks: a loaded
+        machine takes longer than a fixed pause."""
+        for _ in range(100):
+            if done():
+                return
+            await pilot.pause(0.05)
+
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.pause(0.3)
         view = app.main.query_one(LogPane).log_view
+        await settle(pilot, lambda: view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y)
         assert view.max_scroll_y > 0 and view.scroll_y == view.max_scroll_y
         view.scroll_to(y=0, animate=False)
         await pilot.pause(0.1)
         for number in range(5):
             app.controller.bus.publish(LogLine(text=f"new line {number}"))
-        await pilot.pause(0.4)
+        await settle(pilot, lambda: view.lines[-1].text == "new line 4")
+        await pilot.pause(0.1)
+        assert view.lines[-1].text == "new line 4"
         assert view.scroll_y == 0
         view.scroll_end(animate=False)
         await pilot.pause(0.1)
         app.controller.bus.publish(LogLine(text="one more line"))
-        await pilot.pause(0.4)
+        await settle(
+            pilot,
+            lambda: view.lines[-1].text == "one more line" and view.scroll_y == view.max_scroll_y,
+        )
         assert view.scroll_y == view.max_scroll_y
         assert view.lines[-1].text == "one more line"
 
