@@ -67,7 +67,7 @@ async def test_the_console_marks_where_it_skipped_lines() -> None:
     app = SpecmonApp(controller, None, clock=lambda: FROZEN_NOW)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause(0.5)
-        queue = app._queue
+        queue = app.view.queue
         assert queue is not None
         for _ in range(4):
             app.tick()  # the replayed session drained
