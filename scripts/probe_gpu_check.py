@@ -14,7 +14,12 @@ host session injects it (``injection_files()`` copied to a folder, ``launch_env(
 * light cycles (tiny kernels, one host sync per cycle like v1's verify): the probe's CPU cost
   per cycle, which is what could slow a real server.
 
-Results: ``<out>/probe_gpu_check.json`` and a summary on stdout.
+``--family v2`` writes the overlap path's stand-in instead (``eagle_worker_v2``: ``EAGLEWorkerV2``
+and ``EagleDraftWorker``), whose verify keeps the accept lengths on the GPU and never syncs, as
+SGLang's v2 does; the probe copies them to pinned host memory without a sync, and every record's
+``accepted_per_request`` is checked against the known values.
+
+Results: ``<out>/probe_gpu_check_<family>.json`` and a summary on stdout.
 """
 
 from __future__ import annotations
@@ -80,6 +85,10 @@ class VerifyOutput:
         self.accept_length_per_req_cpu = accepted
 
 
+# Request i accepts i % 4 draft tokens in every verify (the records are checked against this).
+_ACCEPTED = torch.arange(64, device="cuda", dtype=torch.int32) % 4
+
+
 class EAGLEWorker:
     def __init__(self, speculative_num_draft_tokens):
         self.speculative_num_draft_tokens = speculative_num_draft_tokens
@@ -101,7 +110,7 @@ class EAGLEWorker:
     def verify(self, batch, spec_info):
         _work("verify")
         # v1 reads the accept lengths on the host: one sync per cycle, as in SGLang.
-        accepted = (_TINY[: len(batch.seq_lens)] >= 0).int().tolist()
+        accepted = _ACCEPTED[: len(batch.seq_lens)].tolist()
         return None, VerifyOutput(accepted), None, True
 
     def forward_draft_extend_after_decode(self, batch):
@@ -109,14 +118,63 @@ class EAGLEWorker:
 '''
 
 
-def write_stand_in(root: Path) -> None:
+STAND_IN_WORKER_V2 = (
+    STAND_IN_WORKER.split("class VerifyOutput")[0]
+    + """
+# Request i accepts i % 4 draft tokens; v2's accept_lens count the bonus token too.
+_ACCEPT_LENS = torch.arange(64, device="cuda", dtype=torch.int32) % 4 + 1
+
+
+class GenerationBatchResult:
+    def __init__(self, accept_lens):
+        self.accept_lens = accept_lens
+
+
+class EagleDraftWorker:
+    def draft(self, batch):
+        _work("draft")
+        return None
+
+    def _draft_extend_for_decode(self, batch, batch_output):
+        _work("extend")
+
+
+class EAGLEWorkerV2:
+    def __init__(self, speculative_num_draft_tokens):
+        self.speculative_num_draft_tokens = speculative_num_draft_tokens
+        self.draft_worker = EagleDraftWorker()
+
+    def forward_batch_generation(self, batch):
+        start, end = next(_NEXT_EVENT), next(_NEXT_EVENT)
+        start.record()
+        self.draft_worker.draft(batch)
+        batch_output = self.verify(batch)
+        self.draft_worker._draft_extend_for_decode(batch, batch_output)
+        end.record()
+        TRUTH.append(("cycle", start, end))
+        return batch_output
+
+    def verify(self, batch):
+        _work("verify")
+        # v2 keeps the accept lengths on the GPU (a fresh tensor each verify): no host sync.
+        return GenerationBatchResult(torch.add(_ACCEPT_LENS[: len(batch.seq_lens)], 0))
+"""
+)
+WORKER_BY_FAMILY = {
+    "v1": ("eagle_worker", "EAGLEWorker", STAND_IN_WORKER),
+    "v2": ("eagle_worker_v2", "EAGLEWorkerV2", STAND_IN_WORKER_V2),
+}
+
+
+def write_stand_in(root: Path, family: str = "v1") -> None:
     package = root / "sglang" / "srt" / "speculative"
     package.mkdir(parents=True)
     for folder in (root / "sglang", root / "sglang" / "srt", package):
         (folder / "__init__.py").write_text(
             '__version__ = "stand-in"\n' if folder.name == "sglang" else ""
         )
-    (package / "eagle_worker.py").write_text(STAND_IN_WORKER)
+    module, _, source = WORKER_BY_FAMILY[family]
+    (package / f"{module}.py").write_text(source)
 
 
 def write_probe(probe_dir: Path) -> None:
@@ -162,17 +220,22 @@ class _Batch:
 
 
 def child(result_path: Path) -> None:
-    import torch
-    from sglang.srt.speculative import eagle_worker as stand_in
+    import importlib
 
-    worker = stand_in.EAGLEWorker(DRAFT_TOKENS_PER_REQUEST)
+    import torch
+
+    module, class_name, _ = WORKER_BY_FAMILY[os.environ["STANDIN_FAMILY"]]
+    stand_in = importlib.import_module(f"sglang.srt.speculative.{module}")
+    worker_class = getattr(stand_in, class_name)
+    worker = worker_class(DRAFT_TOKENS_PER_REQUEST)
     batch = _Batch(BATCH_SIZE)
-    probed = hasattr(stand_in.EAGLEWorker.verify, "__wrapped__")
+    probed = hasattr(worker_class.verify, "__wrapped__")
+    counts = json.loads(os.environ["STANDIN_CYCLES"])
     timings = {}
     for name, cycles, light in (
         ("warmup", WARMUP_CYCLES, False),
-        ("light", LIGHT_CYCLES, True),
-        ("heavy", HEAVY_CYCLES, False),
+        ("light", counts["light"], True),
+        ("heavy", counts["heavy"], False),
     ):
         stand_in.LIGHT[0] = light
         torch.cuda.synchronize()
@@ -244,6 +307,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("probe_gpu_out"))
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pairs", type=int, default=2, help="without/with runs (default 2)")
+    parser.add_argument("--family", choices=sorted(WORKER_BY_FAMILY), default="v1")
+    parser.add_argument("--light", type=int, default=LIGHT_CYCLES, help="light cycles per run")
+    parser.add_argument("--heavy", type=int, default=HEAVY_CYCLES, help="heavy cycles per run")
     args = parser.parse_args()
     if args.child:
         child(args.child)
@@ -256,7 +322,7 @@ def main() -> int:
     repo = script.parent.parent
     work = Path(tempfile.mkdtemp(prefix="specmon-probe-gpu-"))
     stand_in_root, probe_dir = work / "standin", work / "probe"
-    write_stand_in(stand_in_root)
+    write_stand_in(stand_in_root, args.family)
     sys.path.insert(0, str(repo))
     write_probe(probe_dir)
     from specmon.events import ProbeTiming
@@ -267,7 +333,9 @@ def main() -> int:
     common = {
         "STANDIN_REPS": json.dumps(reps),
         "STANDIN_SIZE": json.dumps(MATRIX_SIZE),
-        "STANDIN_EVENTS": str(8 * (WARMUP_CYCLES + LIGHT_CYCLES + HEAVY_CYCLES)),
+        "STANDIN_EVENTS": str(8 * (WARMUP_CYCLES + args.light + args.heavy)),
+        "STANDIN_FAMILY": args.family,
+        "STANDIN_CYCLES": json.dumps({"light": args.light, "heavy": args.heavy}),
     }
     base_path = f"{stand_in_root}:{repo}"
     summary: dict = {
@@ -276,7 +344,8 @@ def main() -> int:
         "torch": torch.__version__,
         "reps": reps,
         "matrix_size": MATRIX_SIZE,
-        "cycles": {"warmup": WARMUP_CYCLES, "light": LIGHT_CYCLES, "heavy": HEAVY_CYCLES},
+        "family": args.family,
+        "cycles": {"warmup": WARMUP_CYCLES, "light": args.light, "heavy": args.heavy},
         "runs": [],
     }
     for pair in range(args.pairs):
@@ -310,7 +379,11 @@ def main() -> int:
                 run["draft_tokens_ok"] = all(
                     r["draft_tokens"] == BATCH_SIZE * DRAFT_TOKENS_PER_REQUEST for r in records
                 )
-                heavy_from = WARMUP_CYCLES + LIGHT_CYCLES
+                expected = [i % 4 for i in range(BATCH_SIZE)]
+                run["accepted_per_request_ok"] = all(
+                    r.get("accepted_per_request") == expected for r in records
+                )
+                heavy_from = WARMUP_CYCLES + args.light
                 if len(records) == len(truth):
                     run["accuracy_heavy"] = compare(records[heavy_from:], truth[heavy_from:])
                     run["accuracy_light"] = compare(
@@ -327,22 +400,23 @@ def main() -> int:
     heavy_off, heavy_on = mean_wall("heavy", False), mean_wall("heavy", True)
     light_off, light_on = mean_wall("light", False), mean_wall("light", True)
     summary["heavy_cycle_ms"] = {
-        "without": heavy_off / HEAVY_CYCLES * 1e3,
-        "with": heavy_on / HEAVY_CYCLES * 1e3,
+        "without": heavy_off / args.heavy * 1e3,
+        "with": heavy_on / args.heavy * 1e3,
     }
     summary["heavy_slowdown_pct"] = (heavy_on - heavy_off) / heavy_off * 100
     summary["light_cycle_us"] = {
-        "without": light_off / LIGHT_CYCLES * 1e6,
-        "with": light_on / LIGHT_CYCLES * 1e6,
+        "without": light_off / args.light * 1e6,
+        "with": light_on / args.light * 1e6,
     }
-    summary["probe_cpu_cost_per_cycle_us"] = (light_on - light_off) / LIGHT_CYCLES * 1e6
+    summary["probe_cpu_cost_per_cycle_us"] = (light_on - light_off) / args.light * 1e6
     summary["probe_cost_pct_of_25ms_cycle"] = summary["probe_cpu_cost_per_cycle_us"] / 25000 * 100
     summary["writer_us_per_cycle"] = statistics.fmean(
         r["writer_us_per_cycle"] for r in summary["runs"] if "writer_us_per_cycle" in r
     )
-    (args.out / "probe_gpu_check.json").write_text(json.dumps(summary, indent=2))
+    (args.out / f"probe_gpu_check_{args.family}.json").write_text(json.dumps(summary, indent=2))
     for key in (
         "gpu",
+        "family",
         "reps",
         "heavy_cycle_ms",
         "heavy_slowdown_pct",

@@ -25,6 +25,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),
     ("ledger", "ledger", "list, show, export and plot recorded experiments"),
+    ("advise", "advise", "predict the best draft step count from the running server (headless)"),
     ("export", "export", "serve hosts' metrics to Prometheus (headless)"),
     ("serve", "serve", "serve the console as a web page"),
 )

@@ -502,6 +502,8 @@ class ProbeTiming(Event):
     batch_size: int | None = None
     draft_tokens: int | None = None
     accepted_tokens: int | None = None
+    # Each request's accepted draft tokens in this verify (bonus excluded), in batch order.
+    accepted_per_request: tuple[int, ...] | None = None
     source: Literal["probe", "step_time"] = "probe"
 
 

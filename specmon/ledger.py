@@ -123,7 +123,25 @@ _V3 = (
     "ALTER TABLE sweeps ADD COLUMN note TEXT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+# Version 4: the tuning advisor's predictions, kept so that its accuracy on each host can be
+# read against what was measured later (a sweep it was made for, or any benchmark).
+_V4 = (
+    """CREATE TABLE predictions (
+        id INTEGER PRIMARY KEY,
+        created_at REAL NOT NULL,
+        host TEXT NOT NULL,
+        model TEXT,
+        sweep_id INTEGER REFERENCES sweeps(id),
+        source TEXT NOT NULL,
+        cycles INTEGER NOT NULL,
+        current_steps INTEGER NOT NULL,
+        recommended_steps INTEGER NOT NULL,
+        advice_json TEXT NOT NULL
+    )""",
+    "CREATE INDEX predictions_sweep ON predictions (sweep_id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -186,6 +204,16 @@ class BenchContext:
     profile: str | None = None
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySample:
+    """One speculative benchmark's mean verify time, with the launch and load it ran under."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    verify_ms: float
+    concurrency: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +398,36 @@ class Ledger:
                     profile,
                     json.dumps(dict(spec), sort_keys=True),
                     json.dumps(this_process()),
+                ),
+            )
+            return int(cursor.lastrowid or 0)
+
+    def record_prediction(
+        self,
+        *,
+        host: str,
+        model: str | None,
+        advice: Mapping[str, Any],
+        source: str,
+        sweep_id: int | None = None,
+    ) -> int:
+        """Store an advisor prediction (``Advice.to_dict()``), made before ``sweep_id`` ran."""
+        inputs = advice["inputs"]
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO predictions (created_at, host, model, sweep_id, source, cycles,"
+                " current_steps, recommended_steps, advice_json)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    time.time(),
+                    host,
+                    model,
+                    sweep_id,
+                    source,
+                    int(inputs["cycles"]),
+                    int(inputs["num_steps"]),
+                    int(advice["recommended"]["num_steps"]),
+                    json.dumps(dict(advice), sort_keys=True),
                 ),
             )
             return int(cursor.lastrowid or 0)
@@ -579,6 +637,32 @@ class Ledger:
         ).fetchall()
         return [_point_from_row(row) for row in rows]
 
+    def prediction_for_sweep(self, sweep_id: int) -> dict[str, Any] | None:
+        """The newest prediction made for this sweep (``advice`` decoded), or None."""
+        found = self._conn.execute(
+            "SELECT * FROM predictions WHERE sweep_id = ? ORDER BY id DESC LIMIT 1", (sweep_id,)
+        ).fetchone()
+        return _decode(found) if found else None
+
+    def speculative_verify_times(self, host: str, model: str | None) -> list[VerifySample]:
+        """The probe's mean verify ms of every speculative benchmark of this host and model,
+        with the launch it measured (the advisor reads the draft-token count from it)."""
+        rows = self._conn.execute(
+            "SELECT argv_json, env_json, verify_ms, concurrency FROM benchmarks"
+            " WHERE host = ? AND model IS ? AND speculative = 1 AND verify_ms > 0"
+            " AND timing_source = 'probe'",  # a step time is the whole cycle, not a verify
+            (host, model),
+        ).fetchall()
+        return [
+            VerifySample(
+                argv=tuple(json.loads(row["argv_json"])),
+                env=json.loads(row["env_json"]),
+                verify_ms=float(row["verify_ms"]),
+                concurrency=int(row["concurrency"]),
+            )
+            for row in rows
+        ]
+
     def list_sweeps(self, limit: int = 50) -> list[SweepRow]:
         rows = self._conn.execute("SELECT * FROM sweeps ORDER BY id DESC LIMIT ?", (limit,))
         return [_sweep_from_row(row) for row in rows.fetchall()]
@@ -593,7 +677,7 @@ class Ledger:
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """Every row of one table (for export), JSON columns decoded."""
-        if name not in ("runs", "benchmarks", "sweeps", "sweep_points"):
+        if name not in ("runs", "benchmarks", "sweeps", "sweep_points", "predictions"):
             raise LedgerError(f"no ledger table {name!r}")
         rows = self._conn.execute(f"SELECT * FROM {name} ORDER BY id").fetchall()
         return [_decode(row) for row in rows]

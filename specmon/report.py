@@ -239,3 +239,52 @@ def progress_printer(stream: Any, *, width: int = 30) -> Any:
         stream.flush()
 
     return show
+
+
+def predicted_vs_measured(
+    advice: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> list[tuple[int, float, float | None, float | None]]:
+    """(steps, predicted tok/s, measured tok/s, relative error) for each step count the sweep
+    measured (mean over its points at that count), from a stored ``Advice.to_dict()``."""
+    predicted = {int(p["num_steps"]): float(p["tok_s"]) for p in advice.get("predictions", [])}
+    measured: dict[int, list[float]] = {}
+    for result in results:
+        steps = result.params.get(steps_param, "")
+        if result.is_baseline or result.status != "ok" or not steps.isdigit():
+            continue
+        if result.tok_s is not None:
+            measured.setdefault(int(steps), []).append(result.tok_s)
+    rows = []
+    for steps in sorted(set(measured) & set(predicted)):
+        mean = sum(measured[steps]) / len(measured[steps])
+        error = predicted[steps] / mean - 1 if mean > 0 else None
+        rows.append((steps, predicted[steps], mean, error))
+    return rows
+
+
+def prediction_table(
+    prediction: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> str:
+    """The advisor's prediction made before a sweep, next to what the sweep measured."""
+    advice = prediction["advice"]
+    inputs = advice["inputs"]
+    rows = [
+        [
+            str(steps),
+            f"{predicted:.1f}",
+            _fmt(measured),
+            "-" if error is None else f"{error * 100:+.1f}%",
+            "recommended" if steps == advice["recommended"]["num_steps"] else "",
+        ]
+        for steps, predicted, measured, error in predicted_vs_measured(advice, results, steps_param)
+    ]
+    head = (
+        f"advisor PREDICTION p{prediction['id']} ({prediction['source']}, before the sweep): "
+        f"from {inputs['cycles']} probe cycles at {inputs['num_steps']} steps, "
+        f"{inputs['requests_per_cycle']:.1f} requests per cycle; recommended "
+        f"{advice['recommended']['num_steps']} steps"
+    )
+    if not rows:
+        return head + "\n(no measured point at a predicted step count)"
+    header = ["steps", "predicted tok/s", "measured tok/s", "error", ""]
+    return head + "\n" + render_table(header, rows, {0, 1, 2, 3})

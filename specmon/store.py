@@ -38,7 +38,9 @@ from specmon.events import (
     RunState,
     ServerError,
     ServerFailed,
+    ServerInfo,
     ShardProgress,
+    SpecDecode,
     SpecParams,
 )
 
@@ -135,26 +137,43 @@ class CycleHistogram:
 
 @dataclass(slots=True)
 class PositionAcceptance:
-    """How often each draft position was accepted, over the current run's single-request
-    cycles: there the probe's accepted count is one sequence's, so positions 1..k of a cycle
-    that accepted k tokens were accepted and the rest were not (a chain draft). Cycles of
-    larger batches sum their sequences' counts, which says nothing per position."""
+    """How often each draft position was accepted over the current run: the same view from
+    either server. From SGLang's probe, each request's accepted count in a verify (a chain
+    draft accepts positions 1..a in a row, so positions 1..a were accepted and the rest not);
+    from vLLM's periodic per-position acceptance rates, weighted by their drafts. A cycle with
+    no per-request counts is used only when it held one request (its sum is that request's)."""
 
-    cycles: list[int] = field(default_factory=list)  # cycles that drafted position i + 1
-    accepted: list[int] = field(default_factory=list)  # ... and accepted it
+    cycles: list[int] = field(default_factory=list)  # drafts that reached position i + 1
+    accepted: list[int] = field(default_factory=list)  # ... and had it accepted
 
-    def observe(self, accepted_tokens: int, positions: int) -> None:
+    def _grow(self, positions: int) -> None:
         while len(self.cycles) < positions:
             self.cycles.append(0)
             self.accepted.append(0)
+
+    def observe(self, accepted_tokens: int, positions: int) -> None:
+        """One request's verify: ``accepted_tokens`` of its ``positions`` draft tokens."""
+        self._grow(positions)
         for i in range(positions):
             self.cycles[i] += 1
             if accepted_tokens > i:
                 self.accepted[i] += 1
 
+    def observe_rates(self, rates: tuple[float, ...], drafts: int) -> None:
+        """``drafts`` drafts whose share accepted at position i + 1 was ``rates[i]``."""
+        self._grow(len(rates))
+        for i, rate in enumerate(rates):
+            self.cycles[i] += drafts
+            self.accepted[i] += round(max(0.0, min(1.0, rate)) * drafts)
+
+    @property
+    def drafts(self) -> int:
+        """How many drafts (request-verifies) the first position's share comes from."""
+        return self.cycles[0] if self.cycles else 0
+
     def ratios(self) -> list[float]:
-        """Accepted share per position (1-based position = index + 1)."""
-        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True)]
+        """Accepted share per position (1-based position = index + 1): P(accepted >= i)."""
+        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True) if c]
 
 
 @dataclass(slots=True)
@@ -176,6 +195,7 @@ class StateStore:
         self.last_decode: Decode | None = None
         self.spec_steps: int | None = None
         """Draft steps in force after adaptive speculation changed them; None: as launched."""
+        self.server_info: dict[str, str] = {}  # the latest fields the server reported itself
         self.throughput: deque[Point] = deque(maxlen=history)
         self.accept_len: deque[Point] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
@@ -243,6 +263,7 @@ class StateStore:
             self.failure = None
             self.last_decode = None
             self.spec_steps = None
+            self.server_info = {}
             self.throughput.clear()
             self.accept_len.clear()
             self.probe.clear()
@@ -327,6 +348,9 @@ class StateStore:
     def _on_spec_params(self, e: SpecParams, now: float) -> None:
         self.spec_steps = e.steps
 
+    def _on_server_info(self, e: ServerInfo, now: float) -> None:
+        self.server_info = dict(e.values)
+
     def _on_error(self, e: ServerError, now: float) -> None:
         self.errors.append(e)
         self.error_counts[e.category] = self.error_counts.get(e.category, 0) + 1
@@ -346,9 +370,22 @@ class StateStore:
         histograms["extend"].observe(e.extend_ms)
         histograms["cycle"].observe(e.cycle_ms)
         self.event_lag_s = now - e.wall
-        if e.batch_size == 1 and e.accepted_tokens is not None and e.draft_tokens:
-            # draft_tokens counts the verified root too: positions 1..draft_tokens - 1
-            self.accept_by_position.observe(e.accepted_tokens, e.draft_tokens - 1)
+        if not e.batch_size or not e.draft_tokens:
+            return
+        # draft_tokens counts every request's verified root too: positions 1..per request - 1
+        positions = e.draft_tokens // e.batch_size - 1
+        if e.accepted_per_request is not None and len(e.accepted_per_request) == e.batch_size:
+            for accepted in e.accepted_per_request:
+                self.accept_by_position.observe(accepted, positions)
+        elif e.batch_size == 1 and e.accepted_tokens is not None:
+            self.accept_by_position.observe(e.accepted_tokens, positions)
+
+    def _on_spec_decode(self, e: SpecDecode, now: float) -> None:
+        if not e.per_position or not e.drafted:
+            return
+        drafts = e.drafted // len(e.per_position)  # vLLM counts drafted tokens, k per draft
+        if drafts > 0:
+            self.accept_by_position.observe_rates(e.per_position, drafts)
 
     def _on_gpu(self, e: GpuSample, now: float) -> None:
         self.event_lag_s = now - e.wall
@@ -379,6 +416,8 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     LoadTimes: StateStore._on_load_times,
     Decode: StateStore._on_decode,
     SpecParams: StateStore._on_spec_params,
+    SpecDecode: StateStore._on_spec_decode,
+    ServerInfo: StateStore._on_server_info,
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,

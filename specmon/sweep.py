@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specmon.advisor import Advice, AdvisorError
+from specmon.advisor_inputs import advise_from_store, enough_data, model_of
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
@@ -231,6 +233,9 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
     if problems:
         raise UsageError("the grid has invalid combinations: " + "; ".join(problems))
     return points
+
+
+STEPS_FLAG = "speculative-num-steps"  # the grid axis the advisor predicts
 
 
 # --- progress events (for the console's Experiments screen and the CLI) --------------------
@@ -459,6 +464,7 @@ class SweepRunner:
     ready_timeout_s: float = 3600.0
     fresh: bool = False
     stop_at_end: bool = True
+    prediction: Advice | None = None  # the advisor's, when the sweep was started from it
     sweep_id: int | None = field(default=None, init=False)
     _launched: bool = field(default=False, init=False)
     _task: asyncio.Task[Any] | None = field(default=None, init=False)
@@ -516,6 +522,7 @@ class SweepRunner:
                 self.plan.key, self.plan.host, self.plan.profile, self.plan.to_dict()
             )
             rows = {}
+            self._record_prediction(sweep_id)
         self.sweep_id = sweep_id
         self._task = asyncio.current_task()
         self._emit(
@@ -544,6 +551,30 @@ class SweepRunner:
         finished = SweepFinished(sweep_id, final, baseline)
         self._emit(finished)
         return finished
+
+    def _record_prediction(self, sweep_id: int) -> None:
+        """Store the advisor's prediction for a sweep over step counts before it measures
+        anything: the one given, else one made now from the running server if the store has
+        enough probe cycles. ``specmon ledger show`` sets it against what the sweep measures."""
+        if not any(axis.name == STEPS_FLAG for axis in self.plan.axes):
+            return
+        store = self.controller.bus.store
+        advice, source = self.prediction, "advisor view"
+        if advice is None:
+            if not enough_data(store):
+                return
+            try:
+                advice, _model = advise_from_store(store, self.ledger, self.plan.host)
+            except AdvisorError:
+                return
+            source = "sweep start"
+        self.ledger.record_prediction(
+            host=self.plan.host,
+            model=model_of(store),
+            advice=advice.to_dict(),
+            source=source,
+            sweep_id=sweep_id,
+        )
 
     def _baseline_for(self, results: Sequence[SweepPointResult]) -> Baseline | None:
         model = next((r.model for r in results if r.status == "ok" and r.model), None)

@@ -93,6 +93,7 @@ def assert_cycles_match(records: list[ProbeTiming], report: dict, accepted: bool
         assert record.batch_size == size
         assert record.draft_tokens == size * 4
         assert record.accepted_tokens == ((index % 4) * size if accepted else None)
+        assert record.accepted_per_request == ((index % 4,) * size if accepted else None)
         for phase, field in (
             ("draft", "draft_ms"),
             ("verify", "verify_ms"),

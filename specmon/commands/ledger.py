@@ -8,7 +8,7 @@ from typing import Any
 
 from specmon.terminal_text import safe_text
 
-TABLES = ("benchmarks", "sweep_points", "sweeps", "runs")
+TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -189,11 +189,30 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep is None:
         raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
+    from specmon.sweep import STEPS_FLAG
+
+    prediction = ledger.prediction_for_sweep(sweep.id)
     if args.json:
+        from specmon.report import predicted_vs_measured
+
+        predicted = (
+            {}
+            if prediction is None
+            else {
+                steps: tok_s
+                for steps, tok_s, _measured, _error in predicted_vs_measured(
+                    prediction["advice"], results, STEPS_FLAG
+                )
+            }
+        )
         for result in results:
-            print(json.dumps(result.to_json_dict()))
+            row = result.to_json_dict()
+            steps = result.params.get(STEPS_FLAG, "")
+            if steps.isdigit() and int(steps) in predicted and not result.is_baseline:
+                row["predicted_tok_s"] = predicted[int(steps)]  # the advisor's, not measured
+            print(json.dumps(row))
         return 0
-    from specmon.report import sweep_table
+    from specmon.report import prediction_table, sweep_table
 
     names = [axis["name"] for axis in sweep.spec["grid"]]
     bench = sweep.spec.get("bench", {})
@@ -205,6 +224,9 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep.note:
         print(safe_text(f"interrupted: {sweep.note}"))
     print(safe_text(sweep_table(results, names, baseline)))
+    if prediction is not None:
+        print()
+        print(safe_text(prediction_table(prediction, results, STEPS_FLAG)))
     return 0
 
 

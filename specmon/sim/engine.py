@@ -240,18 +240,18 @@ class Engine:
         if self.hung:
             return deadline
         self._busy_s += cycle_ms / 1000.0
-        accepted_in_batch = 0
         depth = perf.draft_depth(settings) if settings.speculative else 0
         stats = self.stats
         if len(stats.accepted_per_position) < depth:
             stats.accepted_per_position.extend([0] * (depth - len(stats.accepted_per_position)))
         cycle_positions = [0] * depth
+        accepted_per_request: list[int] = []
         for request in batch:
             accepted = perf.sample_accepted(settings, self.rng) if settings.speculative else 0
             tokens = min(accepted + 1, request.remaining)
             request.verify_ct += 1
             request.accepted_drafts += max(0, tokens - 1)
-            accepted_in_batch += max(0, tokens - 1)
+            accepted_per_request.append(max(0, tokens - 1))
             if depth:
                 stats.drafts_total += 1
                 stats.draft_tokens_total += depth
@@ -270,13 +270,7 @@ class Engine:
         self.stats.cuda_graph_passes += 1
         if settings.speculative:
             self._probe_record(
-                draft_ms,
-                verify_ms,
-                extend_ms,
-                cycle_ms,
-                len(batch),
-                accepted_in_batch,
-                cycle_positions,
+                draft_ms, verify_ms, extend_ms, cycle_ms, accepted_per_request, cycle_positions
             )
         self.forward_ct_decode += 1
         if any(r.count_in_metrics for r in batch):
@@ -364,12 +358,12 @@ class Engine:
         verify_ms: float,
         extend_ms: float,
         cycle_ms: float,
-        batch_size: int,
-        accepted: int,
+        accepted_per_request: list[int],
         accepted_per_position: list[int],
     ) -> None:
         if self._probe_path is None:
             return
+        batch_size = len(accepted_per_request)
         record: dict[str, object] = {
             "wall": round(time.time(), 6),
             "draft_ms": round(draft_ms, 4),
@@ -377,8 +371,10 @@ class Engine:
             "extend_ms": round(extend_ms, 4),
             "cycle_ms": round(cycle_ms, 4),
             "batch_size": batch_size,
-            "draft_tokens": self.settings.num_draft_tokens,
-            "accepted_tokens": accepted,
+            # as the probe counts them: every request's draft tokens, root included
+            "draft_tokens": batch_size * self.settings.num_draft_tokens,
+            "accepted_tokens": sum(accepted_per_request),
+            "accepted_per_request": accepted_per_request,
         }
         if self.vllm_probe_records:
             record.update(

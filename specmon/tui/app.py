@@ -29,7 +29,8 @@ from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
-from specmon.tui.messages import RelaunchRequested
+from specmon.tui.messages import RelaunchRequested, SweepRequested
+from specmon.tui.screens.advisor import AdvisorScreen
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.screens.experiments import ExperimentsScreen
 from specmon.tui.screens.gpu_detail import GpuDetailScreen
@@ -79,6 +80,7 @@ class SpecmonApp(App[int]):
         Binding("slash", "filter_log", "Filter the server log", show=False),
         Binding("g", "gpu_detail", "GPUs"),
         Binding("h", "history", "History"),
+        Binding("a", "advisor", "Advisor", show=False),
         Binding("t", "cycle_theme", "Theme"),
         Binding("p", "toggle_pause", "Pause"),
     ]
@@ -332,6 +334,27 @@ class SpecmonApp(App[int]):
             )
             self.install_screen(self.experiments, name="experiments")
         self.push_screen("experiments")
+
+    def action_advisor(self) -> None:
+        if self.screen is self.main:
+            self.push_screen(AdvisorScreen(self.controller))
+
+    @on(SweepRequested)
+    def _on_sweep_requested(self, message: SweepRequested) -> None:
+        """The advisor's "sweep to check it": back to the main screen, then Experiments with
+        the grid filled in (nothing starts until the operator presses Start)."""
+        if self._refused_read_only():
+            return
+        if self.experiments is not None and self.experiments.running:
+            self.notify("A sweep is running; the advisor's grid waits for it.", severity="warning")
+            return
+        while self.screen is not self.main and len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.action_experiments()
+        if self.experiments is not None:
+            self.experiments.prefill(
+                message.grid, baseline=message.baseline, prediction=message.prediction
+            )
 
     def action_stop(self) -> None:
         if self._refused_read_only() or self._sweep_blocks("stop the server"):

@@ -15,6 +15,11 @@ PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Filter server log", "type a substring to filter the log (/)", "filter_log"),
     ("GPU detail", "every field the GPU agent reports (g)", "gpu_detail"),
     ("History charts", "tok/s, accept length, verify ms, GPU util across launches (h)", "history"),
+    (
+        "Tuning advisor",
+        "predicted tok/s per draft step count from the running server, and a sweep to check (a)",
+        "advisor",
+    ),
     ("Cycle theme", "dark, high contrast, light (t)", "cycle_theme"),
     (
         "Pause / resume live panels",

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from textual.message import Message
 
+from specmon.advisor import Advice
 from specmon.sweep import (
     BaselineFound,
     PointBenchmarking,
@@ -100,3 +101,13 @@ _SWEEP_MESSAGES: dict[type, type[Message]] = {
 def sweep_message(event: SweepEvent) -> Message:
     """The message that carries a sweep event to the screen."""
     return _SWEEP_MESSAGES[type(event)](event)  # type: ignore[call-arg]
+
+
+@dataclass
+class SweepRequested(Message):
+    """Open the Experiments screen with this grid filled in (the advisor's check of its advice;
+    ``prediction`` is stored in the ledger when the sweep starts)."""
+
+    grid: list[str]
+    baseline: bool = True
+    prediction: Advice | None = None

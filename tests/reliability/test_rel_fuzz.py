@@ -12,7 +12,7 @@ from support.reliability import count
 from specmon.backends import get_backend
 from specmon.config import BUILTIN_CONFIG_TOML, parse_config_text
 from specmon.errors import SpecmonError
-from specmon.launch import FORM_FIELDS, form_overrides, validate_form
+from specmon.launch import form_fields, form_overrides, validate_form
 from specmon.session.cli import describe_event
 from specmon.store import StateStore
 from specmon.terminal_text import safe_text
@@ -54,6 +54,7 @@ def test_config_text_is_read_or_refused_with_a_one_line_error(lines: list[str]) 
 
 
 BASE = parse_config_text(BUILTIN_CONFIG_TOML, None, environ={}).profiles["demo"]
+FORM_FIELDS = form_fields(get_backend(BASE.backend))
 FORM_TEXT = st.one_of(
     st.text(max_size=40),
     st.sampled_from(["", "0", "1", "2", "3", "-1", "1e9", "LL", "Simple", "--tp 8", "A=B C"]),

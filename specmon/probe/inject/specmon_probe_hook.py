@@ -84,6 +84,8 @@ TARGET_FAMILIES: tuple[TargetFamily, ...] = (
 FAMILY_BY_MODULE = {family.module: family for family in TARGET_FAMILIES}
 # Attributes of a verify result that hold the accepted draft tokens per request (a CPU list).
 ACCEPTED_ATTRIBUTES = ("accept_length_per_req_cpu", "num_correct_drafts_per_req_cpu")
+# v2's verify result keeps them on the GPU, bonus token included: copied asynchronously.
+ACCEPT_LENS_ATTRIBUTE = "accept_lens"
 
 
 # --- resolving targets ------------------------------------------------------------------------
@@ -146,6 +148,7 @@ class _Cycle:
     """One speculative cycle being timed; its stamps are CUDA events or perf_counter floats."""
 
     __slots__ = (
+        "accepted",
         "accepted_tokens",
         "batch_size",
         "draft_tokens",
@@ -165,6 +168,9 @@ class _Cycle:
         self.draft_tokens: int | None = None
         self.accepted_tokens: int | None = None
         self.extra = ""  # further JSON members of the record, formatted, each led by a comma
+        # Per-request accepted counts: a CPU list (v1), or a pinned host copy still in flight
+        # (v2) that is read only after ``end`` has completed, or None.
+        self.accepted: list[int] | _HostCopy | None = None
 
     def stamps(self) -> list[Any]:
         """Every stamp of the cycle once (a phase may share the cycle's start stamp)."""
@@ -173,6 +179,19 @@ class _Cycle:
             if stamp is not None:
                 unique.setdefault(id(stamp), stamp)
         return list(unique.values())
+
+
+class _HostCopy:
+    """A device tensor of per-request accept lengths (bonus included) being copied into pinned
+    host memory on the cycle's stream; safe to read once a later event on that stream is done."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: Any) -> None:
+        self.host = host
+
+    def counts(self) -> list[int]:
+        return [max(0, int(v) - 1) for v in self.host.tolist()]
 
 
 class _CudaClock:
@@ -212,6 +231,14 @@ class _CudaClock:
     def prepare_thread(self) -> None:
         self._torch.cuda.set_device(self.device)
 
+    def copy_to_host(self, tensor: Any) -> _HostCopy | None:
+        """Start a non-blocking device-to-host copy on the current stream (no sync)."""
+        if not getattr(tensor, "is_cuda", False):
+            return None
+        host = self._torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        host.copy_(tensor, non_blocking=True)
+        return _HostCopy(host)
+
 
 class _PerfCounterClock:
     """Fallback with no torch or no CUDA: CPU wall time, labelled ``"clock": "perf_counter"``."""
@@ -241,6 +268,9 @@ class _PerfCounterClock:
 
     def prepare_thread(self) -> None:
         return None
+
+    def copy_to_host(self, tensor: Any) -> _HostCopy | None:
+        return None  # no CUDA event would say when a copy is done
 
 
 def _choose_clock() -> _CudaClock | _PerfCounterClock:
@@ -356,7 +386,7 @@ class Recorder:
         result = original(*args, **kwargs)
         cycle.spans.append((phase, start, clock.stamp(stream)))  # type: ignore[union-attr]
         if phase == "verify":
-            cycle.accepted_tokens = _accepted_tokens(result)
+            cycle.accepted = _accepted(result, clock)  # type: ignore[arg-type]
         return result
 
     def _drop_oldest(self) -> None:
@@ -454,11 +484,17 @@ def _record_line(cycle: _Cycle, clock: _CudaClock | _PerfCounterClock) -> str:
             verify_ms += span
         else:
             extend_ms += span
+    accepted = cycle.accepted
+    counts = accepted.counts() if isinstance(accepted, _HostCopy) else accepted
+    per_request = (
+        "" if counts is None else f',"accepted_per_request":[{",".join(map(str, counts))}]'
+    )
     return (
         f'{{"wall":{cycle.wall:.6f},"draft_ms":{draft_ms:.4f},"verify_ms":{verify_ms:.4f},'
         f'"extend_ms":{extend_ms:.4f},"cycle_ms":{clock.span_ms(cycle.start, cycle.end):.4f},'
         f'"batch_size":{_json_int(cycle.batch_size)},"draft_tokens":{_json_int(cycle.draft_tokens)},'
-        f'"accepted_tokens":{_json_int(cycle.accepted_tokens)}{cycle.extra},'
+        f'"accepted_tokens":{_json_int(cycle.accepted_tokens if counts is None else sum(counts))}'
+        f"{per_request}{cycle.extra},"
         f'"clock":"{clock.name}"}}'
     )
 
@@ -485,18 +521,26 @@ def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
     return batch_size, draft_tokens
 
 
-def _accepted_tokens(result: Any) -> int | None:
-    """Accepted draft tokens (bonus token excluded) summed over the batch, when the verify
-    result carries them as a CPU list (v1: the second item of the tuple); else None."""
+def _accepted(result: Any, clock: _CudaClock | _PerfCounterClock) -> list[int] | _HostCopy | None:
+    """Each request's accepted draft tokens (bonus excluded) from a verify result: v1's CPU list
+    (the second item of its tuple) as it is, v2's ``accept_lens`` device tensor as a pinned
+    host copy started now and read by the writer once the cycle's end event has completed (no
+    synchronisation on the hot path); None when the result has neither."""
     candidates = result if isinstance(result, tuple) else (result,)
     for candidate in candidates:
         for attribute in ACCEPTED_ATTRIBUTES:
             per_request = getattr(candidate, attribute, None)
             if isinstance(per_request, (list, tuple)):
                 try:
-                    return int(sum(per_request))
+                    return [int(a) for a in per_request]
                 except (TypeError, ValueError):
                     return None
+        lens = getattr(candidate, ACCEPT_LENS_ATTRIBUTE, None)
+        if lens is not None:
+            try:
+                return clock.copy_to_host(lens)
+            except Exception:
+                return None
     return None
 
 

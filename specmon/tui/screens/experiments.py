@@ -26,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
+from specmon.advisor import Advice
 from specmon.bench.runner import BenchSettings
 from specmon.config import Config
 from specmon.controller import HostController
@@ -122,6 +123,25 @@ class ExperimentsScreen(Screen[None]):
         self.sweep_worker: Worker[None] | None = None
         self.runner: SweepRunner | None = None  # the running sweep (it owns cancelling)
         self._ledger: Ledger | None = None
+        self.prediction: Advice | None = None  # the advisor's, stored when the sweep starts
+        self._prefill: tuple[list[str], bool] | None = None
+
+    def prefill(self, grid: list[str], *, baseline: bool, prediction: Advice | None) -> None:
+        """Fill the form with a grid (one NAME=V1,V2 per line) and the baseline box; the
+        advisor's entry point. Applied now if the form exists, else when it mounts."""
+        self.prediction = prediction
+        self._prefill = (list(grid), baseline)
+        if self.is_mounted:
+            self._apply_prefill()
+
+    def _apply_prefill(self) -> None:
+        if self._prefill is None or self.running:
+            return
+        grid, baseline = self._prefill
+        self._prefill = None
+        self.query_one("#grid", TextArea).text = "\n".join(grid)
+        self.query_one("#baseline", Checkbox).value = baseline
+        self.revalidate()
 
     # --- layout ------------------------------------------------------------------------------
 
@@ -169,6 +189,7 @@ class ExperimentsScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.revalidate()
+        self._apply_prefill()
         self.query_one("#grid", TextArea).focus()
 
     async def on_unmount(self) -> None:
@@ -361,12 +382,14 @@ class ExperimentsScreen(Screen[None]):
         self.sweep_id = None
         self.x_name = choose_x_axis(plan.axes)
         self._update_controls()
+        prediction, self.prediction = self.prediction, None  # for this sweep only
         runner = SweepRunner(
             self.controller,
             ledger,
             plan,
             points,
             on_event=lambda event: self.post_message(sweep_message(event)),
+            prediction=prediction,
         )
         self.runner = runner
         # The demo's simulated clients would share the server with the benchmark: pause them.

@@ -1,0 +1,119 @@
+"""`specmon advise HOST`: predict tok/s at other draft step counts from the running server's
+probe cycles, and recommend one (a prediction, labelled as such; `specmon sweep` measures)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_TIMEOUT_S = 120.0
+NO_RUN_WAIT_S = 5.0  # a live run is reattached at once; without one, refuse after this
+DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few percent
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import add_host_arguments
+
+    add_host_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the advice as one JSON object")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"wait at most S seconds for enough probe cycles (default {DEFAULT_TIMEOUT_S:.0f})",
+    )
+    parser.add_argument(
+        "--cycles",
+        type=int,
+        default=DEFAULT_CYCLES,
+        metavar="N",
+        help=f"wait for N probe cycles, up to --timeout (default {DEFAULT_CYCLES}; at least 50)",
+    )
+    parser.add_argument(
+        "--ledger", metavar="PATH", help="ledger file (verify times at other token counts)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+    import time
+
+    from specmon.advisor import MIN_CYCLES, AdvisorError
+    from specmon.advisor_inputs import advise_from_store, enough_data
+    from specmon.errors import SpecmonError, UsageError
+    from specmon.ledger import Ledger
+    from specmon.session.cli import load_config_from, run_async, session_from_args
+
+    if not 0 < args.timeout <= 86400:
+        raise UsageError("--timeout must be more than 0 and at most 86400 seconds")
+    if not MIN_CYCLES <= args.cycles <= 1_000_000:
+        raise UsageError(f"--cycles must be from {MIN_CYCLES} to 1000000")
+    session = session_from_args(args, load_config_from(args))
+
+    async def main() -> int:
+        await session.start()
+        try:
+            store = session.bus.store
+            began = time.monotonic()
+            deadline = began + args.timeout
+            while not enough_data(store, args.cycles) and time.monotonic() < deadline:
+                if store.run is None and time.monotonic() - began > NO_RUN_WAIT_S:
+                    break  # no server on the host: nothing will come, say so now
+                await asyncio.sleep(0.2)
+        finally:
+            await session.close()
+        with Ledger(args.ledger) as ledger:
+            try:
+                advice, _model = advise_from_store(store, ledger, session.host_label)
+            except AdvisorError as exc:
+                raise SpecmonError(f"advise {session.host_label}: {exc}") from None
+        if args.json:
+            print(json.dumps(advice.to_dict()))
+        else:
+            print(advice_text(advice, session.host_label, store))
+        return 0
+
+    return run_async(main)
+
+
+def advice_text(advice: Any, host: str, store: Any) -> str:
+    """The prediction table with what it rests on, for people."""
+    from specmon.advisor import prediction_flags
+    from specmon.report import render_table
+
+    inputs = advice.inputs
+    measured = store.throughput_stats()[1]
+    rows = []
+    for p in advice.predictions:
+        rows.append(
+            [
+                str(p.num_steps),
+                str(p.num_draft_tokens),
+                f"{p.accept_len:.2f}",
+                f"{p.cycle_ms:.2f}",
+                f"{p.tok_s:.1f}",
+                ", ".join(prediction_flags(p, advice)),
+            ]
+        )
+    header = ["steps", "draft tokens", "accept len", "cycle ms", "tok/s (predicted)", "flags"]
+    slope = (
+        f"{advice.verify_slope_ms_per_token:.2f} ms per token from this host's ledger"
+        if advice.verify_slope_source == "ledger"
+        else f"{advice.verify_slope_ms_per_token:.2f} ms per token, a default slope (estimated)"
+    )
+    measured_text = f", measured {measured:.1f} tok/s (server log)" if measured else ""
+    lines = [
+        f"{host}: running {inputs.num_steps} steps (topk {inputs.topk}, "
+        f"{inputs.current_tokens} draft tokens){measured_text}",
+        f"based on {inputs.cycles} probe cycles, {inputs.requests_per_cycle:.1f} requests per "
+        f"cycle; verify {inputs.verify_ms:.2f} ms + {slope}",
+        "PREDICTION, not a measurement:",
+        render_table(header, rows, {0, 1, 2, 3, 4}),
+        f"recommended: {advice.recommended.num_steps} steps "
+        f"(num_draft_tokens = {advice.recommended.num_draft_tokens}), predicted "
+        f"{advice.recommended.tok_s:.1f} tok/s vs {advice.current.tok_s:.1f} at the current "
+        "setting; measure it with `specmon sweep`",
+    ]
+    return "\n".join(lines)
