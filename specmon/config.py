@@ -74,6 +74,20 @@ SPECMON_SIM_GPUS = "8"
 """
 
 
+def builtin_config_toml() -> str:
+    """The built-in host and profiles: ``local``, ``demo`` and each backend's own built-in
+    profiles (e.g. a demo of its simulator personality)."""
+    from specmon.backends import all_backends
+
+    extra = [backend.builtin_profiles_toml for backend in all_backends()]
+    return "\n".join([BUILTIN_CONFIG_TOML, *(text for text in extra if text)])
+
+
+def _builtin_profile_names() -> set[str]:
+    """The built-in profiles' names (a file's default_profile may name one)."""
+    return set(re.findall(r"^\[profiles\.([A-Za-z0-9_-]+)\]$", builtin_config_toml(), re.M))
+
+
 @dataclass(frozen=True)
 class HostConfig:
     """A machine to run servers on. ``address`` may be an ~/.ssh/config alias."""
@@ -100,12 +114,20 @@ class HostConfig:
 
 @dataclass(frozen=True)
 class SpeculativeSettings:
-    """The speculative-decoding settings; steps/topk/draft tokens None lets the server choose."""
+    """The speculative-decoding settings; a number left None lets the server choose.
+
+    ``algorithm`` is the server's name for the method (SGLang's ``algorithm``, vLLM's
+    ``method``); which of the numbers a profile may set is the backend's
+    (``Backend.speculative_keys``): steps/topk/draft tokens for SGLang, num_speculative_tokens
+    and draft_tensor_parallel_size for vLLM.
+    """
 
     algorithm: str
     num_steps: int | None = None
     eagle_topk: int | None = None
     num_draft_tokens: int | None = None
+    num_speculative_tokens: int | None = None
+    draft_tensor_parallel_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +155,8 @@ class Profile:
     stop_grace_s: float = 30.0
     description: str = ""
     baseline_profile: str | None = None
+    nodes: tuple[str, ...] = ()  # hosts of one server spanning nodes; node 0 serves HTTP
+    node_grace_s: float = 60.0  # a node gone (dead or unreachable) this long fails the run
 
     def __post_init__(self) -> None:
         from specmon.backends import DEFAULT_BACKEND, backend_for_command, get_backend
@@ -160,9 +184,11 @@ class Profile:
         """The launch with overrides applied, e.g. ``{"speculative-num-steps": "2"}`` and
         ``{"NCCL_PROTO": "LL"}`` (None removes). ``python`` replaces the "{python}" command
         word: pass the host's ``HostConfig.python``. Not validated: call ``.validate()``."""
+        from specmon.backends import get_backend
         from specmon.launch import LaunchSpec
 
-        command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in self.command)
+        words = get_backend(self.backend).profile_command(self.command, self)
+        command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in words)
         spec = LaunchSpec(self.backend, command, self.base_args(), dict(self.env))
         if flags:
             spec = spec.with_flags(flags)
@@ -276,7 +302,7 @@ def load_config(
     """
     environ = os.environ if environ is None else environ
     found = find_config_path(path, cwd=cwd, environ=environ)
-    builtin = parse_config_text(BUILTIN_CONFIG_TOML, None, environ=environ)
+    builtin = parse_config_text(builtin_config_toml(), None, environ=environ)
     if found is None:
         config = builtin
     else:
@@ -475,8 +501,18 @@ PROFILE_KEYS = (
     "gpu_agent",
     "stop_grace_s",
     "baseline_profile",
+    "nodes",
+    "node_grace_s",
 )
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
+# Bounds of every numeric [speculative] key any backend reads (the backend says which it reads).
+SPECULATIVE_RANGES: dict[str, tuple[int, int]] = {
+    "num_steps": (1, 32),
+    "eagle_topk": (1, 64),
+    "num_draft_tokens": (1, 1024),
+    "num_speculative_tokens": (1, 64),
+    "draft_tensor_parallel_size": (1, 64),
+}
 UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
 TOP_KEYS = (
     "state_dir",
@@ -672,7 +708,10 @@ class _Reader:
                 f"no host named {default_host!r}{_did_you_mean(default_host, hosts)}",
             )
         default_profile = self.value(data, [], "default_profile", str, None)
-        if default_profile is not None and default_profile not in {*profiles, "demo"}:
+        if default_profile is not None and default_profile not in {
+            *profiles,
+            *_builtin_profile_names(),
+        }:
             raise self.error(
                 ["default_profile"],
                 f"no profile named {default_profile!r}{_did_you_mean(default_profile, profiles)}",
@@ -780,17 +819,18 @@ class _Reader:
         if "speculative" in table:
             spec_table = self.value(table, path, "speculative", dict)
             spec_path = [*path, "speculative"]
-            self.check_keys(spec_table, spec_path, SPECULATIVE_KEYS)
-            speculative = SpeculativeSettings(
-                algorithm=self.choice(
-                    spec_table, spec_path, "algorithm", server.speculative_algorithms()
-                ),
-                num_steps=self.number(spec_table, spec_path, "num_steps", int, 1, 32, None),
-                eagle_topk=self.number(spec_table, spec_path, "eagle_topk", int, 1, 64, None),
-                num_draft_tokens=self.number(
-                    spec_table, spec_path, "num_draft_tokens", int, 1, 1024, None
-                ),
-            )
+            keys = server.speculative_keys
+            self.check_keys(spec_table, spec_path, tuple(key for key, _ in keys))
+            (algorithm_key, _), numbers = keys[0], keys[1:]
+            values: dict[str, Any] = {
+                "algorithm": self.choice(
+                    spec_table, spec_path, algorithm_key, server.speculative_algorithms()
+                )
+            }
+            for key, attribute in numbers:
+                low, high = SPECULATIVE_RANGES[attribute]
+                values[attribute] = self.number(spec_table, spec_path, key, int, low, high, None)
+            speculative = SpeculativeSettings(**values)
         env = self.string_table(table, path, "env", scalars=False)
         for env_name in env:
             problem = env_name_problem(env_name)
@@ -816,7 +856,10 @@ class _Reader:
             stop_grace_s=self.number(table, path, "stop_grace_s", float, 0.0, 3600.0, 30.0),
             description=self.value(table, path, "description", str, ""),
             baseline_profile=self.value(table, path, "baseline_profile", str, None),
+            nodes=self.read_nodes(table, path, server),
+            node_grace_s=self.number(table, path, "node_grace_s", float, 0.0, 86400.0, 60.0),
         )
+        self.check_no_node_flags(profile, path, server)
         for problem in profile.to_launch_spec().problems():
             subject = problem.partition(": ")[0]
             profile_key = server.profile_key_of(subject)
@@ -828,6 +871,50 @@ class _Reader:
                 key_path = [*path, "extra_args"]
             raise self.error(key_path, problem)
         return profile
+
+    def read_nodes(self, table: Mapping[str, Any], path: Sequence[str], server: Any) -> tuple:
+        """``nodes``: two or more distinct hosts (config names or [user@]host[:port] / ssh
+        aliases), for a backend that can span nodes."""
+        nodes = self.string_list(table, path, "nodes")
+        if "nodes" not in table:
+            return ()
+        key = [*path, "nodes"]
+        if len(nodes) < 2:
+            raise self.error(key, "name two or more hosts (a one-node server needs no nodes)")
+        seen: set[str] = set()
+        for node in nodes:
+            from specmon.errors import UsageError
+            from specmon.hostname import parse_host
+
+            if node in seen:
+                raise self.error(key, f"{node!r:.40} is named twice")
+            seen.add(node)
+            try:
+                parse_host(node)
+            except UsageError as exc:
+                raise self.error(key, str(exc)) from None
+        from specmon.backends import NodePlacement
+
+        if server.multinode_args(NodePlacement(0, len(nodes), "127.0.0.1", 1)) is None:
+            raise self.error(
+                key,
+                f"{server.display_name} servers cannot span nodes in specmon (its multi-node "
+                "mode needs a cluster manager such as Ray); run one server per host instead",
+            )
+        return nodes
+
+    def check_no_node_flags(self, profile: Profile, path: Sequence[str], server: Any) -> None:
+        """The multi-node flags are rendered from ``nodes``, never typed by hand."""
+        from specmon.flag_grammar import parse_flags
+
+        given = {item.name for item in parse_flags(profile.extra_args)[0]}
+        typed = sorted(given & server.multinode_flags())
+        if typed:
+            raise self.error(
+                [*path, "extra_args"],
+                f"--{typed[0]} is set by specmon from the profile's nodes; remove it "
+                '(e.g. nodes = ["gpu-a", "gpu-b"])',
+            )
 
     def read_ui(self, table: Mapping[str, Any]) -> UiConfig:
         path = ["ui"]
@@ -905,12 +992,16 @@ def render_profile_toml(profile: Profile) -> str:
         ("gpu_agent", profile.gpu_agent),
         ("stop_grace_s", profile.stop_grace_s),
         ("baseline_profile", profile.baseline_profile),
+        ("nodes", list(profile.nodes) if profile.nodes else None),
+        ("node_grace_s", profile.node_grace_s if profile.nodes else None),
     ]
     lines += [f"{key} = {_toml_value(value)}" for key, value in fields if value is not None]
     if profile.speculative is not None:
+        from specmon.backends import get_backend
+
         lines += ["", f"[profiles.{table}.speculative]"]
-        for key in SPECULATIVE_KEYS:
-            value = getattr(profile.speculative, key)
+        for key, attribute in get_backend(profile.backend).speculative_keys:
+            value = getattr(profile.speculative, attribute)
             if value is not None:
                 lines.append(f"{key} = {_toml_value(value)}")
     if profile.env:

@@ -460,7 +460,9 @@ class LogLine(Event):
 class Dropped(Event):
     """``count`` events (log lines, samples: never a state change) that a lossy subscriber, the
     console's live view, did not receive because it fell behind; it arrives where they were.
-    The store still applied them all."""
+    The store still applied them all. Also the older lines and samples of a reattach's replay
+    read as a summary while only lossy subscribers listen (specmon/session/log_follower.py):
+    the store keeps no more of those than the summary gives it."""
 
     kind: ClassVar[str] = "dropped"
     count: int
@@ -512,6 +514,23 @@ class GpuSample(Event):
     kind: ClassVar[str] = "gpu"
     wall: float
     gpus: tuple[GpuReading, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus(Event):
+    """One node of a server spanning several nodes, as its own host sees it: connection,
+    run state, loading phase and shards (a node that lags shows here), and the console's
+    ids of its GPUs (node-major: node i's GPU g is ``i * stride + g``)."""
+
+    kind: ClassVar[str] = "node"
+    node_rank: int
+    host: str
+    connection: str | None = None  # ConnectionStateName of the node's own link
+    state: str | None = None  # its run's state: loading, ready (node 0), running, stopped...
+    phase: str | None = None
+    shards_done: int = 0
+    shards_total: int | None = None
+    gpus: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -192,8 +192,16 @@ class LaunchSpec:
         return parse_flags(self.args)[0]
 
     def flag(self, name: str) -> str | None:
-        """The value of ``--name`` (last one wins, like argparse); '' for a boolean flag."""
+        """The value of ``--name`` (last one wins, like argparse); '' for a boolean flag. A
+        backend's named setting that is not a flag of its own (vLLM's
+        ``num_speculative_tokens``, a key of its speculative config) reads the same way."""
         name = name.lstrip("-")
+        try:
+            setting = _backend(self.backend).setting_value(self.args, name)
+        except LaunchSpecError:
+            setting = None  # an unknown backend (a record from another build): flags only
+        if setting is not None:
+            return setting
         found: str | None = None
         for item in self.flag_items():
             if item.name == name:
@@ -215,8 +223,10 @@ class LaunchSpec:
         """Set, replace or remove flags: a str sets the value, True makes a boolean flag,
         None or False removes every occurrence. Names may be given with or without '--'.
         For a flag the backend's schema calls a switch, "true" sets it bare and "false"
-        removes it. A replaced flag keeps its position; a new one is appended."""
+        removes it. A replaced flag keeps its position; a new one is appended. The backend
+        folds its named settings (``Backend.setting_flags``) into the flags that carry them."""
         args = list(self.args)
+        changes = _backend(self.backend).setting_flags(self.args, changes)
         for raw_name, value in changes.items():
             name = raw_name.lstrip("-")
             if not FLAG_NAME.match(name):
@@ -434,10 +444,10 @@ def validate_form(
     messages: dict[str, str] = {}
     args: list[str] = backend.form_context_args(base.args if base is not None else None)
     env: dict[str, str] = {}
-    for name in flag_fields:
-        value = values.get(name, "").strip()
-        if value:
-            args.extend(render_flag(name, value))
+    changes: dict[str, FlagValue] = {
+        name: values.get(name, "").strip() or None for name in flag_fields
+    }
+    args = list(LaunchSpec(backend.name, ("server",), tuple(args)).with_flags(changes).args)
     for name in env_fields:
         value = values.get(name, "").strip()
         if value:

@@ -628,7 +628,8 @@ class Ledger:
 
     def sweep_points(self, sweep_id: int) -> list[PointRow]:
         rows = self._conn.execute(
-            "SELECT p.*, b.tok_s AS b_tok_s, b.accept_len AS b_accept_len,"
+            "SELECT p.*, b.tok_s AS b_tok_s,"
+            " COALESCE(b.accept_len, b.metrics_accept_len) AS b_accept_len,"
             " b.verify_ms AS b_verify_ms, b.speculative AS b_speculative, b.model AS b_model,"
             " b.prompt_set AS b_prompt_set, b.concurrency AS b_concurrency"
             " FROM sweep_points p LEFT JOIN benchmarks b ON b.id = p.benchmark_ref"

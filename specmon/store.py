@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 
 from specmon.events import (
+    CompileBegin,
+    CompileEnd,
     ConnectionState,
     Decode,
     Dropped,
@@ -31,6 +33,7 @@ from specmon.events import (
     LoadTimes,
     LogLine,
     MetricsSnapshot,
+    NodeStatus,
     Prefill,
     ProbeTiming,
     Ready,
@@ -42,9 +45,11 @@ from specmon.events import (
     ShardProgress,
     SpecDecode,
     SpecParams,
+    WeightsLoaded,
 )
 
-# The loading phases an operator sees ticking, in order.
+# The loading phases an operator sees ticking, in order: the default backend's (each backend
+# names its own, ``Backend.loading_phases``; ``StateStore.phases`` is the followed run's).
 PHASES: tuple[str, ...] = (
     "target weights",
     "KV cache",
@@ -95,7 +100,9 @@ class LoadingState:
     shard_rate_s: float | None = None  # seconds per shard, from the bar or measured
     ready_at: float | None = None
     loads_seen: int = 0
+    target_loaded: bool = False  # the target's weights are read (later bars are the draft's)
     previous_load_seconds: float | None = None  # from an earlier load of the same profile
+    nodes: dict[int, NodeStatus] = field(default_factory=dict)  # per node of a multi-node run
 
     def elapsed(self, now: float) -> float | None:
         if self.started_at is None:
@@ -159,6 +166,8 @@ class PositionAcceptance:
             if accepted_tokens > i:
                 self.accepted[i] += 1
 
+    reported: list[float] | None = None  # the server's own per-position rates, when it has them
+
     def observe_rates(self, rates: tuple[float, ...], drafts: int) -> None:
         """``drafts`` drafts whose share accepted at position i + 1 was ``rates[i]``."""
         self._grow(len(rates))
@@ -166,14 +175,24 @@ class PositionAcceptance:
             self.cycles[i] += drafts
             self.accepted[i] += round(max(0.0, min(1.0, rate)) * drafts)
 
+    def set_rates(self, rates: list[float]) -> None:
+        """The server's own latest acceptance rate per draft position (vLLM's SpecDecoding
+        line or its per-position counters): the view while no drafts were counted."""
+        self.reported = [min(1.0, max(0.0, float(rate))) for rate in rates]
+
     @property
     def drafts(self) -> int:
         """How many drafts (request-verifies) the first position's share comes from."""
         return self.cycles[0] if self.cycles else 0
 
     def ratios(self) -> list[float]:
-        """Accepted share per position (1-based position = index + 1): P(accepted >= i)."""
-        return [a / c for a, c in zip(self.accepted, self.cycles, strict=True) if c]
+        """Accepted share per position (1-based position = index + 1), P(accepted >= i), over
+        the run: its counted drafts (probe cycles, or rate lines weighted by their drafts),
+        else the server's latest reported rates (e.g. from its counters alone)."""
+        counted = [a / c for a, c in zip(self.accepted, self.cycles, strict=True) if c]
+        if counted:
+            return counted
+        return list(self.reported) if self.reported is not None else []
 
 
 @dataclass(slots=True)
@@ -193,13 +212,20 @@ class StateStore:
         self.loading = LoadingState()
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
+        self.last_decode_at: float | None = None  # arrival time of last_decode
         self.spec_steps: int | None = None
         """Draft steps in force after adaptive speculation changed them; None: as launched."""
         self.server_info: dict[str, str] = {}  # the latest fields the server reported itself
         self.throughput: deque[Point] = deque(maxlen=history)
         self.accept_len: deque[Point] = deque(maxlen=history)
+        # Acceptance per draft position over time (one list per report), for the history chart.
+        self.accept_by_position_history: deque[tuple[float, tuple[float, ...]]] = deque(
+            maxlen=history
+        )
+        self.decode_engines: dict[int, float] = {}  # engine -> its latest gen throughput
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
         self.gpus: dict[int, GpuReading] = {}
+        self.gpu_nodes: dict[int, int] = {}  # GPU id -> node rank, for a multi-node run
         self.gpu_util: dict[int, deque[Point]] = {}
         self.gpu_mem: dict[int, deque[Point]] = {}
         self.log: deque[LogLine] = deque(maxlen=LOG_LINES)
@@ -219,6 +245,25 @@ class StateStore:
         self._clock: Callable[[], float] = time.time
 
     # --- derived figures ---------------------------------------------------------------------
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The loading phases of the followed run's server, in order."""
+        from specmon.backends import DEFAULT_BACKEND, get_backend
+
+        backend = self.run.backend if self.run is not None and self.run.backend else None
+        return get_backend(backend or DEFAULT_BACKEND).loading_phases
+
+    def _phase(self, *names: str) -> str | None:
+        """The first of ``names`` that the server's phase list has."""
+        phases = self.phases
+        return next((name for name in names if name in phases), None)
+
+    def set_accept_by_position(self, rates: list[float], at: float | None = None) -> None:
+        """The server's acceptance rate per draft position (position 1 first)."""
+        self.accept_by_position.set_rates(rates)
+        now = self._clock() if at is None else at
+        self.accept_by_position_history.append((now, tuple(self.accept_by_position.ratios())))
 
     def throughput_stats(self) -> tuple[float | None, float | None, float | None]:
         """(current, mean, max) gen throughput of the current run."""
@@ -262,10 +307,13 @@ class StateStore:
             self.loading = LoadingState(previous_load_seconds=previous)
             self.failure = None
             self.last_decode = None
+            self.last_decode_at = None
             self.spec_steps = None
             self.server_info = {}
             self.throughput.clear()
             self.accept_len.clear()
+            self.accept_by_position_history.clear()
+            self.decode_engines.clear()
             self.probe.clear()
             self.accept_by_position = PositionAcceptance()
             self.launch_marks.append(Point(now, 0.0))
@@ -275,7 +323,9 @@ class StateStore:
     def _on_run_state(self, e: RunState, now: float) -> None:
         self.run_state = e.state
 
-    def _enter(self, phase: str) -> None:
+    def _enter(self, phase: str | None) -> None:
+        if phase is None:
+            return
         loading = self.loading
         previous = loading.phase
         if previous is not None and previous != phase and previous not in loading.done_phases:
@@ -288,12 +338,32 @@ class StateStore:
             loading.started_at = now
         if self.run_state in ("stopped", "failed"):
             self.run_state = "loading"
+        target_phase = self._phase("target weights", "weights")
+        if loading.phase == target_phase and loading.shards_total is None:
+            return  # the same load announced twice (vLLM: `Starting to load model`, then
+            # `Loading model from scratch`), before any shard was read
         loading.loads_seen += 1
-        self._enter("target weights" if loading.loads_seen == 1 else "draft weights")
+        draft = loading.loads_seen > 1 or loading.target_loaded
+        self._enter(self._phase("draft weights") if draft else target_phase)
+
+    def _on_weights_loaded(self, e: WeightsLoaded, now: float) -> None:
+        loading = self.loading
+        if e.role == "draft":
+            self._enter(self._phase("draft weights"))
+            return
+        loading.target_loaded = True
+        if loading.shards_total:
+            loading.shards_done = loading.shards_total
+
+    def _on_compile_begin(self, e: CompileBegin, now: float) -> None:
+        self._enter(self._phase("torch.compile"))
+
+    def _on_compile(self, e: CompileEnd, now: float) -> None:
+        self._enter(self._phase("torch.compile"))
 
     def _on_shards(self, e: ShardProgress, now: float) -> None:
         loading = self.loading
-        if loading.loads_seen > 1:
+        if loading.loads_seen > 1 or loading.target_loaded:
             return  # the draft's own one-shard bar says nothing about the target's ETA
         if loading.shards_started_at is None:
             loading.shards_started_at = now
@@ -310,16 +380,19 @@ class StateStore:
 
     def _on_kv(self, e: KvCache, now: float) -> None:
         if self.loading.loads_seen <= 1:
-            self._enter("KV cache")
+            self._enter(self._phase("KV cache"))
 
     def _on_graph_begin(self, e: GraphBegin, now: float) -> None:
-        self._enter("target CUDA graphs" if e.role in (None, "target") else "draft CUDA graphs")
+        if e.role in (None, "target"):
+            self._enter(self._phase("target CUDA graphs", "CUDA graphs"))
+        else:
+            self._enter(self._phase("draft CUDA graphs", "CUDA graphs"))
 
     def _on_graph_end(self, e: GraphEnd, now: float) -> None:
         pass
 
     def _on_http(self, e: HttpUp, now: float) -> None:
-        self._enter("HTTP server")
+        self._enter(self._phase("HTTP server"))
 
     def _on_ready(self, e: Ready, now: float) -> None:
         loading = self.loading
@@ -332,18 +405,40 @@ class StateStore:
 
     def _on_load_times(self, e: LoadTimes, now: float) -> None:
         loading = self.loading
-        if e.started_at is not None and loading.started_at is not None:
+        # Seen no start-up line (a reattach whose replay began after them): the run record's
+        # times are all there is, so they are taken as they are.
+        unseen = loading.started_at is None and loading.ready_at is None
+        if e.started_at is not None and (loading.started_at is not None or unseen):
             loading.started_at = e.started_at
-        if e.ready_at is not None and loading.ready_at is not None:
+        if e.ready_at is not None and (loading.ready_at is not None or unseen):
             loading.ready_at = e.ready_at
         if e.previous_load_seconds is not None:
             loading.previous_load_seconds = e.previous_load_seconds
 
     def _on_decode(self, e: Decode, now: float) -> None:
+        """Throughput is the server's total: a log with several engines (vLLM's data
+        parallel `Engine 000:`, `Engine 001:`) adds each engine's latest figure."""
         self.last_decode = e
-        self.throughput.append(Point(now, e.gen_throughput))
+        self.last_decode_at = now
+        engine = e.engine
+        if engine is None:
+            self.throughput.append(Point(now, e.gen_throughput))
+        else:
+            self.decode_engines[engine] = e.gen_throughput
+            self.throughput.append(Point(now, sum(self.decode_engines.values())))
         if e.accept_len is not None:
             self.accept_len.append(Point(now, e.accept_len))
+
+    def _on_spec_decode(self, e: SpecDecode, now: float) -> None:
+        if e.mean_accept_len is not None:
+            self.accept_len.append(Point(now, e.mean_accept_len))
+        if not e.per_position:
+            return
+        if e.drafted:  # the run's counts, weighted by drafts (vLLM counts k tokens per draft)
+            drafts = e.drafted // len(e.per_position)
+            if drafts > 0:
+                self.accept_by_position.observe_rates(e.per_position, drafts)
+        self.set_accept_by_position(list(e.per_position), now)
 
     def _on_spec_params(self, e: SpecParams, now: float) -> None:
         self.spec_steps = e.steps
@@ -358,6 +453,11 @@ class StateStore:
     def _on_failed(self, e: ServerFailed, now: float) -> None:
         self.failure = e
         self.run_state = "hung" if e.hung else "failed"
+
+    def _on_node(self, e: NodeStatus, now: float) -> None:
+        self.loading.nodes[e.node_rank] = e
+        for gpu in e.gpus:
+            self.gpu_nodes[gpu] = e.node_rank
 
     def _on_log(self, e: LogLine, now: float) -> None:
         self.log.append(e)
@@ -380,13 +480,6 @@ class StateStore:
         elif e.batch_size == 1 and e.accepted_tokens is not None:
             self.accept_by_position.observe(e.accepted_tokens, positions)
 
-    def _on_spec_decode(self, e: SpecDecode, now: float) -> None:
-        if not e.per_position or not e.drafted:
-            return
-        drafts = e.drafted // len(e.per_position)  # vLLM counts drafted tokens, k per draft
-        if drafts > 0:
-            self.accept_by_position.observe_rates(e.per_position, drafts)
-
     def _on_gpu(self, e: GpuSample, now: float) -> None:
         self.event_lag_s = now - e.wall
         for reading in e.gpus:
@@ -399,7 +492,17 @@ class StateStore:
                 mem.append(Point(e.wall, reading.mem_used_mb))
 
 
-_RANK0_ONLY = (LoadBegin, LoadEnd, KvCache, GraphBegin, GraphEnd, ShardProgress)
+_RANK0_ONLY = (
+    LoadBegin,
+    LoadEnd,
+    KvCache,
+    GraphBegin,
+    GraphEnd,
+    ShardProgress,
+    WeightsLoaded,
+    CompileBegin,
+    CompileEnd,
+)
 
 _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     ConnectionState: StateStore._on_connection,
@@ -415,12 +518,16 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     Ready: StateStore._on_ready,
     LoadTimes: StateStore._on_load_times,
     Decode: StateStore._on_decode,
-    SpecParams: StateStore._on_spec_params,
     SpecDecode: StateStore._on_spec_decode,
+    WeightsLoaded: StateStore._on_weights_loaded,
+    CompileBegin: StateStore._on_compile_begin,
+    CompileEnd: StateStore._on_compile,
+    SpecParams: StateStore._on_spec_params,
     ServerInfo: StateStore._on_server_info,
     ServerError: StateStore._on_error,
     ServerFailed: StateStore._on_failed,
     LogLine: StateStore._on_log,
+    NodeStatus: StateStore._on_node,
     ProbeTiming: StateStore._on_probe,
     GpuSample: StateStore._on_gpu,
 }  # type: ignore[dict-item]
@@ -511,6 +618,11 @@ class EventBus:
         while any(queue.full_for_follower for queue in self._subscribers):
             self.room.clear()
             await self.room.wait()
+
+    @property
+    def lossless(self) -> bool:
+        """Whether a subscriber takes every event (a reattach then replays its log in full)."""
+        return any(not queue.lossy for queue in self._subscribers)
 
     def subscribe(self, *, lossy: bool = False, bounded: bool = True) -> Subscription:
         queue = Subscription(self, self.queue_size if bounded else None, lossy)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from specmon.advisor import Advice, AdvisorError
 from specmon.advisor_inputs import advise_from_store, enough_data, model_of
+from specmon.backends import get_backend
 from specmon.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
 from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from specmon.launch import LaunchSpec
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
-_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+_FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # underscores: a backend's named settings
 MAX_POINTS = 1000
 READY_POLL_S = 0.2
 MAX_ATTEMPTS = 3  # per point, when the connection to the host drops mid-point
@@ -201,12 +202,13 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
         else:
             spec = profile.to_launch_spec(python=python).without_speculation()
             name = plan.profile
-            note = f"profile {plan.profile} with every --speculative-* flag removed"
-        if spec.flag("speculative-algorithm"):
+            note = f"profile {plan.profile} with its speculative decoding flags removed"
+        speculating = sorted(get_backend(spec.backend).speculation_flags(spec.args))
+        if speculating:
+            shown = " ".join(f"--{flag} {spec.flag(flag) or ''}".strip() for flag in speculating)
             raise UsageError(
-                f"baseline profile {name!r} runs speculative decoding "
-                f"(--speculative-algorithm {spec.flag('speculative-algorithm')}); a baseline "
-                "must have speculation off"
+                f"baseline profile {name!r} runs speculative decoding ({shown[:120]}); a "
+                "baseline must have speculation off"
             )
         points.append(SweepPoint({}, True, spec, name, (note,)))
     for params in combinations(plan.axes):
@@ -795,7 +797,11 @@ class SweepRunner:
             is_baseline=point.is_baseline,
             status="ok",
             tok_s=result.tok_s_overall,
-            accept_len=result.accept_len,
+            # per-request lengths where the replies carry them, else the server's /metrics
+            # over the measured requests (vLLM's replies carry none)
+            accept_len=(
+                result.accept_len if result.accept_len is not None else result.metrics_accept_len
+            ),
             verify_ms=phases.verify_ms if phases else None,
             load_seconds=load_seconds,
             speculative=result.speculative,

@@ -21,10 +21,21 @@ def test_a_profile_backend_is_inferred_from_its_command():
     assert backend_for_command(["/usr/bin/env", "true"]) is None
 
 
-def test_a_known_server_without_a_backend_is_refused_clearly():
-    with pytest.raises(UsageError, match="backend vllm is not installed in this specmon"):
-        backend_for_command(["vllm", "serve", "/m"])
+def test_a_vllm_command_now_resolves_to_the_registered_backend():
+    assert backend_for_command(["vllm", "serve", "/m"]) == "vllm"
     text = '[profiles.v]\nmodel_path = "/m"\ncommand = ["python3", "-m", "vllm.entrypoints.x"]\n'
+    assert parse_config_text(text, None).profiles["v"].backend == "vllm"
+
+
+def test_a_known_server_without_a_backend_is_refused_clearly(monkeypatch):
+    import re
+
+    from specmon import backends
+
+    monkeypatch.setitem(backends.KNOWN_SERVER_COMMANDS, "tgi", re.compile(r"text-generation-"))
+    with pytest.raises(UsageError, match="backend tgi is not installed in this specmon"):
+        backend_for_command(["text-generation-launcher", "--model-id", "/m"])
+    text = '[profiles.v]\nmodel_path = "/m"\ncommand = ["text-generation-launcher"]\n'
     with pytest.raises(ConfigError, match="not installed"):
         parse_config_text(text, None)
 

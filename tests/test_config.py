@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from specmon.backends import DEFAULT_BACKEND
 from specmon.config import (
     BUILTIN_CONFIG_TOML,
     Profile,
@@ -144,13 +145,13 @@ def test_user_config_dir_follows_xdg_config_home(tmp_path, monkeypatch):
 def test_without_any_file_the_built_in_demo_host_and_profile_apply(tmp_path):
     config = load_config(cwd=tmp_path, environ=NO_USER_DIR)
     assert config.source is None
-    assert set(config.profiles) == {"demo"} and set(config.hosts) == {"local"}
+    assert set(config.profiles) == {"demo", "demo-vllm"} and set(config.hosts) == {"local"}
     assert config.hosts["local"].python == sys.executable
 
 
 def test_a_file_keeps_the_built_in_demo_unless_it_defines_its_own(tmp_path):
     config = load_config(write(tmp_path, GOOD_PROFILE), environ=NO_USER_DIR)
-    assert list(config.profiles) == ["p", "demo"]
+    assert list(config.profiles) == ["p", "demo", "demo-vllm"]
 
 
 def test_missing_explicit_config_is_a_clear_error(tmp_path):
@@ -346,8 +347,23 @@ def test_the_simulator_accepts_every_shipped_profile_launch():
 
     config = load_config(SHIPPED, environ=NO_USER_DIR)
     for profile in config.profiles.values():
+        if profile.backend != DEFAULT_BACKEND:
+            continue  # the vLLM profiles: the next test
         spec = profile.to_launch_spec()
         parse_launch(list(spec.args), spec.env_dict())
+
+
+def test_the_vllm_simulator_accepts_every_shipped_vllm_profile_launch():
+    """The simulator's vLLM personality parses each vLLM profile's `serve MODEL flags` as
+    vLLM would. Skipped where the personality (specmon.sim.vllm) is not in this tree."""
+    serve = pytest.importorskip("specmon.sim.vllm.args", reason="no simulator vLLM personality")
+    config = load_config(SHIPPED, environ=NO_USER_DIR)
+    vllm_profiles = [p for p in config.profiles.values() if p.backend == "vllm"]
+    assert {"demo-vllm", "llama70b-eagle3-vllm"} <= {p.name for p in vllm_profiles}
+    for profile in vllm_profiles:
+        spec = profile.to_launch_spec()
+        argv = list(spec.command[spec.command.index("serve") :] + spec.args)
+        serve.parse_serve(argv, spec.env_dict())
 
 
 scalar_values = st.one_of(

@@ -25,6 +25,7 @@ TRANSCRIPT = next(
     Path("/work/shared/reference/transcripts") / TRANSCRIPT_NAME,
 )
 
+VLLM_TRANSCRIPT = TRANSCRIPT.with_name("vllm-0.33-eagle3-tp8.log")
 DETECTED = "specmon: detected backend sglang\n"
 NUMBER = (int, float)
 # kind -> {field: allowed types}; the schema of the issue, nulls where the line lacks a value.
@@ -41,9 +42,19 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "graph_end": {"seconds": (float, type(None))},
     "http_up": {},
     "ready": {},
+    "weights_loaded": {"role": (str, type(None)), "seconds": (float, type(None))},
+    "compile_begin": {"part": (str, type(None))},
+    "compile": {"part": (str, type(None)), "seconds": (float, type(None))},
+    "spec_decode": {
+        "mean_accept_len": (float, type(None)),
+        "accepted": (int, type(None)),
+        "drafted": (int, type(None)),
+        "per_position": (list, type(None)),
+        "draft_acceptance_rate": (float, type(None)),
+    },
     "decode": {
         "running_req": (int,),
-        "tokens": (int,),
+        "tokens": (int, type(None)),  # vLLM's stats line has no token count
         "token_usage": NUMBER,
         "accept_len": (float, type(None)),
         "gen_throughput": NUMBER,
@@ -62,6 +73,8 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
         "errors": (int,),
     },
 }
+# What a vLLM log's summary adds.
+VLLM_SUMMARY = {"accept_rate_per_position": (list, type(None))}
 
 
 def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -85,18 +98,42 @@ def check_schema(record: dict) -> None:
 
 @pytest.mark.parametrize(
     "log",
-    sorted(LOGS.glob("sglang-*.log")) + ([TRANSCRIPT] if TRANSCRIPT.exists() else []),
+    sorted(LOGS.glob("sglang-*.log"))
+    + sorted(LOGS.glob("vllm-*.log"))
+    + [path for path in (TRANSCRIPT, VLLM_TRANSCRIPT) if path.exists()],
     ids=str,
 )
 def test_json_lines_follow_the_schema(capsys: pytest.CaptureFixture[str], log: Path) -> None:
     code, out, err = run_main(capsys, str(log), "--json", "--summary")
-    assert code == 0 and err == DETECTED
+    server = "vllm" if log.name.startswith("vllm-") else "sglang"
+    assert code == 0 and err == f"specmon: detected backend {server}\n"
     records = [json.loads(line) for line in out.splitlines()]
     for record in records:
         check_schema(record)
     assert records[-1]["kind"] == "summary"
+    if server == "vllm":
+        for name, types in VLLM_SUMMARY.items():
+            assert isinstance(records[-1][name], types), (name, records[-1][name])
     assert sum(r["kind"] == "decode" for r in records) == records[-1]["decode_lines"]
     assert sum(r["kind"] == "error" for r in records) == records[-1]["errors"]
+
+
+@pytest.mark.skipif(not VLLM_TRANSCRIPT.exists(), reason="reference transcript not present")
+def test_vllm_transcript_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """A vLLM log without --backend: detected, read by vLLM's parser, vLLM's summary."""
+    code, out, err = run_main(capsys, str(VLLM_TRANSCRIPT), "--json", "--summary")
+    summary = json.loads(out.splitlines()[-1])
+    assert code == 0 and err == "specmon: detected backend vllm\n"
+    assert {k: summary[k] for k in ("ready", "load_seconds", "shards_total", "decode_lines")} == {
+        "ready": True,
+        "load_seconds": 139.0,
+        "shards_total": 30,
+        "decode_lines": 2,
+    }
+    assert summary["mean_gen_throughput"] == pytest.approx(657.4)
+    assert summary["mean_accept_len"] == pytest.approx(2.9)
+    assert summary["accept_rate_per_position"] == pytest.approx([0.8205, 0.6115, 0.4655])
+    assert summary["errors"] == 0
 
 
 @pytest.mark.skipif(not TRANSCRIPT.exists(), reason="reference transcript not present")

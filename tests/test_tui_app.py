@@ -238,7 +238,7 @@ async def test_gpu_detail_and_history_charts_open_and_close():
         await pilot.press("h")
         await pilot.pause(0.3)
         assert isinstance(app.screen, HistoryScreen)
-        assert len(app.screen.query(PlotextPlot)) == 4
+        assert len(app.screen.query(PlotextPlot)) == 5  # with acceptance by position
         assert "launch 1: kimi-eagle3-nccl steps=3 topk=1 draft=4" in str(
             app.screen.query_one("#legend", Static).render()
         )

@@ -30,11 +30,17 @@ class SpeculativeFields(Protocol):
     def eagle_topk(self) -> int | None: ...
     @property
     def num_draft_tokens(self) -> int | None: ...
+    @property
+    def num_speculative_tokens(self) -> int | None: ...
+    @property
+    def draft_tensor_parallel_size(self) -> int | None: ...
 
 
 class ProfileFields(Protocol):
     """The fields of a launch profile a backend maps to its flags (config.Profile has them)."""
 
+    @property
+    def command(self) -> tuple[str, ...]: ...
     @property
     def model_path(self) -> str: ...
     @property
@@ -99,6 +105,15 @@ class LogSummary(ABC):
         """The summary record (the parser supplies counters such as unparsed_decode_like)."""
 
 
+class MetricsReader(ABC):
+    """Turns successive ``/metrics`` pages of one run into events (rates between polls), for
+    a server whose log may say nothing while it serves. Never raises on input."""
+
+    @abstractmethod
+    def read(self, text: str, at: float) -> list[Event]:
+        """Events from one page polled at ``at`` (monotonic seconds); [] when none yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One launch rule broken: ``subject`` is the flag (``--name``) or variable at fault."""
@@ -133,6 +148,16 @@ class ProbeTargets:
     pythonpath: bool = True  # prepend the probe dir to PYTHONPATH
 
 
+@dataclass(frozen=True, slots=True)
+class NodePlacement:
+    """Where one process of a server spanning several nodes stands."""
+
+    rank: int  # 0 serves HTTP
+    nnodes: int
+    init_host: str  # node 0's address, as the other nodes reach it
+    init_port: int  # a port free on node 0 for the distributed rendezvous
+
+
 class Backend(ABC):
     """What specmon needs to know about one kind of server (see docs/backends.md)."""
 
@@ -143,10 +168,32 @@ class Backend(ABC):
     default_speculative_algorithm: str | None = None  # when a form adds speculation
     sim_module: str | None = None  # the simulator personality run for demos and tests
     default_port: int = 30000
+    # A profile's [speculative] keys: (TOML key, SpeculativeFields attribute), the first being
+    # the algorithm (required). Ranges are the config's (docs/config.md).
+    speculative_keys: tuple[tuple[str, str], ...] = (
+        ("algorithm", "algorithm"),
+        ("num_steps", "num_steps"),
+        ("eagle_topk", "eagle_topk"),
+        ("num_draft_tokens", "num_draft_tokens"),
+    )
+    # The loading panel's phases, in order (the store maps start-up events onto them).
+    loading_phases: tuple[str, ...] = (
+        "target weights",
+        "KV cache",
+        "target CUDA graphs",
+        "draft weights",
+        "draft CUDA graphs",
+        "HTTP server",
+        "ready",
+    )
+    # Built-in profiles (TOML) that run this server's simulator personality, available from
+    # any directory like the ``demo`` profile (config.builtin_config_toml adds them).
+    builtin_profiles_toml: str = ""
 
     # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"
     info_paths: tuple[str, ...] = ()  # server-info endpoints, tried in order
+    info_merged: bool = False  # True: every info endpoint answers part (merged), not the first
     metrics_path: str = "/metrics"
     metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
     accept_length_metric: str | None = None  # the mean acceptance length gauge
@@ -170,6 +217,11 @@ class Backend(ABC):
     def command_matches(self, command: Sequence[str]) -> bool:
         """Whether a profile's command runs this server (used to infer ``backend``)."""
 
+    def profile_command(self, command: Sequence[str], profile: ProfileFields) -> tuple[str, ...]:
+        """The command words a profile runs (its ``command``; a server whose command takes the
+        model as a positional argument adds it here)."""
+        return tuple(command)
+
     @abstractmethod
     def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
         """The flags a profile's fields (model_path, tp, speculative...) stand for, followed
@@ -182,6 +234,19 @@ class Backend(ABC):
     @abstractmethod
     def flag_kind(self, name: str) -> FlagKind | None:
         """``switch`` (bare), ``value``, or None for a flag this server does not have."""
+
+    def setting_flags(
+        self, args: Sequence[str], changes: Mapping[str, str | bool | None]
+    ) -> dict[str, str | bool | None]:
+        """Flag changes (a sweep grid's, a form's) with the server's named settings that are
+        not flags of their own (e.g. a key inside a JSON flag) folded into the flag that
+        carries them, given the launch's current ``args``. Default: the changes as given."""
+        return dict(changes)
+
+    def setting_value(self, args: Sequence[str], name: str) -> str | None:
+        """The value of a named setting that is not a flag of its own (see setting_flags), or
+        None; a flag's own value is read by the caller."""
+        return None
 
     @abstractmethod
     def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
@@ -229,6 +294,12 @@ class Backend(ABC):
         """Whether an answer of the health endpoint means the server is ready to serve."""
         return status == 200
 
+    def bench_info(self, data: Any) -> dict[str, Any]:
+        """A server-info answer as the benchmark records it: ``version``, ``model_path`` and
+        the server's launch arguments by name (``speculative_algorithm`` says whether it
+        speculates). Default: the answer as it is."""
+        return dict(data) if isinstance(data, dict) else {}
+
     @abstractmethod
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
         """The fields of the server-info answer the console shows."""
@@ -252,14 +323,45 @@ class Backend(ABC):
         """Whether a Prometheus sample belongs on the console (histogram buckets left out)."""
         return name.startswith(self.metric_prefix) and not name.endswith("_bucket")
 
+    def new_metrics_reader(self) -> MetricsReader | None:
+        """A reader of the server's ``/metrics`` into events, or None when its log says all
+        (the poller publishes its events only while the log's own stats lines are quiet)."""
+        return None
+
+    def accept_length_between(self, before: str, after: str) -> float | None:
+        """The mean acceptance length over an interval from two ``/metrics`` pages, for a
+        server without an ``accept_length_metric`` gauge; None: unknown."""
+        return None
+
+    def speculation_in_metrics(self, text: str) -> bool | None:
+        """Whether a ``/metrics`` page shows speculative decoding running, for a server whose
+        info endpoint does not say (the sweep confirms a baseline by it); None: unknown."""
+        return None
+
     def probe_targets(self) -> ProbeTargets | None:
         """The in-server timing probe, or None for a server without one."""
         return None
+
+    # --- several nodes -----------------------------------------------------------------
+
+    def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
+        """The flags that make one server process node ``node.rank`` of ``node.nnodes``,
+        meeting the others at ``node.init_host:node.init_port`` (node 0's address and a port
+        free there); None when this server cannot span nodes without a cluster manager of
+        its own (specmon then refuses a profile with ``nodes``). The flags are appended to
+        each node's launch and validated with the others by ``launch_problems``."""
+        return None
+
+    def multinode_flags(self) -> frozenset[str]:
+        """The flags ``multinode_args`` writes (without dashes): a launch that sets one by
+        hand is refused, since specmon renders them from the profile's ``nodes``."""
+        return frozenset()
 
 
 # The registry: name -> "module:Class". A new server is one entry and one folder.
 BACKENDS: dict[str, str] = {
     "sglang": "specmon.backends.sglang:SGLangBackend",
+    "vllm": "specmon.backends.vllm:VLLMBackend",
 }
 DEFAULT_BACKEND = "sglang"
 

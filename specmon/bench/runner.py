@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from specmon.bench.prompts import DEFAULT_PROMPT_SET, Prompt, load_prompt_set
@@ -121,6 +121,9 @@ class BenchResult:
     metrics_accept_len: float | None
     phase_times: PhaseTimes | None
     server_info: dict[str, Any] | None = field(default=None, repr=False)
+    # Whether /metrics showed speculative-decoding counters, for a server whose info endpoint
+    # does not say (vLLM); None: unknown.
+    metrics_speculative: bool | None = None
 
     @property
     def server_version(self) -> str | None:
@@ -134,8 +137,10 @@ class BenchResult:
 
     @property
     def speculative(self) -> bool | None:
-        """Whether the server ran speculative decoding, from its own launch args (None: unknown)."""
-        return speculative_from_server_info(self.server_info)
+        """Whether the server ran speculative decoding, from its own launch args, else from
+        its /metrics (None: unknown)."""
+        from_info = speculative_from_server_info(self.server_info)
+        return self.metrics_speculative if from_info is None else from_info
 
     @property
     def completion_tokens(self) -> int:
@@ -411,35 +416,45 @@ async def _run_batch(
 
 
 async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | None:
-    """The backend's server-info endpoints, tried in order; None if the server has none."""
+    """The backend's server-info endpoints, tried in order; None if the server has none.
+    A backend whose info is spread over several endpoints (``info_merged``) has every
+    answering endpoint's fields (``bench_info``) merged, the first answer winning per key."""
     import httpx
 
+    merged: dict[str, Any] = {}
     for path in backend.info_paths:
         try:
             response = await client.get(path)
         except httpx.HTTPError:
-            return None
+            return merged or None
         if response.status_code == 200:
             try:
                 data = response.json()
             except ValueError:
-                return None
-            return data if isinstance(data, dict) else None
+                return merged or None
+            fields = backend.bench_info(data)
+            if not backend.info_merged:
+                return fields
+            merged = {**fields, **merged}
+    return merged or None
     return None
 
 
-async def fetch_metrics_accept_length(client: Any, backend: Backend) -> float | None:
+async def fetch_metrics_text(client: Any, backend: Backend) -> str | None:
     import httpx
 
-    if backend.accept_length_metric is None:
-        return None
     try:
         response = await client.get(backend.metrics_path)
     except httpx.HTTPError:
         return None
-    if response.status_code != 200:
+    return response.text if response.status_code == 200 else None
+
+
+async def fetch_metrics_accept_length(client: Any, backend: Backend) -> float | None:
+    if backend.accept_length_metric is None:
         return None
-    return metrics_accept_length(response.text, backend.accept_length_metric)
+    text = await fetch_metrics_text(client, backend)
+    return None if text is None else metrics_accept_length(text, backend.accept_length_metric)
 
 
 async def run_benchmark(
@@ -481,6 +496,13 @@ async def run_benchmark(
                 raise BenchError(
                     f"warm-up failed ({len(failed)} of {len(warm)} requests): {failed[0].error}"
                 )
+        # A server without an acceptance gauge (vLLM: counters) is read before and after
+        # the measured requests; the backend computes the length from the rise.
+        counters_before = (
+            await fetch_metrics_text(client, server)
+            if server.accept_length_metric is None
+            else None
+        )
         started_at = time.time()
         started = time.perf_counter()
         measured = await _run_batch(
@@ -494,7 +516,15 @@ async def run_benchmark(
                 f"{len(failed)} of {len(measured)} requests failed; first: {failed[0].error}"
             )
         metrics_accept = await fetch_metrics_accept_length(client, server)
-    return summarize(
+        metrics_speculative = None
+        if server.accept_length_metric is None or speculative_from_server_info(server_info) is None:
+            text = await fetch_metrics_text(client, server)
+            if text is not None:
+                if speculative_from_server_info(server_info) is None:
+                    metrics_speculative = server.speculation_in_metrics(text)
+                if server.accept_length_metric is None and counters_before is not None:
+                    metrics_accept = server.accept_length_between(counters_before, text)
+    result = summarize(
         settings=settings,
         base_url=base_url,
         prompt_set_version=prompt_set.version,
@@ -506,6 +536,7 @@ async def run_benchmark(
         phase_times=phase_timing(started_at, ended_at) if phase_timing else None,
         server_info=server_info,
     )
+    return replace(result, metrics_speculative=metrics_speculative)
 
 
 def summarize(

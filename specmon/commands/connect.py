@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="console: hide and refuse relaunch, stop, sweeps"
     )
     parser.add_argument(
+        "--profile", metavar="P", help="a profile with nodes: its server over all of them"
+    )
+    parser.add_argument(
         "--export",
         metavar="ADDR",
         help="also serve this host's metrics to Prometheus at HOST:PORT (see `specmon export`)",
@@ -41,9 +44,15 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from specmon.session.cli import load_config_from, session_from_args, watch_headless
+    from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
     config = load_config_from(args)
-    session = session_from_args(args, config)
+    spanning = nodes_profile(args, config)
+    session: Any = (
+        controller_from_args(args, config, spanning)
+        if spanning is not None
+        else session_from_args(args, config)
+    )
     beside = [metrics_server(args.export, args.host, session, config)] if args.export else []
     headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:

@@ -1,4 +1,5 @@
-"""`specmon launch HOST --profile P`: start a server run on a host, headless."""
+"""`specmon launch HOST --profile P`: start a server run on a host, headless. A profile with
+``nodes`` starts one server over all of them (HOST then optional, one of its nodes)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import sys
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import UNTIL_CHOICES, add_host_arguments
+    from specmon.session.arguments import HOST_HELP, UNTIL_CHOICES, add_connection_arguments
 
-    add_host_arguments(parser)
+    parser.add_argument(
+        "host",
+        metavar="HOST",
+        nargs="?",
+        help=f"{HOST_HELP}; optional for a profile with nodes (then one of them)",
+    )
+    add_connection_arguments(parser)
     parser.add_argument("--profile", "-p", required=True, help="launch profile from the config")
     parser.add_argument(
         "--set",
@@ -35,6 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specmon.errors import UsageError
     from specmon.session.cli import (
         load_config_from,
         parse_assignments,
@@ -42,14 +50,19 @@ def run(args: argparse.Namespace) -> int:
         session_from_args,
         stream_events,
     )
+    from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
     flags = parse_assignments(args.flags, "--set")
     env = parse_assignments(args.env, "--env")
     config = load_config_from(args)
-    session = session_from_args(args, config)
+    spanning = nodes_profile(args, config)
+    if spanning is not None:
+        session = controller_from_args(args, config, spanning)
+    elif not args.host:
+        raise UsageError(f"name the HOST to launch on (profile {args.profile!r} has no nodes)")
+    else:
+        session = session_from_args(args, config)
     if args.profile not in session.profiles():
-        from specmon.errors import UsageError
-
         known = ", ".join(session.profiles()) or "none"
         raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
 

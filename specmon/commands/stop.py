@@ -17,17 +17,33 @@ def configure(parser: argparse.ArgumentParser) -> None:
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--run-id", metavar="ID", help="stop this run (see specmon status)")
     which.add_argument("--all", action="store_true", help="stop every live run on the host")
+    which.add_argument(
+        "--profile", metavar="P", help="a profile with nodes: stop its server on every node"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from specmon.session.cli import load_config_from, run_async, session_from_args
+    from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
-    session = session_from_args(args, load_config_from(args))
+    config = load_config_from(args)
+    spanning = nodes_profile(args, config)
+    if spanning is not None:
+        session = controller_from_args(args, config, spanning)
+    elif args.profile:
+        from specmon.errors import UsageError
+
+        raise UsageError(f"profile {args.profile!r} has no nodes; stop HOST stops its run")
+    else:
+        session = session_from_args(args, config)
 
     async def main() -> int:
         await session.start()  # with the GPU agent: a stop waits for GPU memory to return
         try:
-            if args.all:
+            if spanning is not None:
+                report = await session.stop()
+                reports = [report] if report is not None else []
+            elif args.all:
                 reports = await session.stop_all_runs()
             elif args.run_id:
                 report = await session.stop_run(args.run_id)

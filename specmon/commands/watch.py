@@ -13,11 +13,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", action="store_true", help="include the server's log lines")
     parser.add_argument("--until", choices=UNTIL_CHOICES, help="stop at ready, failure or exit")
     parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    parser.add_argument(
+        "--profile", metavar="P", help="a profile with nodes: watch its server over all of them"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     from specmon.session.cli import load_config_from, session_from_args, watch_headless
+    from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
-    session = session_from_args(args, load_config_from(args))
+    config = load_config_from(args)
+    spanning = nodes_profile(args, config)
+    if spanning is not None:
+        return watch_headless(controller_from_args(args, config, spanning), args)
+    session = session_from_args(args, config)
 
     return watch_headless(session, args)

@@ -22,7 +22,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from specmon.launch import parse_flags
-from specmon.store import PHASES, CycleHistogram, EventBus, StateStore
+from specmon.store import CycleHistogram, EventBus, StateStore
 
 CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
 RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
@@ -220,7 +220,7 @@ class SpecmonCollector(Collector):
         for option in RUN_STATES:
             f.run_state.add_metric([name, option], 1.0 if option == store.run_state else 0.0)
         if loading.phase is not None:
-            for phase in PHASES:
+            for phase in store.phases:
                 f.loading_phase.add_metric([name, phase], 1.0 if phase == loading.phase else 0.0)
         f.loading_progress.add_metric([name], loading_progress(store))
         if loading.shards_total:
@@ -294,15 +294,17 @@ class SpecmonCollector(Collector):
 
 
 def loading_progress(store: StateStore) -> float:
-    """Start-up progress in [0, 1]: each of the PHASES counts as one step, the target-weights
-    step by its share of shards loaded (the step that takes most of a start-up)."""
+    """Start-up progress in [0, 1]: each of the server's phases counts as one step, the
+    first (the target's weights) by its share of shards loaded (the step that takes most of a
+    start-up)."""
     loading = store.loading
     if loading.ready_at is not None:
         return 1.0
-    done = sum(1 for phase in PHASES if phase in loading.done_phases)
-    if loading.phase == "target weights" and loading.shards_total:
+    phases = store.phases
+    done = sum(1 for phase in phases if phase in loading.done_phases)
+    if loading.phase == phases[0] and loading.shards_total:
         done += min(1.0, loading.shards_done / loading.shards_total)
-    return min(1.0, done / len(PHASES))
+    return min(1.0, done / len(phases))
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 A real server has users; the simulator has none, so without traffic the demo's throughput,
 acceptance and draft/verify panels would sit empty. The clients go through the server's real
-HTTP API (`/generate`), exactly as an operator's users would, one request at a time (the
+HTTP API (the backend's generation endpoint), exactly as an operator's users would, one request at a time (the
 batch-1 case of the story), with a mix of prompt lengths from the shipped prompt set.
 """
 
@@ -25,7 +25,8 @@ NOT_READY_POLL_S = 0.5
 
 
 class DemoTraffic:
-    """Sends `/generate` requests to the session's ready server until stopped."""
+    """Sends generation requests (the server's own endpoint and body) to the session's ready
+    server until stopped."""
 
     def __init__(self, session: HostSession) -> None:
         self.session = session
@@ -47,6 +48,7 @@ class DemoTraffic:
     async def _run(self) -> None:
         import httpx
 
+        from specmon.backends import DEFAULT_BACKEND, get_backend
         from specmon.bench.prompts import load_prompt_set
 
         prompts = itertools.cycle(load_prompt_set().schedule(48))
@@ -58,16 +60,13 @@ class DemoTraffic:
                 if base_url is None:
                     await asyncio.sleep(NOT_READY_POLL_S)
                     continue
-                body = {
-                    "text": next(prompts).text,
-                    "sampling_params": {
-                        "max_new_tokens": next(lengths),
-                        "temperature": 0.0,
-                        "ignore_eos": True,
-                    },
-                }
+                # The followed run's server says how a request looks (SGLang's /generate,
+                # vLLM's OpenAI /v1/completions).
+                run = store.run
+                backend = get_backend((run.backend if run else None) or DEFAULT_BACKEND)
+                body = backend.generate_body(next(prompts).text, next(lengths), stream=False)
                 try:
-                    response = await client.post(f"{base_url}/generate", json=body)
+                    response = await client.post(base_url + backend.generate_path, json=body)
                     ok = response.status_code == 200
                 except httpx.HTTPError:
                     ok = False

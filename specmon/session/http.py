@@ -15,7 +15,7 @@ import httpx
 from specmon.events import Event, HealthStatus, MetricsSnapshot, ServerInfo
 
 if TYPE_CHECKING:
-    from specmon.backends import Backend
+    from specmon.backends import Backend, MetricsReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +68,18 @@ class HttpPoller:
     """Polls the followed run's health, server info and metrics, one request at a time."""
 
     def __init__(
-        self, host: PolledHost, *, interval_s: Callable[[], float], timeout_s: float
+        self,
+        host: PolledHost,
+        *,
+        interval_s: Callable[[], float],
+        timeout_s: float,
+        log_stats_quiet: Callable[[Event | None], bool] | None = None,
     ) -> None:
         self.host = host
+        # Whether the log's decode stats are quiet (given the poller's own last decode):
+        # only then are the events the backend reads from /metrics published.
+        self._log_stats_quiet = log_stats_quiet
+        self._own_decode: Event | None = None
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._answers: dict[str, float] = {}
@@ -102,6 +111,7 @@ class HttpPoller:
         host = self.host
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
+        reader = backend.new_metrics_reader() if self._log_stats_quiet is not None else None
         polls = 0
         async with httpx.AsyncClient(timeout=self._timeout_s, trust_env=False) as client:
             while host.is_following(run_id):
@@ -124,7 +134,7 @@ class HttpPoller:
                         await self._server_info(client, base + backend.info_paths[0], backend)
                     if metrics_supported is not False and polls % METRICS_EVERY == 0:
                         metrics_supported = await self._metrics(
-                            client, base + backend.metrics_path, backend
+                            client, base + backend.metrics_path, backend, reader
                         )
                     polls += 1
                 elapsed = time.monotonic() - started
@@ -140,7 +150,13 @@ class HttpPoller:
         except (httpx.HTTPError, ValueError):
             pass
 
-    async def _metrics(self, client: httpx.AsyncClient, url: str, backend: Backend) -> bool | None:
+    async def _metrics(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        backend: Backend,
+        reader: MetricsReader | None = None,
+    ) -> bool | None:
         try:
             response = await client.get(url)
         except httpx.HTTPError:
@@ -155,4 +171,11 @@ class HttpPoller:
             return None
         if values:
             self.host.publish(MetricsSnapshot(values=values))
+        if reader is not None and self._log_stats_quiet is not None:
+            events = reader.read(response.text, time.monotonic())
+            if events and self._log_stats_quiet(self._own_decode):
+                for event in events:
+                    self.host.publish(event)
+                    if event.kind == "decode":
+                        self._own_decode = event
         return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,10 +41,14 @@ def launch_payload(
     local_python: str | None = None,
     sim_gpu_state_path: str | None = None,
     tether_grace_s: float | None = None,
+    run_id: str | None = None,
+    node: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The helper's launch request. ``local_python`` replaces a bare python3/python command
     word (a local host runs the simulator in specmon's own interpreter); ``tether_grace_s``
-    ties the run to this process (the demo's server must not outlive it, even killed)."""
+    ties the run to this process (the demo's server must not outlive it, even killed).
+    A node of a multi-node server gets its run's shared ``run_id`` and its ``node`` record
+    (rank, nnodes, the nodes' labels), kept in the run's meta."""
     argv = list(spec.argv)
     if local_python and argv and argv[0] in ("python3", "python"):
         argv[0] = local_python
@@ -54,11 +59,14 @@ def launch_payload(
         "profile": profile,
         "port": port_of(spec, chosen),
         "meta": {"owner": owner, "backend": spec.backend, "spec": shown_spec(spec).to_json()},
+        "run_id": run_id,
         "run_env": {"SPECMON_PROBE_FILE": PROBE_FILE},
         "extra_env": {},
         "prepend_path": {},
         "files": {},
     }
+    if node is not None:
+        payload["meta"]["node"] = dict(node)
     if tether_grace_s is not None:
         payload["tether"] = {
             "pid": os.getpid(),

@@ -3,6 +3,16 @@
 The host session feeds it the chunks the helper's ``follow`` streams (a chunk may repeat bytes
 already seen after a reconnect, or start mid-line on a reattach that skips an old log's head)
 and publishes what comes back; nothing here touches a connection, so it is unit-tested alone.
+
+A reattach replays the last ``replay_log_bytes`` of the log (16 MiB: some 85,000 lines of a
+busy server). While no lossless subscriber listens (the console's view is lossy; `watch`,
+`launch --wait` and tests are lossless and get every line) the replay is read as a summary:
+every state event the parser finds in it (start-up phases, ready, errors, speculation changes)
+comes out as its chunk is read, but of the high-rate lines only what the store keeps comes
+out, once the replay is read: a ``Dropped`` marker counting the older log lines and samples
+(never a state change), then the last ``LOG_LINES`` log lines (the log pane's and the store's
+length) and the last ``HISTORY`` decode and prefill samples (the throughput history's
+length). The store ends in the state a full replay leaves, without making ~170,000 events.
 """
 
 from __future__ import annotations
@@ -13,10 +23,12 @@ from dataclasses import dataclass, field
 
 from specmon.backends import LogParser
 from specmon.errors import SpecmonError
-from specmon.events import Event, LogLine, ServerError
+from specmon.events import Decode, Dropped, Event, LogLine, Prefill, ServerError
+from specmon.store import HISTORY, LOG_LINES
 
 MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
 RECENT_LINES = 40  # the last lines kept for a failure's root cause (argparse errors)
+REPLAY_SAMPLES = (Decode, Prefill)  # high-rate samples: a replay keeps only the last HISTORY
 
 
 class LogGapError(SpecmonError):
@@ -28,7 +40,7 @@ class LogFollower:
     """Where the log tail of one run stands (it survives reconnects) and the parser state.
 
     ``replay_end``: on reattach, the log size when we came; the bytes before it are a replay
-    (their arrival time is not when they were written).
+    (their arrival time is not when they were written), read as a summary (module docstring).
     """
 
     parser: LogParser
@@ -42,12 +54,29 @@ class LogFollower:
     last_output: float = field(default_factory=time.monotonic)
     skip_to_newline: bool = False
     replay_end: int = 0
+    replay_lines: int = LOG_LINES
+    replayed: bytearray | None = None  # a summarised replay's bytes from its first line
+    samples: deque[Event] = field(default_factory=deque)  # the replay's newest samples
+    samples_seen: int = 0
 
     @classmethod
-    def reattached(cls, parser: LogParser, log_size: int, replay_bytes: int) -> LogFollower:
+    def reattached(
+        cls,
+        parser: LogParser,
+        log_size: int,
+        replay_bytes: int,
+        *,
+        summary: bool = False,
+        lines: int = LOG_LINES,
+        samples: int = HISTORY,
+    ) -> LogFollower:
         """A follower for a run that was already running: replay at most ``replay_bytes``
-        of its log, starting at a line boundary."""
-        follower = cls(parser=parser, replay_end=log_size)
+        of its log, starting at a line boundary; with ``summary``, as a summary that ends
+        with its last ``lines`` log lines and ``samples`` decode and prefill samples."""
+        follower = cls(parser=parser, replay_end=log_size, replay_lines=lines)
+        if log_size and summary:
+            follower.replayed = bytearray()
+            follower.samples = deque(maxlen=samples)
         if log_size > replay_bytes:
             follower.log_offset = follower.line_start = log_size - replay_bytes
             follower.skip_to_newline = True
@@ -76,6 +105,8 @@ class LogFollower:
             self.line_start += cut + 1
             data = data[cut + 1 :]
             self.skip_to_newline = False
+        if self.replayed is not None:
+            return self._replay(data)
         events: list[Event] = []
         buf = self.partial
         buf.extend(data)
@@ -96,6 +127,56 @@ class LogFollower:
             buf.clear()
         events.extend(self._parsed(self.parser.feed(data)))
         return events
+
+    def _replay(self, data: bytes) -> list[Event]:
+        """A chunk of the replay: its state events now; at the replay's end also the last log
+        lines and samples (no LogLine or sample is made for the older lines)."""
+        assert self.replayed is not None
+        self.replayed.extend(data)
+        parsed = self._parsed(self.parser.feed(data))
+        samples = REPLAY_SAMPLES
+        events = [e for e in parsed if not isinstance(e, samples)]
+        if len(events) < len(parsed):
+            self.samples_seen += len(parsed) - len(events)
+            self.samples.extend(e for e in parsed if isinstance(e, samples))
+        if self.log_offset < self.replay_end:
+            return events
+        skipped, lines = self._replayed_tail()
+        skipped += self.samples_seen - len(self.samples)
+        if skipped:
+            events.append(Dropped(count=skipped))
+        events.extend(lines)
+        events.extend(self.samples)
+        self.samples.clear()
+        return events
+
+    def _replayed_tail(self) -> tuple[int, list[LogLine]]:
+        """How many complete lines the replay has before its last ``replay_lines``, and
+        those as LogLine events; the partial line after them is held as a live tail's is."""
+        buf = self.replayed
+        assert buf is not None
+        self.replayed = None
+        end = buf.rfind(b"\n") + 1  # just past the last complete line (0: none)
+        start = end  # then back to the start of the oldest line shown
+        for _ in range(self.replay_lines):
+            if start == 0:
+                break
+            start = buf.rfind(b"\n", 0, start - 1) + 1
+        offset = self.line_start + start
+        skipped = buf.count(b"\n", 0, start)
+        lines: list[LogLine] = []
+        for raw in bytes(buf[start : end - 1]).split(b"\n") if end > start else ():
+            text = raw.decode(errors="replace")
+            lines.append(LogLine(text=text, offset=offset))
+            offset += len(raw) + 1
+        self.recent.extend(line.text for line in lines[-RECENT_LINES:])
+        self.line_start += end
+        self.partial = bytearray(buf[end:])
+        if len(self.partial) > MAX_PARTIAL_LINE:
+            lines.append(LogLine(text=bytes(self.partial).decode(errors="replace"), offset=offset))
+            self.line_start += len(self.partial)
+            self.partial.clear()
+        return skipped, lines
 
     def replay_finished(self) -> bool:
         """True once, when the replayed part of a reattached run's log has been read."""

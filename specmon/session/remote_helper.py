@@ -34,9 +34,13 @@ import socket
 import subprocess
 import sys
 import time
+import zlib
 from stat import S_ISDIR
 
 RUN_ID_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyz-_")
+# A follow chunk at least this long (a reattach's replay, a burst) goes zlib-compressed: log
+# lines shrink about 7x, which over SSH costs less than encrypting and sending them plain.
+COMPRESS_FROM = 64 * 1024
 
 
 def emit(obj):
@@ -216,7 +220,10 @@ def cmd_launch(args):
     env = dict(os.environ)
     env.update({str(k): str(v) for k, v in (spec.get("env") or {}).items()})
     env.update({str(k): str(v) for k, v in (spec.get("extra_env") or {}).items()})
-    run_id = time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-%04x" % (os.getpid() & 0xFFFF)
+    # The nodes of one multi-node server share the run id their console chose.
+    run_id = spec.get("run_id") or (
+        time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-%04x" % (os.getpid() & 0xFFFF)
+    )
     rdir = run_dir(state, run_id)
     os.makedirs(rdir, mode=0o700)
     for key, value in (spec.get("run_env") or {}).items():
@@ -502,7 +509,11 @@ def cmd_follow(args):
         for stream in ("log", "probe"):
             data = read_from(paths[stream], offsets[stream], 256 * 1024)
             if data:
-                emit({"t": stream, "o": offsets[stream], "b": base64.b64encode(data).decode()})
+                if len(data) >= COMPRESS_FROM:
+                    body = {"z": base64.b64encode(zlib.compress(data, 1)).decode()}
+                else:
+                    body = {"b": base64.b64encode(data).decode()}
+                emit(dict(body, t=stream, o=offsets[stream]))
                 offsets[stream] += len(data)
                 sent = True
         if sent:
@@ -613,6 +624,18 @@ def cmd_hello(args):
     return 0
 
 
+def cmd_free_port(args):
+    """A TCP port free on this host now (for a multi-node server's rendezvous on node 0) and
+    the address this host was reached at (SSH_CONNECTION's server side; loopback locally)."""
+    state_dir(args.state_dir)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    words = (os.environ.get("SSH_CONNECTION") or "").split()
+    emit({"ok": True, "port": port, "address": words[2] if len(words) == 4 else "127.0.0.1"})
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="specmon_helper")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -625,6 +648,7 @@ def main(argv=None):
         "follow",
         "annotate",
         "supervise",
+        "free-port",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -651,6 +675,7 @@ def main(argv=None):
         "follow": cmd_follow,
         "annotate": cmd_annotate,
         "supervise": cmd_supervise,
+        "free-port": cmd_free_port,
     }[args.cmd]
     try:
         return handler(args)

@@ -33,6 +33,8 @@ class RunStatus:
     backend: str = DEFAULT_BACKEND  # recorded at launch; runs from before the record: default
     ready_late: bool = False  # readiness seen after the fact (replayed log, first /health)
     group_left: int = 0  # live processes of the group once the leader has exited
+    node_rank: int | None = None  # a node of a multi-node server: its rank (0 serves HTTP)
+    nnodes: int | None = None
 
     @property
     def load_seconds(self) -> float | None:
@@ -77,6 +79,8 @@ class RunStatus:
             "run_dir": self.run_dir,
             "backend": self.backend,
             "group_left": self.group_left,
+            "node_rank": self.node_rank,
+            "nnodes": self.nnodes,
         }
 
     @classmethod
@@ -84,6 +88,7 @@ class RunStatus:
         exit_info = data.get("exit") or {}
         notes = data.get("annotations") or {}
         meta = data.get("meta") or {}
+        node = meta.get("node") if isinstance(meta.get("node"), dict) else {}
         return cls(
             run_id=str(data["run_id"]),
             profile=data.get("profile"),
@@ -104,6 +109,8 @@ class RunStatus:
             backend=str(meta.get("backend") or DEFAULT_BACKEND),
             ready_late=bool(notes.get("ready_late")),
             group_left=int(data.get("group_left") or 0),
+            node_rank=node.get("rank"),
+            nnodes=node.get("nnodes"),
         )
 
 

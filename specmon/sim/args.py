@@ -31,6 +31,8 @@ environment (simulator):
                            (default: specmon-sim-gpus.json next to the file stdout goes to, else cwd)
   SPECMON_SIM_FAULT        oom | oom:kv | oom:load | nccl | hang:load | hang:graphs | hang:decode
                            | crash | crash:segv
+  SPECMON_SIM_DIST_TIMEOUT seconds node 0 waits for the other nodes (600 x time scale, >= 60)
+  SPECMON_SIM_PEER_LOST_S  seconds a node outlives another node's death (default 0)
   SPECMON_PROBE_FILE       write per-cycle draft/verify timing records (JSON lines) here
 """
 
@@ -85,9 +87,6 @@ _PASSIVE_FLAGS: tuple[tuple[str, str, Any], ...] = (
     ("--enable-mixed-chunk", "flag", False),
     ("--tool-call-parser", "str", None),
     ("--reasoning-parser", "str", None),
-    ("--nnodes", "int", 1),
-    ("--node-rank", "int", 0),
-    ("--dist-init-addr", "str", None),
     ("--skip-server-warmup", "flag", False),
     ("--warmups", "str", None),
     ("--speculative-accept-threshold-single", "float", 1.0),
@@ -124,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--disable-custom-all-reduce", action="store_true", help="fall back to NCCL")
     add("--enable-metrics", action="store_true", help="serve Prometheus /metrics")
     add("--decode-log-interval", type=int, default=40, help="decode iterations per log line")
+    add("--nnodes", type=int, default=1, help="nodes the server spans (TP ranks split evenly)")
+    add("--node-rank", type=int, default=0, help="this node's rank; only node 0 serves HTTP")
+    add(
+        "--dist-init-addr",
+        dest="dist_init_addr",
+        default=None,
+        help="HOST:PORT where node 0 waits for the others",
+    )
     add("--speculative-algorithm", choices=SPECULATIVE_ALGORITHMS, default=None)
     add("--speculative-draft-model-path", "--speculative-draft-model", default=None)
     add("--speculative-num-steps", type=int, default=None)
@@ -208,6 +215,28 @@ def _assertion_traceback() -> str:
     )
 
 
+def _check_nodes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The multi-node flags: ranks split evenly over the nodes, node 0's address known."""
+    from specmon.sim.rendezvous import parse_init_addr
+
+    if args.nnodes < 1:
+        parser.error("argument --nnodes: must be a positive integer")
+    if not 0 <= args.node_rank < args.nnodes:
+        parser.error(f"argument --node-rank: must be in 0..{args.nnodes - 1}")
+    if args.nnodes == 1:
+        return
+    if args.tp_size % args.nnodes:
+        raise LaunchFailure(
+            f"specmon.sim: --tp {args.tp_size} does not split evenly over --nnodes {args.nnodes}\n"
+        )
+    if args.dist_init_addr is None:
+        raise LaunchFailure(f"specmon.sim: --nnodes {args.nnodes} needs --dist-init-addr\n")
+    try:
+        parse_init_addr(args.dist_init_addr)
+    except ValueError as error:
+        parser.error(f"argument --dist-init-addr: {error}")
+
+
 def parse_launch(argv: Sequence[str], env: Mapping[str, str] | None = None) -> SimLaunch:
     """Parse and check a launch like SGLang's ServerArgs; argparse errors exit 2 as usual.
 
@@ -223,11 +252,13 @@ def parse_launch(argv: Sequence[str], env: Mapping[str, str] | None = None) -> S
             parser.error(f"argument --{name.replace('_', '-')}: must be a positive integer")
     if args.mem_fraction_static is not None and not 0.0 < args.mem_fraction_static < 1.0:
         parser.error("argument --mem-fraction-static: must be between 0 and 1")
+    _check_nodes(parser, args)
     gpus = int(environ.get("SPECMON_SIM_GPUS", "8") or 8)
-    if args.tp_size * args.dp_size > gpus:
+    per_node = args.tp_size * args.dp_size // args.nnodes
+    if per_node > gpus:
         raise LaunchFailure(
             f"RuntimeError: CUDA error: invalid device ordinal (this simulated host has {gpus} "
-            f"GPUs; --tp {args.tp_size} needs {args.tp_size * args.dp_size})\n"
+            f"GPUs; --tp {args.tp_size} over {args.nnodes} node(s) needs {per_node})\n"
         )
     if args.speculative_algorithm is None:
         return launch  # SGLang ignores the other speculative flags then

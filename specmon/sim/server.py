@@ -26,6 +26,15 @@ from specmon.sim.engine import Engine
 from specmon.sim.gpus import GpuState
 from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
 from specmon.sim.metrics import SimMetrics
+from specmon.sim.rendezvous import (
+    DEFAULT_TIMEOUT_S,
+    PEER_LOST,
+    PEER_LOST_ENV,
+    TIMEOUT_ENV,
+    Rendezvous,
+    RendezvousError,
+    parse_init_addr,
+)
 
 if TYPE_CHECKING:
     from specmon.sim.asgi import UvicornServing
@@ -127,7 +136,12 @@ class SimServer:
         self.writer = LogWriter()
         self.rank_pids = rank_pids
         self.tp = args.tp_size
-        self.ranks: list[int | None] = list(range(self.tp)) if self.tp > 1 else [None]
+        self.local_tp = args.tp_size // args.nnodes  # the TP ranks this node runs
+        self.rank_base = args.node_rank * self.local_tp  # node 1 of 2x8 runs TP8..TP15
+        self.ranks: list[int | None] = (
+            list(range(self.rank_base, self.rank_base + self.local_tp)) if self.tp > 1 else [None]
+        )
+        self.rendezvous = self._rendezvous(args, env)
         self.durations = Durations()
         self.settings = perf.SpecSettings.from_launch(
             args.speculative_num_steps if launch.speculative else None,
@@ -138,7 +152,7 @@ class SimServer:
         )
         self.gpus = GpuState(
             gpu_state_path,
-            self.tp,
+            self.local_tp,
             os.getpid(),
             rank_pids or None,
             self.seed,
@@ -194,7 +208,46 @@ class SimServer:
             self.writer.rank(rank, message_for_rank(rank))
 
     def mem(self, rank: int | None) -> Any:
-        return self.gpus.ranks[rank or 0]
+        return self.gpus.ranks[(rank or self.rank_base) - self.rank_base]
+
+    def _rendezvous(self, args: Any, env: dict[str, str]) -> Rendezvous | None:
+        """This node's side of the meeting at --dist-init-addr (None on a single node)."""
+        if args.nnodes <= 1:
+            return None
+        host, port = parse_init_addr(args.dist_init_addr)
+        timeout = env.get(TIMEOUT_ENV)
+        return Rendezvous(
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            host=host,
+            port=port,
+            ranks_per_node=self.local_tp,
+            # Scaled like the rest of start-up, but never below a minute: the other nodes'
+            # launches (ssh, python start-up) take real time whatever the scale.
+            timeout_s=float(timeout) if timeout else max(DEFAULT_TIMEOUT_S * self.scale, 60.0),
+        )
+
+    def _on_peer_lost(self) -> None:
+        """Another node's process is gone: after SPECMON_SIM_PEER_LOST_S (default at once;
+        NCCL's watchdog can take minutes), NCCL's error on this node's ranks, then the exit
+        SGLang's launcher takes when a scheduler fails (SIGQUIT, tree killed)."""
+        delay = float(self.launch.env.get(PEER_LOST_ENV, "0") or 0)
+        if delay > 0:
+            asyncio.get_running_loop().call_later(delay, self._die_of_lost_peer)
+        else:
+            self._die_of_lost_peer()
+
+    def _die_of_lost_peer(self) -> None:
+        if self.status == "shutting_down":
+            return
+        self.writer.enabled = True
+        for rank in self.ranks:
+            self.writer.rank(rank, PEER_LOST)
+        self.writer.main(faults.SIGQUIT_LAUNCH)
+        self.engine.flush_probe()
+        self.gpus.set_util(0.0)
+        self.gpus.write("failed")
+        procs.kill_process_tree(self.rank_pids)
 
     async def wait_forever(self) -> None:
         await self._stop.wait()
@@ -217,6 +270,12 @@ class SimServer:
         self.each_rank(lambda r: "Init torch distributed begin.")
         init_started = time.time()
         await self.pause(d.init_distributed)
+        if self.rendezvous is not None:
+            try:
+                await self.rendezvous.meet()
+            except RendezvousError as error:
+                raise FatalStartup(error.text + "\n", list(self.ranks)) from None
+            self.rendezvous.watch(self._on_peer_lost)
         self.gpus.set_part("distributed", INIT_DISTRIBUTED_GIB)
         self.each_rank(
             lambda r: (
@@ -269,7 +328,7 @@ class SimServer:
                 self.gpus.set_part(
                     "weights",
                     share + (0.02 if rank == 0 else 0.0),
-                    range((rank or 0), (rank or 0) + 1),
+                    range((rank or 0) - self.rank_base, (rank or 0) - self.rank_base + 1),
                 )
             self.gpus.set_util(4.0)
             self.gpus.write(min_interval=0.2)
@@ -503,6 +562,13 @@ class SimServer:
         self.writer.main("The server is fired up and ready to roll!")
         await self._stop.wait()
 
+    async def follow_node0(self) -> None:
+        """A node other than 0 serves no HTTP: its schedulers run node 0's batches until the
+        run ends (its own GPUs busy when node 0 decodes is not modelled)."""
+        self.status = "ready"
+        self.gpus.write("ready")
+        await self._stop.wait()
+
     async def _warm_up(self) -> None:
         """Real HTTP requests to ourselves (httpx), as SGLang's warm-up thread makes them."""
         await asyncio.to_thread(self._http_stack.join)
@@ -653,7 +719,10 @@ class SimServer:
             self.fail(error)
             return 137
         try:
-            await self.serve()
+            if self.launch.args.node_rank > 0:
+                await self.follow_node0()
+            else:
+                await self.serve()
         except OSError as error:  # the port is taken: uvicorn's message and exit code 1
             self.writer.uvicorn(
                 f"[Errno {error.errno}] error while attempting to bind on address "
@@ -676,7 +745,7 @@ class SimServer:
 
 def main_entry(launch: SimLaunch, gpu_state_path: Path | None) -> int:
     """Fork the rank processes, then run the server's event loop to the end."""
-    rank_pids = procs.spawn_rank_processes(launch.args.tp_size)
+    rank_pids = procs.spawn_rank_processes(launch.args.tp_size // launch.args.nnodes)
     server = SimServer(launch, rank_pids=rank_pids, gpu_state_path=gpu_state_path)
     code = asyncio.run(server.run())
     server.gpus.set_util(0.0)

@@ -15,6 +15,8 @@ BAR_PARTS = " ▏▎▍▌▋▊▉"
 
 # The backend's key-flag names shown in the header, in order, with their labels.
 KEY_FLAG_LABELS: tuple[tuple[str, str], ...] = (
+    ("spec", "spec"),  # a backend that names its method this way (vLLM's `spec=eagle3 k=3`)
+    ("k", "k"),
     ("steps", "steps"),
     ("topk", "topk"),
     ("draft_tokens", "draft"),

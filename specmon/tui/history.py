@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo
+from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo, SpecDecode
 from specmon.tui.formatting import key_flags
 
 SESSION_POINTS = 6 * 3600  # one point a second, the last 6 hours per series (~2.5 MB each)
@@ -47,7 +47,8 @@ class _SecondMean:
 
 @dataclass
 class SessionHistory:
-    """tok/s, accept length, verify ms and mean GPU util for the whole console session."""
+    """tok/s, accept length, verify ms, mean GPU util and (where the server reports it)
+    acceptance by draft position, for the whole console session."""
 
     limit: int = SESSION_POINTS
     tok_s: deque[tuple[float, float]] = field(init=False)
@@ -55,6 +56,7 @@ class SessionHistory:
     verify_ms: deque[tuple[float, float]] = field(init=False)
     gpu_util: deque[tuple[float, float]] = field(init=False)
     launches: deque[LaunchMark] = field(init=False)
+    accept_by_position: deque[tuple[float, tuple[float, ...]]] = field(init=False)
     _tok_s: _SecondMean = field(default_factory=_SecondMean)
     _accept: _SecondMean = field(default_factory=_SecondMean)
     _verify: _SecondMean = field(default_factory=_SecondMean)
@@ -66,12 +68,18 @@ class SessionHistory:
         self.verify_ms = deque(maxlen=self.limit)
         self.gpu_util = deque(maxlen=self.limit)
         self.launches = deque(maxlen=256)
+        self.accept_by_position = deque(maxlen=self.limit)
 
     def record(self, at: float, event: Event) -> None:
         if isinstance(event, Decode):
             self._tok_s.add(at, event.gen_throughput, self.tok_s)
             if event.accept_len is not None:
                 self._accept.add(at, event.accept_len, self.accept_len)
+        elif isinstance(event, SpecDecode):
+            if event.mean_accept_len is not None:
+                self._accept.add(at, event.mean_accept_len, self.accept_len)
+            if event.per_position:
+                self.accept_by_position.append((at, tuple(event.per_position)))
         elif isinstance(event, ProbeTiming):
             self._verify.add(at, event.verify_ms, self.verify_ms)
         elif isinstance(event, GpuSample):
@@ -81,6 +89,16 @@ class SessionHistory:
         elif isinstance(event, RunInfo) and not event.reattached:
             flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
             self.launches.append(LaunchMark(at, f"{event.profile or 'run'} {flags}".strip()))
+
+    def position_series(self) -> list[list[tuple[float, float]]]:
+        """Acceptance over time, one series per draft position (position 1 first)."""
+        series: list[list[tuple[float, float]]] = []
+        for at, rates in self.accept_by_position:
+            while len(series) < len(rates):
+                series.append([])
+            for position, rate in enumerate(rates):
+                series[position].append((at, rate))
+        return series
 
     def flush(self) -> None:
         """Close the current second's averages (before drawing)."""

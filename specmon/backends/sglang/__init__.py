@@ -12,6 +12,7 @@ from specmon.backends import (
     FormField,
     LogParser,
     LogSummary,
+    NodePlacement,
     ProbeTargets,
     Problem,
     ProfileFields,
@@ -192,6 +193,21 @@ class SGLangBackend(Backend):
 
     def form_fixed_subjects(self) -> frozenset[str]:
         return frozenset({"--speculative-algorithm", "--speculative-draft-model-path"})
+
+    # --- several nodes -----------------------------------------------------------------
+
+    def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
+        host = f"[{node.init_host}]" if ":" in node.init_host else node.init_host
+        return (
+            *render_flag("nnodes", str(node.nnodes)),
+            *render_flag("node-rank", str(node.rank)),
+            *render_flag("dist-init-addr", f"{host}:{node.init_port}"),
+        )
+
+    def multinode_flags(self) -> frozenset[str]:
+        from specmon.backends.sglang.flags import MULTINODE_FLAGS
+
+        return MULTINODE_FLAGS
 
     # --- running -----------------------------------------------------------------------
 

@@ -35,6 +35,9 @@ PORT_RANGE = (1, 65535)
 NEEDS_DRAFT_MODEL = frozenset({"EAGLE", "EAGLE3", "STANDALONE"})
 
 TP_FLAGS = ("tp", "tp-size", "tensor-parallel-size")
+# What a server spanning several nodes is started with (rendered from a profile's nodes).
+MULTINODE_FLAGS = frozenset({"nnodes", "node-rank", "dist-init-addr"})
+NNODES_RANGE = (1, 64)
 DRAFT_MODEL_FLAGS = ("speculative-draft-model-path", "speculative-draft-model")
 
 _BOOL_ENV_VALUES = ("0", "1", "true", "false", "True", "False", "TRUE", "FALSE")
@@ -58,6 +61,7 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
     problems.extend(_alias_problems(values))
     problems.extend(_speculative_problems(values))
     problems.extend(_server_problems(values))
+    problems.extend(_node_problems(values))
     for name, value in env.items():
         problem = env_value_problem(name, value)
         if problem:
@@ -189,6 +193,39 @@ def _server_problems(values: Mapping[str, str | None]) -> list[Problem]:
     return problems
 
 
+def _node_problems(values: Mapping[str, str | None]) -> list[Problem]:
+    """--nnodes/--node-rank/--dist-init-addr agree: a rank below the node count, node 0's
+    HOST:PORT given when there is more than one node, TP ranks split evenly."""
+    nnodes, problem = _int_in_range(values, "nnodes", NNODES_RANGE)
+    problems = [problem] if problem else []
+    rank, problem = _int_in_range(values, "node-rank", (0, NNODES_RANGE[1] - 1))
+    if problem:
+        problems.append(problem)
+    count = nnodes or 1
+    if rank is not None and rank >= count:
+        problems.append(
+            Problem("--node-rank", f"{rank} is not below --nnodes {count} (ranks start at 0)")
+        )
+    if "dist-init-addr" in values:
+        address = values["dist-init-addr"] or ""
+        host, sep, port = address.rpartition(":")
+        if not sep or not host.strip("[]") or not re.fullmatch(r"\d{1,5}", port):
+            problems.append(Problem("--dist-init-addr", f"{address[:60]!r} is not HOST:PORT"))
+        elif not PORT_RANGE[0] <= int(port) <= PORT_RANGE[1]:
+            problems.append(Problem("--dist-init-addr", f"port {port} is not in 1..65535"))
+    elif count > 1:
+        problems.append(
+            Problem("--dist-init-addr", f"is required with --nnodes {count} (node 0's HOST:PORT)")
+        )
+    tp_name = next((name for name in TP_FLAGS if name in values), None)
+    tp = _int_in_range(values, tp_name, TP_RANGE)[0] if tp_name else None
+    if tp is not None and count > 1 and tp % count:
+        problems.append(
+            Problem(f"--{tp_name}", f"{tp} TP ranks do not split evenly over {count} nodes")
+        )
+    return problems
+
+
 def _hint(value: str, choices: Sequence[str]) -> str:
     return did_you_mean(value, choices)
 
@@ -221,6 +258,7 @@ _RULED_FLAGS = frozenset(
         "port",
         "mem-fraction-static",
         "model-path",
+        *MULTINODE_FLAGS,
     }
 )
 

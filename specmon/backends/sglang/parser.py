@@ -549,6 +549,8 @@ class SGLangLogParser(LogParser):
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
         self._after_frame = False  # the last traceback line was a `File "..."` frame
         self._decode_sink: Callable[[list[tuple[str, ...]]], None] | None = None
+        """Where bulk-read decode lines go as rows of texts instead of events (a summary): a
+        row is (#running-req, accept len, gen throughput, ""), see DecodeTemplate.sums."""
         self.lines_seen = 0
         """Complete lines read so far (each `\\r` redraw counts as one)."""
         self.unparsed_decode_like = 0
@@ -605,7 +607,7 @@ class SGLangLogParser(LogParser):
         if not isinstance(summary, SGLangLogSummary):
             return super().summarize(chunk, summary)
         before = summary.decode_lines
-        self._decode_sink = summary.add_rows
+        self._decode_sink = summary.add_sums
         try:
             events = self.feed(chunk) if chunk else self.flush()
         finally:
@@ -658,17 +660,23 @@ class SGLangLogParser(LogParser):
             self._other_lines(lines, events)
             return len(lines)
         template = self._template_for(text, start, end)
-        rows = template.lines.findall(text, start, end)
-        timestamps = list(map(_TAKEN, rows))  # "" on each line the template did not take
+        sink = self._decode_sink
+        # A summary needs three of a decode line's texts: fewer groups, fewer strings made.
+        scan, taken, line_of = (
+            (template.lines, _TAKEN, _LINE)
+            if sink is None
+            else (template.sums, _SUM_TAKEN, _SUM_LINE)
+        )
+        rows = scan.findall(text, start, end)
+        timestamps = list(map(taken, rows))  # "" on each line the template did not take
         count = len(rows)
         others = timestamps.count("")
         if others == count:
-            self._other_lines(list(map(_LINE, rows)), events)
+            self._other_lines(list(map(line_of, rows)), events)
             return count
         if depth == 0 and template is not self._templates[0]:
             self._templates.remove(template)  # the next chunk most likely has this shape too
             self._templates.insert(0, template)
-        sink = self._decode_sink
         # One event per row (those at other lines are dropped), or the rows for a summary.
         decodes: list[Decode] | list[tuple[str, ...]] = (
             rows if sink is not None else Decode.from_texts(rows)
@@ -695,7 +703,7 @@ class SGLangLogParser(LogParser):
             last = first + 1
             while last < count and not timestamps[last]:
                 last += 1
-            lines = list(map(_LINE, rows[first:last]))
+            lines = list(map(line_of, rows[first:last]))
             position = last
             if depth < _MAX_SCAN_DEPTH and last - first > 16:
                 run = "\n".join(lines) + "\n"
@@ -893,6 +901,7 @@ class DecodeTemplate:
 
     pattern: re.Pattern[str]  # `\n[ts tags] Decode batch, ...` up to (not into) the next `\n`
     lines: re.Pattern[str]  # every line + `\n`: the ten groups, or else the line in group 11
+    sums: re.Pattern[str]  # as ``lines``, capturing only #running-req, accept len, gen, line
 
     def matches(self, line: str) -> bool:
         return self.pattern.match(f"\n{line}\n") is not None
@@ -900,6 +909,9 @@ class DecodeTemplate:
 
 _TAKEN = itemgetter(2)  # a row's #running-req: "" when the template did not take the line
 _LINE = itemgetter(_TEMPLATE_GROUPS)  # a row's line text when the template did not take it
+_SUM_GROUPS = frozenset((3, 6, 9, _TEMPLATE_GROUPS + 1))  # #running-req, accept len, gen, line
+_SUM_TAKEN = itemgetter(0)
+_SUM_LINE = itemgetter(3)
 _template_cache: dict[tuple[object, ...], DecodeTemplate | None] = {}
 
 
@@ -1020,7 +1032,43 @@ def _build_template(
     compiled = re.compile(rf"\n{line}(?=\n)", re.ASCII)
     if compiled.groups != _TEMPLATE_GROUPS:
         return None
-    return DecodeTemplate(pattern=compiled, lines=re.compile(rf"(?:{line}|([^\n]*))\n", re.ASCII))
+    lines = rf"(?:{line}|([^\n]*))\n"
+    return DecodeTemplate(
+        pattern=compiled,
+        lines=re.compile(lines, re.ASCII),
+        sums=re.compile(_only_groups(lines, _SUM_GROUPS), re.ASCII),
+    )
+
+
+def _only_groups(pattern: str, keep: frozenset[int]) -> str:
+    """``pattern`` with its capturing groups but those numbered in ``keep`` made
+    non-capturing (escapes and character classes are read past)."""
+    out: list[str] = []
+    number = 0
+    position = 0
+    in_class = False
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "\\":
+            out.append(pattern[position : position + 2])
+            position += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            if pattern.startswith("]", position + 1) or pattern.startswith("^]", position + 1):
+                close = pattern.index("]", position + 1) + 1
+                out.append(pattern[position:close])
+                position = close
+                continue
+        elif char == "(" and not pattern.startswith("(?", position):
+            number += 1
+            if number not in keep:
+                char = "(?:"
+        out.append(char)
+        position += 1
+    return "".join(out)
 
 
 _DEFAULT_TEMPLATE = decode_template(

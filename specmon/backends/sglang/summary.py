@@ -24,6 +24,9 @@ from specmon.events import (
 # Decode.from_texts rows: accept len and gen throughput texts.
 _ACCEPT_LEN = itemgetter(5)
 _GEN = itemgetter(8)
+# The parser's summary rows (SGLangLogParser.summarize): accept len and gen throughput texts.
+_SUM_ACCEPT_LEN = itemgetter(1)
+_SUM_GEN = itemgetter(2)
 
 
 def _timestamp(text: str | None) -> datetime | None:
@@ -100,6 +103,15 @@ class SGLangLogSummary(LogSummary):
         self.decode_lines += len(rows)
         self._gen_sum = sum(map(float, map(_GEN, rows)), self._gen_sum)
         accepts = list(filter(None, map(_ACCEPT_LEN, rows)))
+        self._accept_sum = sum(map(float, accepts), self._accept_sum)
+        self._accept_count += len(accepts)
+
+    def add_sums(self, rows: list[tuple[str, ...]]) -> None:
+        """Decode lines as rows of (#running-req, accept len, gen throughput, "") texts, as
+        the parser's summary scan finds them: counted and summed in C, as add_rows does."""
+        self.decode_lines += len(rows)
+        self._gen_sum = sum(map(float, map(_SUM_GEN, rows)), self._gen_sum)
+        accepts = list(filter(None, map(_SUM_ACCEPT_LEN, rows)))
         self._accept_sum = sum(map(float, accepts), self._accept_sum)
         self._accept_count += len(accepts)
 

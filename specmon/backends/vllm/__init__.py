@@ -1,1 +1,362 @@
-"""vLLM: its server log (parser, summary, detection) and its Prometheus ``/metrics``."""
+"""vLLM: its server log (parser, summary, detection), its Prometheus ``/metrics``, its launch
+rules and ``--speculative-config``, the relaunch form's fields, endpoints and the probe."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specmon.backends import (
+    Backend,
+    FlagKind,
+    FormField,
+    LogParser,
+    LogSummary,
+    MetricsReader,
+    ProbeTargets,
+    Problem,
+    ProfileFields,
+)
+from specmon.backends.vllm import flags as vflags
+from specmon.flag_grammar import FlagValue, parse_flags, render_flag
+from specmon.nccl import NCCL_FORM_CHOICES
+
+# Which profile key a launch problem's subject (a flag, or a setting of the JSON) comes from.
+_PROFILE_KEYS: dict[str, tuple[str, ...]] = {
+    "--model": ("model_path",),
+    "--tensor-parallel-size": ("tp",),
+    "--port": ("port",),
+    "--host": ("host_bind",),
+    "--gpu-memory-utilization": ("mem_fraction_static",),
+    "--speculative-config": ("speculative",),
+    "method": ("speculative", "algorithm"),
+    "draft_model": ("draft_model_path",),
+    "num_speculative_tokens": ("speculative", "num_speculative_tokens"),
+    "draft_tensor_parallel_size": ("speculative", "draft_tensor_parallel_size"),
+}
+
+# The built-in demo: the simulator's vLLM personality with the probe on (as `demo` for SGLang).
+# Kept equal to the `demo-vllm` profile of the shipped specmon.toml (a test checks it).
+DEMO_PROFILE_TOML = """\
+[profiles.demo-vllm]
+description = "The built-in simulator as vLLM: EAGLE-3, TP8, 8 simulated GPUs"
+backend = "vllm"
+command = ["{python}", "-m", "specmon.sim.vllm", "serve"]
+model_path = "meta-llama/Llama-3.3-70B-Instruct"
+draft_model_path = "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"
+tp = 8
+host_bind = "127.0.0.1"
+port = 8000
+mem_fraction_static = 0.9
+probe = true
+gpu_agent = "sim"
+stop_grace_s = 10.0
+
+[profiles.demo-vllm.speculative]
+method = "eagle3"
+num_speculative_tokens = 3
+
+[profiles.demo-vllm.env]
+SPECMON_SIM_TIME_SCALE = "0.02"
+SPECMON_SIM_SHARDS = "30"
+SPECMON_SIM_GPUS = "8"
+"""
+
+# vLLM's entry points: the ``vllm`` CLI's serve command and the API server modules.
+_SERVE_WORDS = ("vllm", "serve")
+_ENTRY_MODULE_PREFIX = "vllm.entrypoints."
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+    display_name = "vLLM"
+    default_command = _SERVE_WORDS
+    env_prefixes = ("VLLM_",)
+    default_speculative_algorithm = "eagle3"
+    speculative_keys = (
+        ("method", "algorithm"),
+        ("num_speculative_tokens", "num_speculative_tokens"),
+        ("draft_tensor_parallel_size", "draft_tensor_parallel_size"),
+    )
+    sim_module = "specmon.sim.vllm"
+    default_port = 8000
+    health_path = "/health"
+    info_paths = ("/v1/models", "/version")
+    info_merged = True  # the served model from one, the version from the other
+    metrics_path = "/metrics"
+    metric_prefix = "vllm:"
+    accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
+    generate_path = "/v1/completions"
+    builtin_profiles_toml = DEMO_PROFILE_TOML
+    loading_phases = (
+        "weights",
+        "draft weights",
+        "torch.compile",
+        "KV cache",
+        "CUDA graphs",
+        "HTTP server",
+        "ready",
+    )
+
+    # --- logs --------------------------------------------------------------------------
+
+    def new_log_parser(self) -> LogParser:
+        from specmon.backends.vllm.parser import VLLMLogParser
+
+        return VLLMLogParser()
+
+    def new_log_summary(self) -> LogSummary:
+        from specmon.backends.vllm.summary import VLLMLogSummary
+
+        return VLLMLogSummary()
+
+    def detect_log(self, sample: str) -> float:
+        from specmon.backends.vllm.detect import vllm_log_score
+
+        score = vllm_log_score(sample)
+        return score if score > 0.5 else 0.0  # 0.5: no line voted either way
+
+    # --- launch ------------------------------------------------------------------------
+
+    def command_matches(self, command: Sequence[str]) -> bool:
+        words = list(command)
+        for i, word in enumerate(words):
+            if word.rsplit("/", 1)[-1] == "vllm" and words[i + 1 : i + 2] == ["serve"]:
+                return True
+            if word.startswith(_ENTRY_MODULE_PREFIX):
+                return True
+        return False
+
+    def profile_command(self, command: Sequence[str], profile: ProfileFields) -> tuple[str, ...]:
+        """``vllm serve`` takes the model as its positional argument; module entry points
+        take ``--model`` (profile_args adds it)."""
+        if command and command[-1] == "serve":
+            return (*command, profile.model_path)
+        return tuple(command)
+
+    def profile_args(self, profile: ProfileFields) -> tuple[str, ...]:
+        args: list[str] = []
+        if not (profile.command and profile.command[-1] == "serve"):
+            args += render_flag("model", profile.model_path)
+        if profile.tp is not None:
+            args += render_flag("tensor-parallel-size", str(profile.tp))
+        if profile.host_bind is not None:
+            args += render_flag("host", profile.host_bind)
+        if profile.port is not None:
+            args += render_flag("port", str(profile.port))
+        if profile.mem_fraction_static is not None:
+            args += render_flag("gpu-memory-utilization", repr(profile.mem_fraction_static))
+        config: dict[str, Any] = {}
+        spec = profile.speculative
+        if spec is not None:
+            config["method"] = spec.algorithm
+        if profile.draft_model_path is not None:
+            config["model"] = profile.draft_model_path
+        if spec is not None:
+            if spec.num_speculative_tokens is not None:
+                config["num_speculative_tokens"] = spec.num_speculative_tokens
+            if spec.draft_tensor_parallel_size is not None:
+                config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
+        if config:
+            args += render_flag(vflags.SPEC_CONFIG_FLAG, vflags.spec_config_json(config))
+        args += profile.extra_args
+        return tuple(args)
+
+    def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
+        return _PROFILE_KEYS.get(subject) or _PROFILE_KEYS.get(subject.lstrip("-"))
+
+    def flag_kind(self, name: str) -> FlagKind | None:
+        return vflags.flag_kind(name)
+
+    def setting_flags(
+        self, args: Sequence[str], changes: Mapping[str, FlagValue]
+    ) -> dict[str, FlagValue]:
+        return vflags.setting_flags(args, changes)
+
+    def setting_value(self, args: Sequence[str], name: str) -> str | None:
+        return vflags.setting_value(args, name)
+
+    def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
+        return vflags.vllm_launch_problems(args, env)
+
+    def env_value_problem(self, name: str, value: str) -> str | None:
+        return vflags.env_value_problem(name, value)
+
+    def speculative_algorithms(self) -> tuple[str, ...]:
+        return vflags.METHODS
+
+    def speculation_flags(self, args: Sequence[str]) -> frozenset[str]:
+        wanted = {vflags.SPEC_CONFIG_FLAG, *vflags.SHORTCUTS}
+        return frozenset(
+            item.name for item in parse_flags(args)[0] if vflags.normal_name(item.name) in wanted
+        )
+
+    def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for item in parse_flags(args)[0]:
+            values[vflags.normal_name(item.name)] = "" if item.value is None else item.value
+        config, _ = vflags.read_spec_config(values.get(vflags.SPEC_CONFIG_FLAG))
+        for flag, key in vflags.SHORTCUTS.items():
+            if values.get(flag):
+                config.setdefault(key, values[flag])
+        method = config.get("method") or ("draft model" if config.get("model") else None)
+        out: dict[str, str] = {"algorithm": str(method) if method else "off"}
+        out["spec"] = out["algorithm"]
+        if config.get("num_speculative_tokens") is not None:
+            out["k"] = str(config["num_speculative_tokens"])
+        if values.get("tensor-parallel-size"):
+            out["tp"] = values["tensor-parallel-size"]
+        if config.get("draft_tensor_parallel_size") is not None:
+            out["draft_tp"] = str(config["draft_tensor_parallel_size"])
+        if values.get("gpu-memory-utilization"):
+            out["mem_fraction"] = values["gpu-memory-utilization"]
+        for name in NCCL_FORM_CHOICES:
+            if name in env:
+                out[name] = env[name]
+        return out
+
+    # --- the relaunch form -------------------------------------------------------------
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("method", choices=vflags.METHODS, label="method"),
+            FormField("draft_model", label="draft model"),
+            FormField("num_speculative_tokens", label="num speculative tokens"),
+            FormField("draft_tensor_parallel_size", label="draft TP"),
+            FormField("gpu-memory-utilization", label="GPU memory utilisation"),
+            *(
+                FormField(name, is_env=True, choices=values)
+                for name, values in NCCL_FORM_CHOICES.items()
+            ),
+        )
+
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        if base_args is None:
+            return []
+        keep = {"tensor-parallel-size", vflags.SPEC_CONFIG_FLAG, *vflags.SHORTCUTS}
+        args: list[str] = []
+        for item in parse_flags(base_args)[0]:
+            if vflags.normal_name(item.name) in keep and item.value is not None:
+                args += render_flag(item.name, item.value)
+        return args
+
+    def form_fixed_subjects(self) -> frozenset[str]:
+        return frozenset({"--model", "--tensor-parallel-size"})
+
+    # --- running -----------------------------------------------------------------------
+
+    def ready_on_health(self, status: int | None) -> bool:
+        return status == 200  # 503: the engine died (vLLM refuses connections while loading)
+
+    def bench_info(self, data: Any) -> dict[str, Any]:
+        """``/version`` gives the version; ``/v1/models`` the served model (its ``root``, the
+        path it was loaded from, else its name) and max_model_len."""
+        if not isinstance(data, dict):
+            return {}
+        info: dict[str, Any] = {}
+        if isinstance(data.get("version"), str):
+            info["version"] = data["version"]
+        models = data.get("data")
+        if isinstance(models, list) and models and isinstance(models[0], dict):
+            model = models[0]
+            name = model.get("root") or model.get("id")
+            if name is not None:
+                info["model_path"] = str(name)
+            if model.get("max_model_len") is not None:
+                info["max_model_len"] = model["max_model_len"]
+        return info
+
+    def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
+        if not isinstance(data, dict):
+            return ()
+        values: list[tuple[str, str]] = []
+        if isinstance(data.get("version"), str):
+            values.append(("version", data["version"]))
+        models = data.get("data")
+        if isinstance(models, list):
+            for model in models[:4]:
+                if isinstance(model, dict) and model.get("id") is not None:
+                    values.append(("model", str(model["id"])))
+                    if model.get("max_model_len") is not None:
+                        values.append(("max_model_len", str(model["max_model_len"])))
+        return tuple(values)
+
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": text,
+            "max_tokens": max_tokens,
+            "min_tokens": max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        if not isinstance(reply, dict):
+            return None
+        meta: dict[str, Any] = {}
+        usage = reply.get("usage")
+        if isinstance(usage, dict):
+            for key in ("completion_tokens", "prompt_tokens"):
+                if isinstance(usage.get(key), int):
+                    meta[key] = usage[key]
+        choice = _first_choice(reply)
+        reason = choice.get("finish_reason") if choice else None
+        if isinstance(reason, str):
+            meta["finish_reason"] = {"type": reason}
+        error = reply.get("error")
+        if isinstance(error, dict):
+            meta["finish_reason"] = {"type": "abort", "message": str(error.get("message", ""))}
+        return meta or None
+
+    def generate_text(self, reply: Any) -> str:
+        choice = _first_choice(reply)
+        text = choice.get("text") if choice else None
+        return text if isinstance(text, str) else ""
+
+    def metric_sample_kept(self, name: str) -> bool:
+        return name.startswith(self.metric_prefix) and not name.endswith(("_bucket", "_created"))
+
+    def new_metrics_reader(self) -> MetricsReader | None:
+        from specmon.backends.vllm.metrics import VLLMMetricsReader
+
+        return VLLMMetricsReader()
+
+    def accept_length_between(self, before: str, after: str) -> float | None:
+        """1 + accepted / drafts over the interval, as vLLM's docs define it."""
+        from specmon.backends.vllm.metrics import (
+            MetricsTextError,
+            parse_metrics,
+            spec_decode_rates,
+        )
+
+        try:
+            rates = spec_decode_rates(parse_metrics(before, 0.0), parse_metrics(after, 1.0))
+        except MetricsTextError:
+            return None
+        return None if rates is None else rates.mean_accept_len
+
+    def speculation_in_metrics(self, text: str) -> bool | None:
+        """vLLM exports its spec_decode counters only when a speculative config is set."""
+        from specmon.backends.vllm.metrics import MetricsTextError, parse_metrics
+
+        try:
+            snapshot = parse_metrics(text, 0.0)
+        except MetricsTextError:
+            return None
+        return snapshot.spec_decode if snapshot.engines else None
+
+    def probe_targets(self) -> ProbeTargets | None:
+        from specmon.probe import injection_files
+
+        return ProbeTargets(files=injection_files())  # sitecustomize loads the vLLM table
+
+
+def _first_choice(reply: Any) -> dict[str, Any] | None:
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+        return choices[0]
+    return None

@@ -17,6 +17,9 @@ from operator import attrgetter
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specmon.backends import MetricsReader
+from specmon.events import Decode, Event, SpecDecode
+
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
@@ -184,3 +187,50 @@ def _position_total(engines: list[EngineMetrics], position: int) -> float:
         for e in engines
         if position < len(e.accepted_per_position)
     )
+
+
+class VLLMMetricsReader(MetricsReader):
+    """Successive `/metrics` pages -> a ``spec_decode`` event (mean acceptance length,
+    acceptance per position, draft acceptance rate) and a ``decode`` event (generation tok/s,
+    running and waiting requests, KV cache usage), from the counters' rise since the previous
+    page: what the log's stats lines would say, for when they are off or quiet."""
+
+    def __init__(self) -> None:
+        self.previous: VLLMMetricsSnapshot | None = None
+
+    def read(self, text: str, at: float) -> list[Event]:
+        try:
+            snapshot = parse_metrics(text, at)
+        except MetricsTextError:
+            return []
+        previous, self.previous = self.previous, snapshot
+        if previous is None:
+            return []
+        rates = spec_decode_rates(previous, snapshot)
+        if rates is None:
+            return []
+        events: list[Event] = []
+        engines = list(snapshot.engines.values())
+        running = _total(e.running for e in engines)
+        waiting = _total(e.waiting for e in engines)
+        usage = [e.kv_cache_usage for e in engines if e.kv_cache_usage is not None]
+        if rates.generation_tokens_per_s is not None and running is not None:
+            events.append(
+                Decode(
+                    running_req=int(running),
+                    tokens=None,
+                    token_usage=sum(usage) / len(usage) if usage else 0.0,
+                    gen_throughput=round(rates.generation_tokens_per_s, 2),
+                    queue_req=int(waiting or 0),
+                )
+            )
+        if rates.drafts:
+            events.append(
+                SpecDecode(
+                    mean_accept_len=rates.mean_accept_len,
+                    drafted=None,
+                    per_position=rates.per_position,
+                    draft_acceptance_rate=rates.draft_acceptance_rate,
+                )
+            )
+        return events

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from specmon.backends import LogParser
+from specmon.backends import LogParser, LogSummary
 from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.events import (
     Decode,
@@ -39,7 +39,7 @@ def log_time(text: str | None) -> datetime | None:
         return None
 
 
-class VLLMLogSummary:
+class VLLMLogSummary(LogSummary):
     """What `specmon parse --summary` reports for a vLLM log, kept as running totals."""
 
     def __init__(self) -> None:

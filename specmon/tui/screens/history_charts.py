@@ -1,4 +1,5 @@
-"""The `h` screen: whole-session charts of tok/s, accept length, verify ms and GPU util.
+"""The `h` screen: whole-session charts of tok/s, accept length, verify ms, GPU util and
+acceptance by draft position (one line per position, where the server reports it).
 
 Each launch is a marked segment (its own colour and a vertical line labelled with its flags),
 so the before/after of a flag change is visible at a glance.
@@ -7,7 +8,7 @@ so the before/after of a flag change is visible at a glance.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -23,7 +24,9 @@ CHARTS: tuple[tuple[str, str, str], ...] = (
     ("accept_len", "accept length", "tokens"),
     ("verify_ms", "verify ms per cycle", "ms"),
     ("gpu_util", "mean GPU util (%)", "%"),
+    ("accept_by_position", "acceptance by position", "rate"),
 )
+POSITIONS_CHARTED = 8
 SEGMENT_COLOURS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red")
 
 
@@ -42,10 +45,10 @@ def split_segments(
 
 
 class HistoryScreen(Screen[None]):
-    """Four plotext charts over the session, redrawn when opened and every two seconds."""
+    """Five plotext charts over the session, redrawn when opened and every two seconds."""
 
     DEFAULT_CSS = """
-    HistoryScreen Grid { grid-size: 2 2; grid-gutter: 0 1; }
+    HistoryScreen Grid { grid-size: 2 3; grid-gutter: 0 1; }
     HistoryScreen #legend { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """
 
@@ -89,6 +92,10 @@ class HistoryScreen(Screen[None]):
             plt.title(title)
             plt.xlabel("minutes")
             plt.ylabel(unit)
+            if key == "accept_by_position":
+                self._plot_positions(plt, origin)
+                widget.refresh()
+                continue
             points = list(getattr(history, key))
             for number, segment in enumerate(split_segments(points, launches)):
                 if not segment:
@@ -101,10 +108,18 @@ class HistoryScreen(Screen[None]):
                 plt.vline((mark.at - origin) / 60, "white")
             widget.refresh()
 
+    def _plot_positions(self, plt: Any, origin: float) -> None:
+        series = self.history.position_series()[:POSITIONS_CHARTED]
+        for position, points in enumerate(series, start=1):
+            xs = [(at - origin) / 60 for at, _ in points]
+            ys = [value for _, value in points]
+            colour = SEGMENT_COLOURS[(position - 1) % len(SEGMENT_COLOURS)]
+            plt.plot(xs, ys, color=colour, marker="braille", label=f"pos {position}")
+
     def _origin(self, launches: list[LaunchMark]) -> float:
         firsts = [series[0][0] for series in self._series() if series]
         firsts += [mark.at for mark in launches]
         return min(firsts) if firsts else 0.0
 
     def _series(self) -> list[list[tuple[float, float]]]:
-        return [list(getattr(self.history, key)) for key, _, _ in CHARTS]
+        return [list(getattr(self.history, key)) for key, _, _ in CHARTS[:-1]]

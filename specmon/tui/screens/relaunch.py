@@ -333,8 +333,10 @@ def profile_from_form(
             speculative[key[1]] = _number(text)
         else:
             changes[key[0]] = _number(text)
+    if speculative.get("algorithm") is None:
+        speculative.pop("algorithm", None)  # a blank method keeps the profile's
     current = profile.speculative
-    if current is not None or speculative.get("num_steps") is not None:
+    if current is not None or any(value is not None for value in speculative.values()):
         algorithm = backend.default_speculative_algorithm or ""
         changes["speculative"] = replace(
             current or SpeculativeSettings(algorithm=algorithm), **speculative
@@ -349,11 +351,17 @@ def profile_from_form(
     )
 
 
-def _number(text: str) -> int | float | None:
-    """A form field's number: whole numbers as int, others as float, blank as None."""
+def _number(text: str) -> int | float | str | None:
+    """A form field's value: whole numbers as int, other numbers as float, blank as None,
+    anything else (a method name, a draft model path) as the text."""
     if not text:
         return None
-    return int(text) if re.fullmatch(r"[+-]?\d+", text) else float(text)
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 def _placeholder(name: str) -> str:

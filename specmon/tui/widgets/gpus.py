@@ -69,13 +69,23 @@ def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = N
         return text
     wide = width >= WIDE_AT
     indices = sorted(store.gpus)
+    node: int | None = None
     for row, index in enumerate(indices):
+        if store.gpu_nodes and store.gpu_nodes.get(index) != node:
+            node = store.gpu_nodes.get(index)  # a server over several nodes: grouped by node
+            _node_header(text, store, node)
         reading = store.gpus[index]
         history = [p.value for p in store.gpu_util.get(index, ())]
         _gpu_row(text, reading, history, width, wide)
         if row < len(indices) - 1:
             text.append("\n")
     return text
+
+
+def _node_header(text: Text, store: StateStore, node: int | None) -> None:
+    status = store.loading.nodes.get(node) if node is not None else None
+    host = f" {status.host}" if status is not None else ""
+    text.append(f"node {node if node is not None else '?'}{host}\n", style="bold underline")
 
 
 def _gpu_row(text: Text, r: GpuReading, util_history: list[float], width: int, wide: bool) -> None:

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from specmon.events import StopProgress
-from specmon.store import PHASES, StateStore
+from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration
 
@@ -73,6 +73,7 @@ class LoadingPanel(Vertical):
             format_duration(eta) if store.run_state == "loading" else None,
             last_line,
             len(self.stop_steps),
+            tuple(loading.nodes.values()),
         )
         if key == self._last:
             return
@@ -100,6 +101,9 @@ class LoadingPanel(Vertical):
             text.append(f"elapsed {format_duration(elapsed)}  ")
             text.append(f"ETA {format_duration(eta)}" if eta is not None else "ETA estimating")
         text.append("\n")
+        if len(loading.nodes) > 1:  # a server over several nodes: a lagging node shows here
+            text.append_text(node_line(store))
+            text.append("\n")
         if self.stop_steps:
             text.append("stop: ", style="bold")
             text.append(
@@ -111,6 +115,25 @@ class LoadingPanel(Vertical):
         elif last_line:
             text.append(safe_text(last_line[-400:]), style="dim")  # a server's text
         return text
+
+
+def node_line(store: StateStore) -> Text:
+    """Each node's phase and shards, e.g. ``node0 gpu-a ready  node1 gpu-b 5/8 target
+    weights``; a node whose link is down says so."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for rank in sorted(store.loading.nodes):
+        node = store.loading.nodes[rank]
+        text.append(f"node{rank} {node.host} ", style="bold")
+        if node.connection not in (None, "connected"):
+            text.append(f"{node.connection}  ", style="bold red")
+            continue
+        if node.state == "ready":
+            text.append("ready  ", style="green")
+            continue
+        if node.shards_total:
+            text.append(f"{node.shards_done}/{node.shards_total} ")
+        text.append(f"{node.phase or node.state or 'starting'}  ", style="dim")
+    return text
 
 
 def _title(store: StateStore) -> str:
@@ -132,7 +155,7 @@ def _phase_list(store: StateStore, columns: int = 1) -> Text:
     loading = store.loading
     failed = store.run_state in ("failed", "hung")
     cells: list[Text] = []
-    for phase in PHASES:
+    for phase in store.phases:
         cell = Text()
         if phase in loading.done_phases:
             cell.append("✓ ", style="green")

@@ -11,6 +11,25 @@ from specmon.store import StateStore
 from specmon.tui.formatting import format_number
 
 SPARK_POINTS = 120
+POSITIONS_SHOWN = 8
+_BARS = " ▁▂▃▄▅▆▇█"
+POSITION_LABEL = "acceptance by position"
+
+
+def position_acceptance_text(ratios: list[float]) -> Text:
+    """``acceptance by position  1 █ 0.82  2 ▅ 0.61 ...``: a small bar and the rate per
+    draft position (position 1 first)."""
+    text = Text(no_wrap=True, overflow="ellipsis")
+    text.append(POSITION_LABEL, style="bold")
+    for position, ratio in enumerate(ratios[:POSITIONS_SHOWN], start=1):
+        clamped = min(1.0, max(0.0, ratio))
+        bar = _BARS[round(clamped * (len(_BARS) - 1))]
+        text.append(f"  {position} ")
+        text.append(bar, style="green")
+        text.append(f" {clamped:.2f}")
+    if len(ratios) > POSITIONS_SHOWN:
+        text.append(f"  (+{len(ratios) - POSITIONS_SHOWN})", style="dim")
+    return text
 
 
 class ThroughputPanel(Vertical):
@@ -23,6 +42,9 @@ class ThroughputPanel(Vertical):
     ThroughputPanel Sparkline { height: 1; }
     ThroughputPanel #tps-spark > .sparkline--max-color { color: $success; }
     ThroughputPanel #tps-spark > .sparkline--min-color { color: $primary; }
+    ThroughputPanel.-positions { height: 8; }
+    ThroughputPanel #positions { display: none; }
+    ThroughputPanel.-positions #positions { display: block; }
     """
 
     can_focus = True
@@ -38,9 +60,13 @@ class ThroughputPanel(Vertical):
         yield Static(id="accept-stats")
         yield Sparkline([], id="accept-spark")
         yield Static(id="load-line")
+        yield Static(id="positions")
 
     def update_from(self, store: StateStore) -> None:
-        key = (len(store.throughput), store.last_decode)
+        # The server's own per-position rates (vLLM), else the run's counts from the probe's
+        # per-request accepted lengths (SGLang): the same view for either server.
+        ratios = store.accept_by_position.ratios()
+        key = (len(store.throughput), store.last_decode, len(store.accept_len), tuple(ratios))
         if key == self._last:
             return
         self._last = key
@@ -55,7 +81,10 @@ class ThroughputPanel(Vertical):
         decode = store.last_decode
         accept = Text(no_wrap=True, overflow="ellipsis")
         accept.append("accept len ", style="bold")
-        accept.append(format_number(decode.accept_len if decode else None, 2))
+        accept_len = decode.accept_len if decode else None
+        if accept_len is None and store.accept_len:
+            accept_len = store.accept_len[-1].value  # a server that reports it on its own line
+        accept.append(format_number(accept_len, 2))
         if decode is not None and decode.accept_rate is not None:
             accept.append(f"  rate {decode.accept_rate:.2f}")
         self.query_one("#accept-stats", Static).update(accept, layout=False)
@@ -66,5 +95,12 @@ class ThroughputPanel(Vertical):
             line.append("no decode batches yet", style="dim italic")
         else:
             line.append(f"running {decode.running_req}  queued {decode.queue_req}  ")
-            line.append(f"tokens {decode.tokens}  usage {decode.token_usage * 100:.0f}%")
+            if decode.tokens is not None:
+                line.append(f"tokens {decode.tokens}  ")
+            line.append(f"usage {decode.token_usage * 100:.0f}%")
         self.query_one("#load-line", Static).update(line, layout=False)
+        self.set_class(bool(ratios), "-positions")
+        if ratios:
+            self.query_one("#positions", Static).update(
+                position_acceptance_text(ratios), layout=False
+            )
