@@ -23,6 +23,7 @@ agent's ratio to each nvidia-smi loop.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -266,26 +267,59 @@ while True:
 """
 
 
-def start_load() -> subprocess.Popen[str]:
-    load = subprocess.Popen(
-        [sys.executable, "-c", LOAD_SCRIPT, "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert load.stdout is not None
-    line = load.stdout.readline()
-    if line.strip() != "ready":
-        os.killpg(load.pid, signal.SIGKILL)
-        raise RuntimeError(f"GPU load did not start: {line.strip()}")
-    return load
+def start_load() -> list[subprocess.Popen[str]]:
+    """One matmul load process per real GPU (CUDA_DEVICE_ORDER=PCI_BUS_ID: torch's index is
+    nvidia-smi's), each in a session of its own."""
+    env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    loads = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD_SCRIPT, str(index)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
+        for index in range(real_gpu_count())
+    ]
+    for load in loads:
+        assert load.stdout is not None
+        line = load.stdout.readline()
+        if line.strip() != "ready":
+            stop_loads(loads)
+            raise RuntimeError(f"GPU load did not start: {line.strip()}")
+    return loads
+
+
+def stop_loads(loads: list[subprocess.Popen[str]]) -> None:
+    for load in loads:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(load.pid, signal.SIGKILL)
+        load.wait(30)
+
+
+def real_gpu_count() -> int:
+    """The GPUs nvidia-smi lists (1 when it cannot say: the one-GPU formulas)."""
+    try:
+        done = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    count = sum(1 for line in done.stdout.splitlines() if line.strip().isdigit())
+    return count or 1
 
 
 # --- the comparison ----------------------------------------------------------------------------
 
 
-def contenders(args: argparse.Namespace) -> dict[str, tuple[list[str], bool]]:
+def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[list[str], bool]]:
+    """Every process measured. On a host with REPEAT_GPUS real GPUs or more, the agent is
+    measured on them directly and the repeated-GPU contenders are left out."""
     python = sys.executable
     this = str(Path(__file__).resolve())
     rate = ["--rate", f"{RATE_HZ:g}"]
@@ -317,16 +351,20 @@ def contenders(args: argparse.Namespace) -> dict[str, tuple[list[str], bool]]:
         out[f"baseline_x{REPEAT_GPUS}"] = (repeated(base, rate), True)
     if args.fallback:
         out["agent_smi_fallback"] = ([python, str(AGENT), *rate, "--source", "nvidia-smi"], True)
+    if real_gpus >= REPEAT_GPUS:
+        out = {name: entry for name, entry in out.items() if f"_x{REPEAT_GPUS}" not in name}
     return out
 
 
-def summarise(window: dict[str, Any]) -> dict[str, Any]:
+def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
     """Ratios to the nvidia-smi loops, and fixed and per-GPU parts of each (ms CPU per s).
 
-    nvidia-smi: per GPU = its loop on the fields less its loop on the index, fixed = the
-    index loop. The agent ticking itself: per GPU = (8 entries - 1 GPU) / 7, fixed = 1 GPU
-    less per GPU. The agent with nvidia-smi's rows: the same from its repeated run (whose
-    nvidia-smi still reads one GPU) plus nvidia-smi's per-GPU part for the row fields."""
+    With R real GPUs (R < 8): nvidia-smi: per GPU = (its loop on the fields less its loop on
+    the index) / R, fixed = the index loop. The agent ticking itself: per GPU = (8 entries -
+    R GPUs) / (8 - R), fixed = R GPUs less R x per GPU. The agent with nvidia-smi's rows: the
+    same from its repeated run (whose nvidia-smi still reads the R real GPUs) plus
+    nvidia-smi's per-GPU part for the row fields. With 8 real GPUs or more nothing is
+    extrapolated: each agent's figure on the host is its measured 8-GPU (or more) cost."""
 
     def per_s(name: str) -> float | None:
         entry = window.get(name, {})
@@ -347,17 +385,26 @@ def summarise(window: dict[str, Any]) -> dict[str, Any]:
         for smi in ("smi_console_fields", "smi_row_fields", "smi_tick_fields"):
             smi_ms = per_s(smi)
             if smi_ms is not None:
-                parts[smi] = {"fixed": index_ms, "per_gpu": smi_ms - index_ms}
+                parts[smi] = {"fixed": index_ms, "per_gpu": (smi_ms - index_ms) / real_gpus}
+    if real_gpus >= REPEAT_GPUS:
+        for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
+            measured = per_s(agent_name)
+            if measured is not None:
+                out[f"{agent_name}_measured_on_{real_gpus}_gpus_ms_per_s"] = {
+                    "ms_per_s": round(measured, 4),
+                    "core_percent": round(measured / 10, 4),
+                    "target_met": measured / 10 <= TARGET_8_GPUS_CORE_PERCENT,
+                }
     for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
         one, many = per_s(agent_name), per_s(f"{agent_name}_x{REPEAT_GPUS}")
-        if one is None or many is None:
+        if one is None or many is None or real_gpus >= REPEAT_GPUS:
             continue
-        per_gpu = (many - one) / (REPEAT_GPUS - 1)
+        per_gpu = (many - one) / (REPEAT_GPUS - real_gpus)
         if agent_name in ("agent", "agent_no_links"):
             if "smi_row_fields" not in parts:
                 continue
             per_gpu += parts["smi_row_fields"]["per_gpu"]
-        parts[agent_name] = {"fixed": one - per_gpu, "per_gpu": per_gpu}
+        parts[agent_name] = {"fixed": one - real_gpus * per_gpu, "per_gpu": per_gpu}
     for name, part in parts.items():
         eight = part["fixed"] + REPEAT_GPUS * part["per_gpu"]
         out[f"{name}_parts_ms_per_s"] = {
@@ -438,19 +485,19 @@ def main() -> int:
         "rate_hz": RATE_HZ,
         "environment": environment(),
     }
+    real_gpus = real_gpu_count()
+    result["real_gpus"] = real_gpus
     windows = [("idle", None)]
     if args.load:
         windows.append(("under_load", start_load))
     printed = []
     for label, before in windows:
-        load = before() if before is not None else None
+        loads = before() if before is not None else []
         try:
-            window = measure_together(contenders(args), args.warmup, args.window)
+            window = measure_together(contenders(args, real_gpus), args.warmup, args.window)
         finally:
-            if load is not None:
-                os.killpg(load.pid, signal.SIGKILL)
-                load.wait(30)
-        summary = summarise(window)
+            stop_loads(loads)
+        summary = summarise(window, real_gpus)
         result[label] = {"contenders": window, "summary": summary}
         out_file.write_text(json.dumps(result, indent=2))
         printed.append(table(label, window, summary))

@@ -208,6 +208,31 @@ def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) ->
         def profiles(self) -> list[str]:
             return []
 
+        async def launch_spec(self, spec: object, *, profile: str | None = None) -> str:
+            raise SpecmonError("the load generator cannot launch")
+
+        def add_profile(self, name: str, profile: object) -> None:
+            return None
+
+        @property
+        def current_run(self) -> None:
+            return None
+
+        async def http_base_url(self) -> str | None:
+            return None
+
+        @property
+        def connected(self) -> bool:
+            return True
+
+        @property
+        def is_local(self) -> bool:
+            return True
+
+        @property
+        def host_python(self) -> str:
+            return sys.executable
+
     app = SpecmonApp(LoadController(), None)
     app.run()
     return 0

@@ -2,7 +2,9 @@
 
 Shows, on a real NVIDIA host, that utilisation goes high then near zero, that memory used
 matches ``torch.cuda.mem_get_info`` within a few percent, that the process list names the
-load's pid and that power rises under load. Also records real nvidia-smi CSV output (the
+load's pid and that power rises under load, on every GPU of the host: the load is one process
+per GPU (a multi-process load, as a TP server is), each checked against its own GPU's readings
+(``--gpus N`` checks the first N; default all that the agent reports). Also records real nvidia-smi CSV output (the
 fallback parser's test data) and runs the agent's nvidia-smi fallback for a few seconds.
 
 Run from the repository root on the GPU host (needs torch and nvidia-ml-py there):
@@ -44,13 +46,15 @@ MIB = 1024.0 * 1024.0
 LOAD_CODE = r"""
 import json, os, sys, time
 import torch
-seconds, ballast_gib = float(sys.argv[1]), float(sys.argv[2])
+seconds, ballast_gib, index = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+torch.cuda.set_device(index)  # CUDA_DEVICE_ORDER=PCI_BUS_ID: torch's index is NVML's
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
 ballast = torch.empty(int(ballast_gib * 2**30), dtype=torch.uint8, device="cuda")
 ballast.fill_(1)
 torch.cuda.synchronize()
-print(json.dumps({"event": "ready", "pid": os.getpid(), "wall": time.time()}), flush=True)
+print(json.dumps({"event": "ready", "pid": os.getpid(), "wall": time.time(), "gpu": index}),
+      flush=True)
 end = time.time() + seconds
 next_report = time.time() + 1.0
 while time.time() < end:
@@ -58,9 +62,9 @@ while time.time() < end:
         c = a @ b
     torch.cuda.synchronize()
     if time.time() >= next_report:
-        free, total = torch.cuda.mem_get_info()
-        print(json.dumps({"event": "mem", "wall": time.time(), "free": free, "total": total}),
-              flush=True)
+        free, total = torch.cuda.mem_get_info(index)
+        print(json.dumps({"event": "mem", "wall": time.time(), "free": free, "total": total,
+                          "gpu": index}), flush=True)
         next_report += 1.5
 print(json.dumps({"event": "done", "wall": time.time()}), flush=True)
 """
@@ -137,6 +141,17 @@ def gpu0(tick: dict) -> dict:
     return tick["gpus"][0]
 
 
+def gpu_of(tick: dict, index: int) -> dict | None:
+    """The reading of GPU ``index`` (NVML's index) in a tick, if it has one."""
+    return next((g for g in tick["gpus"] if g.get("index") == index), None)
+
+
+def latest_tick(lines: list[tuple[float, Any]]) -> dict | None:
+    return next(
+        (i for _, i in reversed(lines) if isinstance(i, dict) and i.get("type") == "tick"), None
+    )
+
+
 def median_of(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -150,31 +165,53 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
     )
     agent_lines = LineCollector(agent)
     time.sleep(args.idle_seconds)
-    load = subprocess.Popen(
-        [sys.executable, "-c", LOAD_CODE, str(args.load_seconds), str(args.ballast_gib)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    load_lines = LineCollector(load)
+    seen = latest_tick(agent_lines.lines)
+    gpu_count = len(seen["gpus"]) if seen else 1
+    indexes = list(range(min(args.gpus, gpu_count) if args.gpus else gpu_count))
+    load_env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    loads = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                LOAD_CODE,
+                str(args.load_seconds),
+                str(args.ballast_gib),
+                str(i),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=load_env,
+        )
+        for i in indexes
+    ]
+    collectors = [LineCollector(load) for load in loads]
     # Record nvidia-smi's own view while the load runs: the fallback parser's test data.
     deadline = time.time() + 120
+
+    def reporting(collector: LineCollector) -> bool:
+        return any(isinstance(i, dict) and i.get("event") == "mem" for _, i in collector.lines)
+
     while (
         time.time() < deadline
-        and load.poll() is None
-        and not any(isinstance(i, dict) and i.get("event") == "mem" for _, i in load_lines.lines)
+        and any(load.poll() is None for load in loads)
+        and not all(reporting(c) for c in collectors)
     ):
         time.sleep(0.2)
     record.append("## under load\n" + run_text(smi_query_args()))
     record.append(
         run_text(["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,used_memory", SMI_FORMAT])
     )
-    try:
-        load.wait(timeout=args.load_seconds + 120)
-    except subprocess.TimeoutExpired:
-        load.kill()
-        load.wait(10)
+    for load in loads:
+        try:
+            load.wait(timeout=args.load_seconds + 120)
+        except subprocess.TimeoutExpired:
+            load.kill()
+            load.wait(10)
     load_exit = time.time()
-    load_lines.join(5)
+    for collector in collectors:
+        collector.join(5)
+    load_lines = collectors[0]
     time.sleep(args.after_seconds)
     record.append("## after load\n" + run_text(smi_query_args()))
     agent_rc, agent_stop_s = stop_process(agent)
@@ -185,13 +222,18 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
         for received, item in agent_lines.lines:
             handle.write(json.dumps({"received": round(received, 3), "line": item}) + "\n")
 
-    events = {i.get("event"): i for _, i in load_lines.lines if isinstance(i, dict)}
+    per_load = [{i.get("event"): i for _, i in c.lines if isinstance(i, dict)} for c in collectors]
+    for index, events in zip(indexes, per_load, strict=True):
+        if "ready" not in events or "done" not in events:
+            lines = collectors[indexes.index(index)].lines[-5:]
+            return {"error": f"the load on GPU {index} did not run", "load_output": lines}
+    # Every GPU is loaded between the last load's ready and the first load's end.
+    ready = max(events["ready"]["wall"] for events in per_load)
+    done = min(events["done"]["wall"] for events in per_load)
+    pid = per_load[0]["ready"]["pid"]
     mem_reports = [
         i for _, i in load_lines.lines if isinstance(i, dict) and i.get("event") == "mem"
     ]
-    if "ready" not in events or "done" not in events:
-        return {"error": "the load did not run", "load_output": load_lines.lines[-5:]}
-    ready, done, pid = events["ready"]["wall"], events["done"]["wall"], events["ready"]["pid"]
     first_tick = next(
         (
             float(i["wall"])
@@ -277,16 +319,42 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
             if isinstance(i, dict) and i.get("type") == "notice"
         ],
     }
+    per_gpu = {
+        index: gpu_figures(
+            index,
+            events["ready"]["pid"],
+            collectors[n].lines,
+            all_ticks,
+            idle,
+            loaded,
+            after,
+            ready,
+        )
+        for n, (index, events) in enumerate(zip(indexes, per_load, strict=True))
+    }
+    figures["gpus_checked"] = indexes
+    figures["per_gpu"] = per_gpu
+    rows = list(per_gpu.values())
     checks = {
-        "utilisation high under load (median >= 90%)": (figures["util_load_median"] or 0) >= 90,
-        "utilisation near zero after (max <= 5%)": figures["util_after_max"] is not None
-        and figures["util_after_max"] <= 5,
-        "memory used within 3% of torch.cuda.mem_get_info": bool(memory_pairs)
-        and all(p["relative_diff"] <= 0.03 for p in memory_pairs),
-        "process list names the load's pid": pid in pids_under_load,
-        "power rises under load (>= 1.5x idle)": figures["power_load_median_w"] is not None
-        and figures["power_idle_median_w"] is not None
-        and figures["power_load_median_w"] >= 1.5 * figures["power_idle_median_w"],
+        f"utilisation high under load on all {len(rows)} GPUs (median >= 90%)": all(
+            (g["util_load_median"] or 0) >= 90 for g in rows
+        ),
+        f"utilisation near zero after on all {len(rows)} GPUs (max <= 5%)": all(
+            g["util_after_max"] is not None and g["util_after_max"] <= 5 for g in rows
+        ),
+        f"memory used within 3% of torch.cuda.mem_get_info on all {len(rows)} GPUs": all(
+            g["memory_pairs"] and all(p["relative_diff"] <= 0.03 for p in g["memory_pairs"])
+            for g in rows
+        ),
+        f"each GPU's process list names its own load's pid ({len(rows)} processes)": all(
+            g["load_pid_seen"] for g in rows
+        ),
+        f"power rises under load on all {len(rows)} GPUs (>= 1.5x idle)": all(
+            g["power_load_median_w"] is not None
+            and g["power_idle_median_w"] is not None
+            and g["power_load_median_w"] >= 1.5 * g["power_idle_median_w"]
+            for g in rows
+        ),
         "agent exits 0 on SIGTERM within 2 s": agent_rc == 0 and agent_stop_s <= 2.0,
         "tick walls within 1 s of their arrival": abs(
             figures["tick_arrival_minus_wall_s_median"] or 99.0
@@ -297,6 +365,60 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
         ),
     }
     return {"figures": figures, "checks": checks}
+
+
+def gpu_figures(
+    index: int,
+    pid: int,
+    load_lines: list[tuple[float, Any]],
+    all_ticks: list[dict],
+    idle: list[dict],
+    loaded: list[dict],
+    after: list[dict],
+    ready: float,
+) -> dict[str, Any]:
+    """One GPU's readings against its own load process: utilisation, power, memory against
+    that process's torch.cuda.mem_get_info, and its pid in that GPU's process list."""
+
+    def values(ticks: list[dict], field: str) -> list[float]:
+        readings = (gpu_of(t, index) for t in ticks)
+        return [r[field] for r in readings if r is not None and r[field] is not None]
+
+    settled_after = ready + SLOW_FIELDS_INTERVAL_S + 0.5
+    memory_pairs = []
+    for report in (
+        i
+        for _, i in load_lines
+        if isinstance(i, dict) and i.get("event") == "mem" and i["wall"] >= settled_after
+    ):
+        nearest = min(all_ticks, key=lambda t: abs(float(t["wall"]) - report["wall"]))
+        reading = gpu_of(nearest, index)
+        if reading is None or reading["mem_used_mb"] is None:
+            continue
+        torch_used_mb = (report["total"] - report["free"]) / MIB
+        memory_pairs.append(
+            {
+                "torch_used_mb": round(torch_used_mb, 1),
+                "agent_used_mb": reading["mem_used_mb"],
+                "relative_diff": round(
+                    abs(reading["mem_used_mb"] - torch_used_mb) / torch_used_mb, 5
+                ),
+            }
+        )
+    pids = sorted(
+        {p[0] for t in loaded if (r := gpu_of(t, index)) is not None for p in r["processes"]}
+    )
+    return {
+        "load_pid": pid,
+        "load_pid_seen": pid in pids,
+        "pids_seen_under_load": pids,
+        "util_load_median": median_of(values(loaded, "util_gpu")),
+        "util_after_max": max(values(after, "util_gpu"), default=None),
+        "power_idle_median_w": median_of(values(idle, "power_w")),
+        "power_load_median_w": median_of(values(loaded, "power_w")),
+        "mem_used_load_mb": median_of(values(loaded, "mem_used_mb")),
+        "memory_pairs": memory_pairs,
+    }
 
 
 def check_fallback() -> dict[str, Any]:
@@ -333,6 +455,9 @@ def main() -> int:
     parser.add_argument("--load-seconds", type=float, default=12.0)
     parser.add_argument("--after-seconds", type=float, default=5.0)
     parser.add_argument("--ballast-gib", type=float, default=16.0)
+    parser.add_argument(
+        "--gpus", type=int, default=0, help="load and check the first N GPUs (default: all)"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     record = [

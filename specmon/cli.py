@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("agent", "agent", "run the NVML GPU agent on this machine"),
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),
+    ("nccl-sweep", "nccl_sweep", "run a collective benchmark once per NCCL setting, recorded"),
     ("ledger", "ledger", "list, show, export and plot recorded experiments"),
     ("advise", "advise", "predict the best draft step count from the running server (headless)"),
     ("export", "export", "serve hosts' metrics to Prometheus (headless)"),

@@ -54,6 +54,12 @@ class HostController(ABC):
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made spec (validated first), replacing this console's run."""
 
+    async def check_launch(self) -> None:
+        """Raise the SpecmonError a launch would meet now (the host's lock busy, a live run
+        that another console owns), changing nothing: a fleet relaunch asks every host first
+        when the operator wants all hosts or none. A controller that cannot tell accepts."""
+        return None
+
     @abstractmethod
     async def stop(self) -> StopReport | None:
         """SIGTERM the run's process group, escalate to SIGKILL, verify it is gone."""

@@ -141,7 +141,30 @@ _V4 = (
     "CREATE INDEX predictions_sweep ON predictions (sweep_id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+# Collective benchmarks (`specmon nccl-sweep`): per point, one row per tensor size with its
+# per-call latency percentiles, and what showed that the point's settings reached every rank.
+# The point itself is an ordinary sweep point (run, status, params).
+_V5 = (
+    """CREATE TABLE collective_results (
+        id INTEGER PRIMARY KEY,
+        point_ref INTEGER NOT NULL REFERENCES sweep_points(id),
+        batch INTEGER NOT NULL,
+        hidden INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        calls INTEGER NOT NULL,
+        world_size INTEGER NOT NULL,
+        backend TEXT NOT NULL,
+        timer TEXT NOT NULL,
+        p50_us REAL NOT NULL,
+        p90_us REAL NOT NULL,
+        p99_us REAL NOT NULL,
+        mean_us REAL NOT NULL,
+        evidence_json TEXT NOT NULL DEFAULT '[]'
+    )""",
+    "CREATE INDEX collective_results_point ON collective_results (point_ref)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -483,6 +506,70 @@ class Ledger:
             )
             return int(cursor.lastrowid or 0)
 
+    def record_collective_point(
+        self,
+        sweep_id: int,
+        params: Mapping[str, str],
+        *,
+        status: str,
+        run: RunRecord,
+        results: Sequence[Any] = (),
+        evidence: Sequence[str] = (),
+        load_seconds: float | None = None,
+        error: str | None = None,
+        root_cause: Sequence[str] = (),
+    ) -> int:
+        """A collective benchmark's point: the point, its run and its per-size results
+        (:class:`specmon.collective.CollectiveResult`), in one transaction."""
+        with self._transaction() as conn:
+            run_ref = self._insert_run(conn, run)
+            cursor = conn.execute(
+                "INSERT INTO sweep_points (sweep_id, created_at, params_key, params_json,"
+                " is_baseline, status, run_ref, benchmark_ref, load_seconds, error,"
+                " root_cause_json) VALUES (?, ?, ?, ?, 0, ?, ?, NULL, ?, ?, ?)",
+                (
+                    sweep_id,
+                    time.time(),
+                    params_key(params),
+                    json.dumps(dict(params)),
+                    status,
+                    run_ref,
+                    load_seconds,
+                    error,
+                    json.dumps(list(root_cause)),
+                ),
+            )
+            point_ref = int(cursor.lastrowid or 0)
+            for result in results:
+                conn.execute(
+                    "INSERT INTO collective_results (point_ref, batch, hidden, bytes, calls,"
+                    " world_size, backend, timer, p50_us, p90_us, p99_us, mean_us,"
+                    " evidence_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        point_ref,
+                        result.batch,
+                        result.hidden,
+                        result.bytes,
+                        result.calls,
+                        result.world_size,
+                        result.backend,
+                        result.timer,
+                        result.p50_us,
+                        result.p90_us,
+                        result.p99_us,
+                        result.mean_us,
+                        json.dumps(list(evidence)),
+                    ),
+                )
+            return point_ref
+
+    def collective_results(self, point_ref: int) -> list[dict[str, Any]]:
+        """A collective point's per-size rows, smallest tensor first."""
+        rows = self._conn.execute(
+            "SELECT * FROM collective_results WHERE point_ref = ? ORDER BY bytes", (point_ref,)
+        ).fetchall()
+        return [_decode(row) for row in rows]
+
     @staticmethod
     def _insert_run(conn: sqlite3.Connection, run: RunRecord) -> int:
         cursor = conn.execute(
@@ -678,7 +765,14 @@ class Ledger:
 
     def table(self, name: str) -> list[dict[str, Any]]:
         """Every row of one table (for export), JSON columns decoded."""
-        if name not in ("runs", "benchmarks", "sweeps", "sweep_points", "predictions"):
+        if name not in (
+            "runs",
+            "benchmarks",
+            "sweeps",
+            "sweep_points",
+            "predictions",
+            "collective_results",
+        ):
             raise LedgerError(f"no ledger table {name!r}")
         rows = self._conn.execute(f"SELECT * FROM {name} ORDER BY id").fetchall()
         return [_decode(row) for row in rows]

@@ -288,3 +288,42 @@ def prediction_table(
         return head + "\n(no measured point at a predicted step count)"
     header = ["steps", "predicted tok/s", "measured tok/s", "error", ""]
     return head + "\n" + render_table(header, rows, {0, 1, 2, 3})
+
+
+def collective_table(results: Sequence[Any], param_names: Sequence[str]) -> str:
+    """A collective sweep's table: one row per setting, the per-call p50 latency (us) for each
+    batch size and the p99 at the smallest; lowest small-batch p50 first, failures last."""
+    batches = sorted({r.batch for point in results for r in point.results})
+    header = [
+        "#",
+        *param_names,
+        "status",
+        *(f"p50 b{b}" for b in batches),
+        f"p99 b{batches[0]}" if batches else "p99",
+        "note",
+    ]
+    first_number = 1 + len(param_names) + 1
+    right = set(range(first_number, first_number + len(batches) + 1)) | {0}
+
+    def order(point: Any) -> tuple[int, float]:
+        ok = point.status == "ok" and point.results
+        return (0, point.results[0].p50_us) if ok else (1, 0.0)
+
+    rows: list[list[str]] = []
+    rank = 0
+    for point in sorted(results, key=order):
+        by_batch = {r.batch: r for r in point.results}
+        if point.status == "ok":
+            rank += 1
+        smallest = by_batch.get(batches[0]) if batches else None
+        rows.append(
+            [
+                str(rank) if point.status == "ok" else "-",
+                *(point.params.get(name, "") for name in param_names),
+                point.status,
+                *(_fmt(by_batch[b].p50_us if b in by_batch else None) for b in batches),
+                _fmt(smallest.p99_us if smallest else None),
+                "" if point.status == "ok" else (point.error or "failed"),
+            ]
+        )
+    return render_table(header, rows, right)

@@ -1,4 +1,6 @@
-"""`specmon connect HOST`: the console on a GPU host over SSH (or the event stream headless).
+"""`specmon connect HOST [HOST ...]`: the console on GPU hosts over SSH (or the event stream
+headless). One host opens its main screen; several (or `--all`, every host in specmon.toml)
+open the fleet overview, each host with its own session, reconnects and failures.
 
 The server outlives the console: quitting closes the streams and the GPU agent, not the run.
 """
@@ -14,9 +16,9 @@ if TYPE_CHECKING:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import UNTIL_CHOICES, add_host_arguments
+    from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments
 
-    add_host_arguments(parser)
+    add_hosts_arguments(parser, every=True)
     parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
     parser.add_argument("--json", action="store_true", help="headless: JSON lines")
     parser.add_argument("--log", action="store_true", help="headless: include server log lines")
@@ -43,43 +45,64 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from specmon.session.cli import load_config_from, session_from_args, watch_headless
+    from specmon.errors import UsageError
+    from specmon.fleet import fleet_names
+    from specmon.session.cli import (
+        load_config_from,
+        sessions_from_args,
+        watch_fleet_headless,
+        watch_headless,
+    )
     from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
-    session: Any = (
-        controller_from_args(args, config, spanning)
-        if spanning is not None
-        else session_from_args(args, config)
-    )
-    beside = [metrics_server(args.export, args.host, session, config)] if args.export else []
+    sessions: list[tuple[str, Any]]
+    if spanning is not None:  # one server over several nodes: one controller for all of them
+        sessions = [(spanning.name, controller_from_args(args, config, spanning))]
+    else:
+        names = fleet_names(args.hosts, config, every=args.all_hosts)
+        sessions = sessions_from_args(args, config, names)
+    beside = [metrics_server(args.export, sessions, config)] if args.export else []
     headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
         try:
             from specmon.tui.app import run_console
+            from specmon.tui.fleet_app import run_fleet_console
         except ImportError:
             print(
                 "specmon: the console UI is not available; showing the event stream",
                 file=sys.stderr,
             )
         else:
-            return run_console(session, config, read_only=args.read_only, beside=beside)
+            if len(sessions) > 1:
+                return run_fleet_console(sessions, config, read_only=args.read_only, beside=beside)
+            return run_console(sessions[0][1], config, read_only=args.read_only, beside=beside)
 
+    if len(sessions) > 1:
+        if beside:
+            raise UsageError(
+                "--export with several hosts runs beside the console only; "
+                "headless, use `specmon export HOST ...`"
+            )
+        return watch_fleet_headless(sessions, args)
+    session = sessions[0][1]
     if beside:
         return watch_headless_beside(session, args, beside[0])
     return watch_headless(session, args)
 
 
-def metrics_server(listen: str, name: str, session: HostController, config: Any) -> MetricsServer:
-    """The exporter for this one host, served beside the console on its event loop."""
+def metrics_server(
+    listen: str, sessions: list[tuple[str, HostController]], config: Any
+) -> MetricsServer:
+    """The exporter for these hosts, served beside the console on its event loop."""
     from specmon.exporter.collector import WatchedHost
     from specmon.exporter.hosts import backend_of_profile
     from specmon.exporter.server import MetricsServer, build_registry
     from specmon.listen import parse_listen
 
     host, port = parse_listen(listen, option="--export")
-    watched = [WatchedHost(name, session.bus)]
+    watched = [WatchedHost(name, session.bus) for name, session in sessions]
     return MetricsServer(build_registry(lambda: watched, backend_of_profile(config)), host, port)
 
 

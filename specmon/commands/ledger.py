@@ -8,7 +8,7 @@ from typing import Any
 
 from specmon.terminal_text import safe_text
 
-TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions")
+TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions", "collective_results")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -188,6 +188,8 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     sweep = ledger.get_sweep(number)
     if sweep is None:
         raise SpecmonError(f"no sweep s{number} in {ledger.path}")
+    if sweep.spec.get("kind") == "collective":
+        return _show_collective(ledger, sweep, json_lines=args.json)
     results, baseline = sweep_results(ledger, sweep)
     from specmon.sweep import STEPS_FLAG
 
@@ -227,6 +229,26 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if prediction is not None:
         print()
         print(safe_text(prediction_table(prediction, results, STEPS_FLAG)))
+    return 0
+
+
+def _show_collective(ledger: Any, sweep: Any, *, json_lines: bool) -> int:
+    """A `specmon nccl-sweep`: per-size latencies per setting, not tok/s."""
+    import json
+
+    from specmon.collective_sweep import point_result_from_ledger
+    from specmon.report import collective_table
+
+    results = [point_result_from_ledger(ledger, row) for row in ledger.sweep_points(sweep.id)]
+    if json_lines:
+        for result in results:
+            print(json.dumps(result.to_json_dict()))
+        return 0
+    names = [axis["name"] for axis in sweep.spec["grid"]]
+    print(f"nccl-sweep s{sweep.id}  {sweep.host}  profile {sweep.profile}  status {sweep.status}\n")
+    if sweep.note:
+        print(safe_text(f"interrupted: {sweep.note}"))
+    print(safe_text(collective_table(results, names)))
     return 0
 
 

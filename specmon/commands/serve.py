@@ -44,8 +44,6 @@ def run(args: argparse.Namespace) -> int:
     from specmon.tui.web import TokenServer
 
     host, port = parse_listen(args.listen)
-    if len(args.hosts) > 1:
-        raise UsageError("specmon serve takes one host (each page is one host's console)")
     if not is_loopback(host) and not args.public:
         raise UsageError(
             f"--listen {args.listen}: not a loopback address; add --public to serve the "
@@ -63,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def console_command(args: argparse.Namespace) -> str:
-    """The command each browser tab runs: the console (forced, without a terminal)."""
+    """The command each browser tab runs: the console (forced, without a terminal); several
+    hosts open the fleet console, as `specmon connect` does."""
     import shlex
     import sys
 
@@ -71,7 +70,7 @@ def console_command(args: argparse.Namespace) -> str:
     if args.config:
         argv += ["--config", args.config]
     if args.hosts:
-        argv += ["connect", args.hosts[0]]
+        argv += ["connect", *args.hosts]
         for option, value in (
             ("--known-hosts", args.known_hosts),
             ("--state-dir", args.state_dir),

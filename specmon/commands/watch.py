@@ -1,4 +1,8 @@
-"""`specmon watch HOST`: a host's event stream as text or JSON lines, for scripts."""
+"""`specmon watch HOST [HOST ...]`: hosts' event streams as text or JSON lines, for scripts.
+
+With several hosts each is connected in parallel with its own session, and every line says
+which host it is from (JSON: a ``host`` field; text: the host after the clock).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import argparse
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import UNTIL_CHOICES, add_host_arguments
+    from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments
 
-    add_host_arguments(parser)
+    add_hosts_arguments(parser)
     parser.add_argument("--json", action="store_true", help="JSON lines (with arrival time 'at')")
     parser.add_argument("--log", action="store_true", help="include the server's log lines")
     parser.add_argument("--until", choices=UNTIL_CHOICES, help="stop at ready, failure or exit")
@@ -19,13 +23,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.session.cli import load_config_from, session_from_args, watch_headless
+    from specmon.fleet import fleet_names
+    from specmon.session.cli import (
+        load_config_from,
+        sessions_from_args,
+        watch_fleet_headless,
+        watch_headless,
+    )
     from specmon.session.nodes_cli import controller_from_args, nodes_profile
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
-    if spanning is not None:
+    if spanning is not None:  # one server over several nodes, watched as one run
         return watch_headless(controller_from_args(args, config, spanning), args)
-    session = session_from_args(args, config)
-
-    return watch_headless(session, args)
+    names = fleet_names(args.hosts, config, every=False)
+    sessions = sessions_from_args(args, config, names)
+    if len(sessions) == 1:
+        return watch_headless(sessions[0][1], args)
+    return watch_fleet_headless(sessions, args)

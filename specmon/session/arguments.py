@@ -18,6 +18,22 @@ def add_host_arguments(parser: argparse.ArgumentParser) -> None:
     add_connection_arguments(parser)
 
 
+def add_hosts_arguments(parser: argparse.ArgumentParser, *, every: bool = False) -> None:
+    """HOST [HOST ...] (several hosts at once) and the SSH knobs; with ``every``, also
+    ``--all`` (every host in specmon.toml) and HOST becomes optional."""
+    parser.add_argument(
+        "hosts",
+        metavar="HOST",
+        nargs="*" if every else "+",
+        help=HOST_HELP + "; several hosts are connected in parallel",
+    )
+    if every:
+        parser.add_argument(
+            "--all", dest="all_hosts", action="store_true", help="every host in specmon.toml"
+        )
+    add_connection_arguments(parser)
+
+
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
     """The SSH knobs alone, for commands that take several hosts (`export`, `serve`)."""
     group = parser.add_argument_group("connection")

@@ -67,6 +67,19 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     return session
 
 
+def sessions_from_args(
+    args: argparse.Namespace, config: Any, names: list[str], **kwargs: Any
+) -> list[tuple[str, Any]]:
+    """One session per host name (each its own transport, state and reconnects), in order."""
+    return [
+        (
+            name,
+            session_from_args(argparse.Namespace(**{**vars(args), "host": name}), config, **kwargs),
+        )
+        for name in names
+    ]
+
+
 def stop_command(args: argparse.Namespace) -> str:
     """The `specmon stop` command line that reaches the same host and state dir as ``args``
     (for advice in refusals)."""
@@ -176,20 +189,35 @@ def describe_event(event: Event) -> str | None:
     )
 
 
-def print_event(at: float, event: Event, *, as_json: bool, with_log: bool, out: IO[str]) -> None:
+def print_event(
+    at: float,
+    event: Event,
+    *,
+    as_json: bool,
+    with_log: bool,
+    out: IO[str],
+    host: str | None = None,
+) -> None:
+    """One event as a JSON line or a line of text. With ``host`` (a watch of several hosts)
+    the JSON carries ``"host": HOST as given`` (for a connection event it replaces the
+    transport's label) and the text has the host after the clock; without, the line is the
+    single-host form, unchanged."""
     if isinstance(event, LogLine) and not with_log:
         return
+    where = f"{host}  " if host is not None else ""
     if as_json:
         data = event.to_dict()
         data["at"] = round(at, 3)
+        if host is not None:
+            data["host"] = host
         out.write(json.dumps(data, default=str) + "\n")
     elif isinstance(event, LogLine):
-        out.write(f"{_clock(at)}  log         {safe_text(event.text)}\n")
+        out.write(f"{_clock(at)}  {where}log         {safe_text(event.text)}\n")
     else:
         text = describe_event(event)
         if text is None:
             return
-        out.write(f"{_clock(at)}  {safe_text(text)}\n")
+        out.write(f"{_clock(at)}  {where}{safe_text(text)}\n")
     out.flush()
 
 
@@ -221,6 +249,7 @@ async def stream_events(
     out: IO[str] = sys.stdout,
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
     run_id: str | None = None,
+    host: str | None = None,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
     (0 reached or ran for the duration, 1 the run failed or ended first, or the session gave
@@ -245,7 +274,7 @@ async def stream_events(
                     continue  # the previous run's events, queued before the new run began
             if run_id is not None and getattr(event, "run_id", None) not in (None, run_id):
                 continue
-            print_event(at, event, as_json=as_json, with_log=with_log, out=out)
+            print_event(at, event, as_json=as_json, with_log=with_log, out=out, host=host)
             if isinstance(event, ConnectionState) and event.state == "disconnected":
                 return 1  # the session gave up on the host (a host key refused, or no reconnect)
             reached = until_reached(until, event, session.bus.store)
@@ -274,5 +303,64 @@ def watch_headless(session: Any, args: argparse.Namespace) -> int:
             )
         finally:
             await session.close()
+
+    return run_async(main)
+
+
+def watch_fleet_headless(sessions: list[tuple[str, Any]], args: argparse.Namespace) -> int:
+    """`watch_headless` over several hosts at once: each connected in parallel with its own
+    session; every line names its host. A host that cannot be reached prints why on its own
+    line and ends its own watch; the others go on. Exit code 0 only if every host's watch
+    reached its end (``--until``, ``--duration``) as the single-host watch would."""
+    from specmon.errors import SpecmonError
+
+    async def watch_one(name: str, session: Any, queue: asyncio.Queue[tuple[float, Event]]) -> int:
+        try:
+            try:
+                await session.start()
+            except (SpecmonError, OSError) as exc:
+                while not queue.empty():  # what was published before it gave up
+                    at, event = queue.get_nowait()
+                    if not (isinstance(event, ConnectionState) and event.state == "disconnected"):
+                        print_event(
+                            at,
+                            event,
+                            as_json=args.json,
+                            with_log=args.log,
+                            out=sys.stdout,
+                            host=name,
+                        )
+                failed = ConnectionState(
+                    host=session.host_label, state="disconnected", detail=str(exc)
+                )
+                session.bus.unsubscribe(queue)
+                session.bus.publish(failed)
+                print_event(
+                    time.time(),
+                    failed,
+                    as_json=args.json,
+                    with_log=args.log,
+                    out=sys.stdout,
+                    host=name,
+                )
+                return 1
+            return await stream_events(
+                session,
+                as_json=args.json,
+                with_log=args.log,
+                until=args.until,
+                duration=args.duration,
+                queue=queue,
+                host=name,
+            )
+        finally:
+            await session.close()
+
+    async def main() -> int:
+        queues = [s.bus.subscribe() for _, s in sessions]  # before start: nothing missed
+        codes = await asyncio.gather(
+            *(watch_one(name, s, q) for (name, s), q in zip(sessions, queues, strict=True))
+        )
+        return max(codes)
 
     return run_async(main)

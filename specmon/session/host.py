@@ -256,6 +256,10 @@ class HostSession(HostController):
             self._restart_task("agent", self.agent.run)
         return result
 
+    async def check_launch(self) -> None:
+        async with self._op_lock, self._host_lock("check"):
+            self._check_ownership([r for r in await self.status() if r.alive])
+
     async def stop(self) -> StopReport | None:
         async with self.action_lock("stop"):
             return await self.stop_owned_runs()

@@ -23,11 +23,13 @@ def nodes_profile(args: argparse.Namespace, config: Config) -> Profile | None:
     profile = config.profile(name)
     if not profile.nodes:
         return None
-    host = getattr(args, "host", None)
-    if host and host not in profile.nodes:
-        raise UsageError(
-            f"{host!r} is not a node of profile {name!r} (its nodes: {', '.join(profile.nodes)})"
-        )
+    given = getattr(args, "hosts", None) or [getattr(args, "host", None)]
+    for host in given:
+        if host and host not in profile.nodes:
+            raise UsageError(
+                f"{host!r} is not a node of profile {name!r} "
+                f"(its nodes: {', '.join(profile.nodes)})"
+            )
     return profile
 
 

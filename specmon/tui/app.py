@@ -24,11 +24,12 @@ from textual.widgets import Input
 from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
-from specmon.events import AgentStatus, Dropped, Event, LogLine, Ready, RunInfo, StopProgress
+from specmon.events import AgentStatus, Dropped, LogLine, Ready, RunInfo, StopProgress
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
+from specmon.tui.host_view import HostView
 from specmon.tui.messages import RelaunchRequested, SweepRequested
 from specmon.tui.screens.advisor import AdvisorScreen
 from specmon.tui.screens.confirm import ConfirmScreen
@@ -96,7 +97,8 @@ class SpecmonApp(App[int]):
         beside: Sequence[BesideService] = (),
     ) -> None:
         super().__init__()
-        self.controller = controller
+        self.view = HostView(controller.host_label, controller, MainScreen(controller.host_label))
+        self.views: list[HostView] = [self.view]  # the fleet console has one per host
         self.read_only = read_only  # hides and refuses every action that changes a server
         self.beside = tuple(beside)
         self.config = config
@@ -104,14 +106,8 @@ class SpecmonApp(App[int]):
         self.start_controller = start_controller
         self.exit_on_signals = False  # run_console turns it on; tests keep their loop's handlers
         self.paused = False
-        self.relaunch_in_progress = False
-        self.session_history = SessionHistory()
-        self.main = MainScreen(controller.host_label)
-        self.experiments: ExperimentsScreen | None = None  # installed on first `e`; kept
-        self._queue: asyncio.Queue[tuple[float, Event]] | None = None
         self._closed = False
         self._ticks = 0
-        self._pending_lines: list[LogLine | Dropped] = []
         ui = config.ui if config is not None else None
         self.redraw_hz = float(ui.redraw_hz if ui is not None else DEFAULT_REDRAW_HZ)
         # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
@@ -123,9 +119,70 @@ class SpecmonApp(App[int]):
             ui.theme if ui is not None else None, [t.name for t in self._themes]
         )
 
+    # --- the host in view (the fleet console switches it) ----------------------------------
+
+    @property
+    def controller(self) -> HostController:
+        return self.view.controller
+
+    @property
+    def main(self) -> MainScreen:
+        return self.view.main
+
+    @property
+    def session_history(self) -> SessionHistory:
+        return self.view.history
+
+    @property
+    def experiments(self) -> ExperimentsScreen | None:
+        return self.view.experiments
+
+    @property
+    def relaunch_in_progress(self) -> bool:
+        return self.view.relaunch_in_progress
+
+    @relaunch_in_progress.setter
+    def relaunch_in_progress(self, value: bool) -> None:
+        self.view.relaunch_in_progress = value
+
     # --- life cycle ----------------------------------------------------------------------------
 
     async def on_mount(self) -> None:
+        await self.mount_console()
+
+    async def mount_console(self) -> None:
+        """Signals, the first screen, subscriptions, the redraw timer, the session."""
+        self.handle_exit_signals()
+        await self.push_screen(self.main)
+        # Subscribe and show the kept log in one synchronous step: no line is lost or doubled.
+        # Lossy: when the console falls behind, log lines and samples are skipped with a marker
+        # (the store has them all); state changes always arrive.
+        self.view.queue = self.controller.bus.subscribe(lossy=True)
+        self.show_kept_log(self.main.query_one(LogPane), self.controller)
+        self.tick()
+        self.set_interval(1.0 / self.redraw_hz, self.tick)
+        if self.read_only:
+            self.sub_title = "read-only"
+        if await self.start_beside() and self.start_controller:
+            self._start_controller()
+
+    def show_kept_log(self, pane: LogPane, controller: HostController) -> None:
+        """The log pane sized as ``[ui] log_lines`` says, showing the lines the store kept."""
+        if self.config is not None:
+            pane.keep_lines(self.config.ui.log_lines)
+        pane.show_all(controller.bus.store.log)
+
+    async def start_beside(self) -> bool:
+        """Start the services beside the console; False (and the app exits) if one fails."""
+        for service in self.beside:
+            try:
+                await service.start()
+            except SpecmonError as exc:
+                self.exit(return_code=1, message=f"specmon: {exc}")
+                return False
+        return True
+
+    def handle_exit_signals(self) -> None:
         if self.exit_on_signals:
             # A closed terminal (SIGHUP) or a kill (SIGTERM) quits like `q`: the session
             # closes and the caller's clean-up runs (the demo stops its simulator).
@@ -133,28 +190,6 @@ class SpecmonApp(App[int]):
             for signum in (signal.SIGTERM, signal.SIGHUP):
                 with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                     loop.add_signal_handler(signum, self.exit)
-        await self.push_screen(self.main)
-        # Subscribe and show the kept log in one synchronous step: no line is lost or doubled.
-        # Lossy: when the console falls behind, log lines and samples are skipped with a marker
-        # (the store has them all); state changes always arrive.
-        self._queue = self.controller.bus.subscribe(lossy=True)
-        pane = self.main.query_one(LogPane)
-        log_lines = getattr(getattr(self.config, "ui", None), "log_lines", None)
-        if isinstance(log_lines, int):
-            pane.keep_lines(log_lines)
-        pane.show_all(self.controller.bus.store.log)
-        self.tick()
-        self.set_interval(1.0 / self.redraw_hz, self.tick)
-        if self.read_only:
-            self.sub_title = "read-only"
-        for service in self.beside:
-            try:
-                await service.start()
-            except SpecmonError as exc:
-                self.exit(return_code=1, message=f"specmon: {exc}")
-                return
-        if self.start_controller:
-            self._start_controller()
 
     @work(exclusive=True, group="session")
     async def _start_controller(self) -> None:
@@ -167,8 +202,9 @@ class SpecmonApp(App[int]):
         if self._closed:
             return
         self._closed = True
-        if self._queue is not None:
-            self.controller.bus.unsubscribe(self._queue)
+        for view in self.views:
+            if view.queue is not None:
+                view.controller.bus.unsubscribe(view.queue)
         for service in self.beside:
             await service.close()
         if self.start_controller:
@@ -193,33 +229,46 @@ class SpecmonApp(App[int]):
                 raise
 
     def _tick(self) -> None:
-        store = self.controller.bus.store
         now = self.clock()
-        new_lines = self._pending_lines
-        queue = self._queue
+        self.drain(self.view, now)
+        self._ticks += 1
+        self.refresh_view(self.view, now, live_due=self._ticks % self._live_every == 0)
+
+    def drain(self, view: HostView, now: float, *, prefix: str = "") -> None:
+        """Take the events that arrived for ``view``'s host into its history and panels;
+        ``prefix`` names the host in notifications (the fleet console)."""
+        store = view.controller.bus.store
+        queue = view.queue
+        shown = view.main.is_mounted and (len(self.views) == 1 or view.panels_ready)
         drained = 0
         while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
             at, event = queue.get_nowait()
             drained += 1
-            self.session_history.record(at, event)
+            view.history.record(at, event)
             if isinstance(event, (LogLine, Dropped)):
-                new_lines.append(event)
-            elif isinstance(event, StopProgress):
-                self.main.query_one(LoadingPanel).note_stop(event)
-            elif isinstance(event, AgentStatus):
+                view.pending_lines.append(event)
+            elif isinstance(event, StopProgress) and shown:
+                view.main.query_one(LoadingPanel).note_stop(event)
+            elif isinstance(event, AgentStatus) and shown:
                 problem = (event.detail or "error") if event.state == "error" else None
-                self.main.query_one(GpuPanel).set_agent_problem(problem)
+                view.main.query_one(GpuPanel).set_agent_problem(problem)
             elif isinstance(event, Ready):
                 elapsed = store.loading.elapsed(now)
-                self.notify(f"Server ready (loaded in {format_duration(elapsed)})", title="Ready")
+                self.notify(
+                    f"{prefix}Server ready (loaded in {format_duration(elapsed)})", title="Ready"
+                )
             elif isinstance(event, RunInfo) and event.reattached:
-                self.notify(f"Reattached to run {event.run_id}", title="Reattached")
-        self._ticks += 1
-        live_due = self._ticks % self._live_every == 0
-        if new_lines and live_due:  # the log scrolls at the live panels' rate: one repaint
-            self.main.query_one(LogPane).append_lines(new_lines[-MAX_LOG_APPEND:])
-            self._pending_lines = []
-        self.main.refresh_from(store, now, self.paused, live_due)
+                self.notify(f"{prefix}Reattached to run {event.run_id}", title="Reattached")
+        if len(view.pending_lines) > MAX_LOG_APPEND:  # a host out of view: the store has them
+            del view.pending_lines[:-MAX_LOG_APPEND]
+
+    def refresh_view(self, view: HostView, now: float, *, live_due: bool) -> None:
+        """Redraw ``view``'s main screen from its store (and the GPU detail over it)."""
+        store = view.controller.bus.store
+        if view.pending_lines and live_due:  # the log scrolls at the live panels' rate
+            view.main.query_one(LogPane).append_lines(view.pending_lines)
+            view.pending_lines = []
+        view.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
 
@@ -256,17 +305,19 @@ class SpecmonApp(App[int]):
 
     @property
     def sweep_running(self) -> bool:
-        return self.experiments is not None and self.experiments.running
+        return self.view.sweep_running
 
     async def action_quit(self) -> None:
-        if self.sweep_running and self.experiments is not None:
+        sweeping = [v for v in self.views if v.sweep_running and v.experiments is not None]
+        if sweeping:
+            running = "; ".join(v.experiments.describe_running() for v in sweeping)  # type: ignore[union-attr]
             question = (
-                f"A {self.experiments.describe_running()} is running. Quit anyway? The sweep "
+                f"A {running} is running. Quit anyway? The sweep "
                 "stops now and stays resumable: start the same grid again."
             )
             self.push_screen(ConfirmScreen(question, "Quit"), self._quit_if)
             return
-        if self.relaunch_in_progress:
+        if any(v.relaunch_in_progress for v in self.views):
             self.push_screen(
                 ConfirmScreen("A relaunch is in progress. Quit anyway?", "Quit"),
                 self._quit_if,
@@ -279,8 +330,9 @@ class SpecmonApp(App[int]):
             await self._quit()
 
     async def _quit(self) -> None:
-        if self.experiments is not None:
-            await self.experiments.stop_sweep()  # marked interrupted before the session closes
+        for view in self.views:
+            if view.experiments is not None:
+                await view.experiments.stop_sweep()  # marked interrupted before the session closes
         await self.close_controller()
         self.exit(return_code=0)
 
@@ -328,12 +380,14 @@ class SpecmonApp(App[int]):
         if self.config is None:
             self.notify("No launch profiles: this console has no config.", severity="warning")
             return
-        if self.experiments is None:
-            self.experiments = ExperimentsScreen(
-                self.controller, self.config, relaunch_busy=lambda: self.relaunch_in_progress
+        view = self.view
+        name = "experiments" if len(self.views) == 1 else f"experiments:{view.name}"
+        if view.experiments is None:
+            view.experiments = ExperimentsScreen(
+                view.controller, self.config, relaunch_busy=lambda: view.relaunch_in_progress
             )
-            self.install_screen(self.experiments, name="experiments")
-        self.push_screen("experiments")
+            self.install_screen(view.experiments, name=name)
+        self.push_screen(name)
 
     def action_advisor(self) -> None:
         if self.screen is self.main:
@@ -373,37 +427,51 @@ class SpecmonApp(App[int]):
 
     def _stop_if(self, answer: bool | None) -> None:
         if answer and not self._refused_read_only():
-            self._stop_server()
+            view = self.view  # the host in view when the operator confirmed
+            self.run_worker(self._stop_server(view), group=f"launch:{view.name}", exclusive=True)
 
-    @work(exclusive=True, group="launch")
-    async def _stop_server(self) -> None:
-        self.notify("Stopping the server…")
+    def host_prefix(self, view: HostView) -> str:
+        """How notifications name a host: nothing when the console has one."""
+        return "" if len(self.views) == 1 else f"{view.name}: "
+
+    async def _stop_server(self, view: HostView) -> None:
+        prefix = self.host_prefix(view)
+        self.notify(f"{prefix}Stopping the server…")
         try:
-            await self.controller.stop()
+            await view.controller.stop()
         except SpecmonError as exc:
-            self.notify(str(exc), title="Stop failed", severity="error", timeout=20)
+            self.notify(f"{prefix}{exc}", title="Stop failed", severity="error", timeout=20)
             return
-        self.notify("Server stopped.")
+        self.notify(f"{prefix}Server stopped.")
 
     @on(RelaunchRequested)
     def _on_relaunch(self, message: RelaunchRequested) -> None:
         if self._refused_read_only():
             return
-        self._relaunch(message.profile, message.flags, message.env)
+        view = self.view  # each host's launches are a worker group of their own
+        self.run_worker(
+            self._relaunch(view, message.profile, message.flags, message.env),
+            group=f"launch:{view.name}",
+            exclusive=True,
+        )
 
-    @work(exclusive=True, group="launch")
     async def _relaunch(
-        self, profile: str, flags: dict[str, str | None], env: dict[str, str | None]
+        self,
+        view: HostView,
+        profile: str,
+        flags: dict[str, str | None],
+        env: dict[str, str | None],
     ) -> None:
-        self.relaunch_in_progress = True
+        prefix = self.host_prefix(view)
+        view.relaunch_in_progress = True
         try:
-            self.notify(f"Stopping the run, then launching {profile}…")
-            run_id = await self.controller.launch(profile, flags=flags, env=env)  # type: ignore[arg-type]
-            self.notify(f"Launched run {run_id}; loading…", title="Relaunch")
+            self.notify(f"{prefix}Stopping the run, then launching {profile}…")
+            run_id = await view.controller.launch(profile, flags=flags, env=env)  # type: ignore[arg-type]
+            self.notify(f"{prefix}Launched run {run_id}; loading…", title="Relaunch")
         except SpecmonError as exc:
-            self.notify(str(exc), title="Relaunch failed", severity="error", timeout=30)
+            self.notify(f"{prefix}{exc}", title="Relaunch failed", severity="error", timeout=30)
         finally:
-            self.relaunch_in_progress = False
+            view.relaunch_in_progress = False
 
     def action_focus_log(self) -> None:
         if self.screen is self.main:

@@ -111,3 +111,29 @@ class SweepRequested(Message):
     grid: list[str]
     baseline: bool = True
     prediction: Advice | None = None
+
+
+@dataclass
+class HostChosen(Message):
+    """The fleet overview asks to open a host's full console."""
+
+    name: str
+
+
+@dataclass
+class FleetRelaunchAsked(Message):
+    """The fleet overview asks for the relaunch form for these hosts."""
+
+    names: list[str]
+
+
+@dataclass
+class FleetRelaunchRequested(Message):
+    """The operator confirmed one relaunch on several hosts; ``all_or_none``: launch none if
+    one host refuses (else the others proceed)."""
+
+    names: list[str]
+    profile: str
+    flags: dict[str, str | None] = field(default_factory=dict)
+    env: dict[str, str | None] = field(default_factory=dict)
+    all_or_none: bool = False

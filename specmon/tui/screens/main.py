@@ -35,8 +35,8 @@ class MainScreen(Screen[None]):
     MainScreen #live-row > TimingPanel { width: 1fr; }
     """
 
-    def __init__(self, host_label: str) -> None:
-        super().__init__(id="main")
+    def __init__(self, host_label: str, *, screen_id: str = "main") -> None:
+        super().__init__(id=screen_id)  # the fleet console has one per host
         self.host_label = host_label
 
     def compose(self) -> ComposeResult:

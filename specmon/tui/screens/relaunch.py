@@ -277,6 +277,9 @@ class RelaunchScreen(ModalScreen[None]):
         self.dismiss(None)
 
     @on(Button.Pressed, "#launch")
+    def _launch_pressed(self) -> None:
+        self.action_submit()  # by name, so a subclass's submit (the fleet form's) is the one run
+
     def action_submit(self) -> None:
         self.revalidate()
         if not self.valid or self.spec is None:

@@ -1,0 +1,137 @@
+"""One relaunch for several hosts: the same form as `r`, then one confirmation that lists every
+host with its exact command and lets the operator choose what a refusal means."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar, Literal
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from specmon.config import Config
+from specmon.fleet import FleetHost
+from specmon.launch import form_overrides
+from specmon.tui.messages import FleetRelaunchRequested
+from specmon.tui.screens.relaunch import RelaunchScreen
+
+FleetAnswer = Literal["proceed", "all_or_none"] | None
+
+
+class FleetRelaunchScreen(RelaunchScreen):
+    """The relaunch form (profiles and current flags from the first host), for ``targets``."""
+
+    def __init__(self, targets: Sequence[FleetHost], config: Config) -> None:
+        super().__init__(targets[0].controller, config)
+        self.targets = list(targets)
+
+    def on_mount(self) -> None:  # Textual runs RelaunchScreen.on_mount after this one
+        self.query_one(VerticalScroll).border_title = "Relaunch on " + ", ".join(
+            t.name for t in self.targets
+        )
+
+    def commands(self) -> list[tuple[str, str]]:
+        """(host, the exact command that host would run), from the form as it stands."""
+        profile = self.config.profiles[self.profile_name]
+        flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
+        return [
+            (
+                t.name,
+                profile.to_launch_spec(
+                    flags=flags, env=env, python=t.controller.host_python
+                ).shell_command(),
+            )
+            for t in self.targets
+        ]
+
+    def action_submit(self) -> None:
+        self.revalidate()
+        if not self.valid or self.spec is None:
+            self.notify("The form has problems; fix the fields marked in red.", severity="error")
+            return
+        self.app.push_screen(FleetConfirmScreen(self.commands()), self._fleet_confirmed)
+
+    def _fleet_confirmed(self, answer: FleetAnswer) -> None:
+        if answer is None:
+            return
+        profile = self.config.profiles[self.profile_name]
+        flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
+        self.app.post_message(
+            FleetRelaunchRequested(
+                [t.name for t in self.targets],
+                self.profile_name,
+                dict(flags),  # type: ignore[arg-type]
+                dict(env),
+                all_or_none=answer == "all_or_none",
+            )
+        )
+        self.dismiss(None)
+
+
+class FleetConfirmScreen(ModalScreen[FleetAnswer]):
+    """Every host and its command; `y` launches where accepted, `a` only if all accept."""
+
+    DEFAULT_CSS = """
+    FleetConfirmScreen { align: center middle; }
+    FleetConfirmScreen > Vertical { width: 110; max-width: 98%; height: auto; max-height: 95%;
+        border: thick $warning; background: $panel; padding: 1 2; }
+    FleetConfirmScreen VerticalScroll { height: auto; max-height: 30; }
+    FleetConfirmScreen .host { text-style: bold; height: auto; }
+    FleetConfirmScreen .command { height: auto; margin-bottom: 1; padding-left: 2; }
+    FleetConfirmScreen Horizontal { height: 3; align-horizontal: right; }
+    FleetConfirmScreen Button { margin-left: 2; }
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer('proceed')", "Launch where accepted"),
+        Binding("a", "answer('all_or_none')", "Only if all accept"),
+        Binding("n", "answer(None)", "No"),
+        Binding("escape", "answer(None)", "Cancel"),
+    ]
+
+    def __init__(self, commands: Sequence[tuple[str, str]]) -> None:
+        super().__init__()
+        self.commands = list(commands)
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static(
+                f"Relaunch on {len(self.commands)} hosts. Each host's run is stopped (GPU memory "
+                "released), then its command starts; each host's lock is taken.",
+                markup=False,
+            )
+            with VerticalScroll():
+                for host, command in self.commands:
+                    yield Static(host, classes="host", markup=False)
+                    yield Static(command, classes="command", markup=False)
+            yield Static(
+                "If a host refuses (lock busy, a run of another console): launch on the others "
+                "(y), or launch on none unless every host accepts (a)?",
+                markup=False,
+            )
+            with Horizontal():
+                yield Button("No (n)", id="no")
+                yield Button("Only if all accept (a)", id="all-or-none", variant="warning")
+                yield Button("Launch where accepted (y)", id="proceed", variant="warning")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def action_answer(self, answer: FleetAnswer) -> None:
+        self.dismiss(answer)
+
+    @on(Button.Pressed, "#proceed")
+    def _proceed(self) -> None:
+        self.dismiss("proceed")
+
+    @on(Button.Pressed, "#all-or-none")
+    def _all(self) -> None:
+        self.dismiss("all_or_none")
+
+    @on(Button.Pressed, "#no")
+    def _no(self) -> None:
+        self.dismiss(None)
