@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.vllm_conformance import PROMPTS, check_vllm_conformance
 
 from specmon.backends.vllm.metrics import parse_metrics, spec_decode_rates
 from specmon.backends.vllm.parser import VLLMLogParser
@@ -338,6 +339,30 @@ def test_serves_like_vllm_and_its_log_reads_as_vllm(tmp_path):
     assert all(isinstance(timing, ProbeTiming) for timing in parsed)
     probe_free = json.loads((tmp_path / "gpus.json").read_text())
     assert probe_free["phase"] == "stopped" and len(probe_free["gpus"]) == 2
+
+
+def test_passes_the_real_vllm_conformance_body(tmp_path):
+    """The body tests/test_real_vllm.py holds a real vLLM (the CPU build) to, on a server
+    started as that one is (served name, --max-model-len 1024, EAGLE-3 with 3 tokens), so the
+    simulator cannot drift from the real server unnoticed (docs/testing.md)."""
+    sim = VllmSim(
+        tmp_path,
+        [
+            "meta-llama/Llama-3.1-8B-Instruct",
+            *("--served-model-name", "tiny-llama8", "--max-model-len", "1024"),
+            *("--speculative-config", EAGLE3),
+        ],
+        scale=0.02,
+    )
+    try:
+        report = check_vllm_conformance(
+            sim.url, sim.log, ready_timeout=60, alive=lambda: sim.proc.poll() is None
+        )
+    finally:
+        sim.stop()
+    assert report.refused_while_loading >= 1
+    assert report.model == "tiny-llama8"
+    assert report.completions == len(PROMPTS)
 
 
 @pytest.mark.parametrize(

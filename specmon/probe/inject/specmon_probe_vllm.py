@@ -10,7 +10,8 @@ returns, or, from ~0.11 where that call only runs the forward and keeps its stat
 following ``GPUModelRunner.sample_tokens`` returns. Inside it:
 
 * verify: from the cycle's start (the target forward and everything before it) to the exit of
-  the rejection sampler;
+  the rejection sampler, in a step that verifies draft tokens (from ~0.32 the V1 runner calls
+  the rejection sampler in prefill steps too; a step without drafts is not recorded);
 * draft: the EAGLE proposer's ``propose`` (V1 ``EagleProposer``, V2 ``EagleSpeculator``);
 * extend: vLLM's EAGLE has no separate draft-extend call (the proposer's first forward runs over
   the accepted tokens), so it is 0.0.
@@ -239,6 +240,7 @@ class _FamilyTiming:
         if (
             cycle is not None
             and cycle is self.open_cycle
+            and has_draft_tokens(self.scheduler_output)
             and not any(phase == "verify" for phase, _, _ in cycle.spans)
         ):
             clock = rec.clock
@@ -256,6 +258,17 @@ class _FamilyTiming:
                 f'"drafted_per_position":[{",".join(map(str, drafted))}]'
             )
         rec.end_cycle(cycle, lambda: batch_shape(scheduler_output))
+
+
+def has_draft_tokens(scheduler_output: Any) -> bool:
+    """Whether the step verifies any draft token. From ~0.32 the V1 runner calls the rejection
+    sampler on every step once speculative decoding is configured, a prefill with no drafts
+    included; such a step is no speculative cycle (it is dropped, as SGLang's prefills are).
+    True when the scheduler output has no readable draft table (keep the cycle)."""
+    drafts = getattr(scheduler_output, "scheduled_spec_decode_tokens", None)
+    if not isinstance(drafts, dict):
+        return True
+    return any(drafts.values())
 
 
 def batch_shape(scheduler_output: Any) -> tuple[int | None, int | None]:

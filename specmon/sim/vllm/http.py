@@ -2,12 +2,15 @@
 once the engine died), /ping, /version, /load, /v1/models, the OpenAI completions and chat
 endpoints (plain and SSE-streamed at the simulated decode rate) and /metrics.
 
-Errors are vLLM's ``{"error": {"message", "type", "param", "code"}}``; unknown paths get
-FastAPI's ``{"detail": "Not Found"}``.
+Errors are vLLM's ``{"error": {"message", "type", "param", "code"}}``, with ``param`` naming
+the offending field and the message ending ``(parameter=..., value=...)`` where vLLM raises a
+VLLMValidationError; unknown paths get FastAPI's ``{"detail": "Not Found"}``. Checked against a
+real vLLM by tests/support/vllm_conformance.py.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -47,9 +50,25 @@ CHAT_ANSWER_TOKENS = 256  # where a simulated chat answer ends (its EOS) without
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's (OpenAI's) default for /v1/completions
 
 
-def vllm_error(message: str, kind: str = "BadRequestError", status: int = 400) -> Response:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+def vllm_error(
+    message: str, kind: str = "BadRequestError", status: int = 400, param: str | None = None
+) -> Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return JSONResponse(body, status)
+
+
+def validation_error(message: str, parameter: str, value: Any = None) -> Response:
+    """A VLLMValidationError as vLLM answers it: 400, ``param`` set, and the parameter (and
+    value) appended to the message."""
+    extras = [f"parameter={parameter}"] + ([] if value is None else [f"value={value}"])
+    return vllm_error(f"{message} ({', '.join(extras)})", param=parameter)
+
+
+def system_fingerprint(tp: int, command: str) -> str:
+    """vLLM's default (``--fingerprint-mode full``) ``vllm-<version>[-tpN]-<hash8>``, the hash
+    (of the config in vLLM) here of the command line."""
+    parts = [f"vllm-{VLLM_VERSION}"] + ([f"tp{tp}"] if tp > 1 else [])
+    return "-".join([*parts, hashlib.sha256(command.encode()).hexdigest()[:8]])
 
 
 def _engine_dead() -> Response:
@@ -154,21 +173,46 @@ class VllmApi:
         model = data.get("model")
         names = self.host.args.served_model_name or [self.host.launch.model]
         if model is not None and model not in names:
-            return vllm_error(f"The model `{model}` does not exist.", "NotFoundError", 404)
+            return vllm_error(
+                f"The model `{model}` does not exist. Valid aliases: {', '.join(names)}.",
+                "NotFoundError",
+                404,
+                param="model",
+            )
         return None
 
+    @property
+    def fingerprint(self) -> str:
+        launch = self.host.launch
+        return system_fingerprint(launch.tp, " ".join(map(str, vars(self.host.args).values())))
+
     def _submit(self, prompt_tokens: int, max_tokens: Any) -> SimRequest | Response:
+        """Queue a request; vLLM 0.33's checks: max_tokens >= 1 and <= max_model_len (else
+        400), a prompt longer than the context refused, max_tokens clamped to the room left."""
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            return vllm_error(f"max_tokens must be at least 1, got {max_tokens}.")
-        room = self.host.max_model_len - prompt_tokens
-        if max_tokens > room:
-            return vllm_error(
-                f"'max_tokens' is too large: {max_tokens}. This model's maximum context length "
-                f"is {self.host.max_model_len} tokens and your request has {prompt_tokens} "
-                f"input tokens ({max_tokens} > {self.host.max_model_len} - {prompt_tokens})."
+            return validation_error(
+                f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
+            )
+        limit = self.host.max_model_len
+        if max_tokens > limit:
+            return validation_error(
+                f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. "
+                "Please request fewer output tokens.",
+                "max_tokens",
+                max_tokens,
+            )
+        if prompt_tokens > limit:
+            return validation_error(
+                f"This model's maximum context length is {limit} tokens. However, your prompt "
+                f"contains {prompt_tokens} input tokens, which exceeds this limit even without "
+                "any output tokens. Please reduce the length of the input prompt.",
+                "input_tokens",
+                prompt_tokens,
             )
         request = SimRequest(
-            rid=uuid.uuid4().hex, prompt_tokens=max(1, prompt_tokens), max_new_tokens=max_tokens
+            rid=uuid.uuid4().hex,
+            prompt_tokens=max(1, prompt_tokens),
+            max_new_tokens=max(1, min(max_tokens, limit - prompt_tokens)),
         )
         self.host.engine.submit(request)
         return request
@@ -198,6 +242,14 @@ class VllmApi:
             data = await json_body(http_request)
         except BadBody as exc:
             return vllm_error(str(exc))
+        if (
+            required == "prompt"
+            and data.get("prompt") in (None, "")
+            and not data.get("prompt_embeds")
+        ):
+            return validation_error(
+                "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
+            )
         if required not in data:
             return vllm_error(
                 f"[{{'type': 'missing', 'loc': ('body', '{required}'), 'msg': 'Field required'}}]"
@@ -228,6 +280,8 @@ class VllmApi:
                 "logprobs": None,
                 "finish_reason": finish,
                 "stop_reason": None,
+                "prompt_token_ids": None,
+                "token_ids": None,
             }
             return {
                 "id": rid,
@@ -242,14 +296,17 @@ class VllmApi:
             if self.host.engine_dead:
                 return _engine_dead()
             full = body(request.text(), "length")
-            full["choices"][0]["prompt_logprobs"] = None
+            full["choices"][0] |= {"prompt_logprobs": None, "routed_experts": None}
+            usage = self._usage(request) | {"completion_tokens_details": None}
             return JSONResponse(
                 full
                 | {
                     "service_tier": None,
-                    "system_fingerprint": None,
-                    "usage": self._usage(request),
+                    "system_fingerprint": self.fingerprint,
+                    "usage": usage,
                     "kv_transfer_params": None,
+                    "ec_transfer_params": None,
+                    "metrics": None,
                 }
             )
 
@@ -269,8 +326,14 @@ class VllmApi:
                 text = request.text()
                 delta, sent = text[len(sent) :], text
                 yield body(delta, "length" if finished else None)
-            if _include_usage(data):
-                yield body("", None) | {"choices": [], "usage": self._usage(request)}
+            if _include_usage(data):  # the usage chunk: no prompt_tokens_details, fingerprint
+                usage = self._usage(request)
+                del usage["prompt_tokens_details"]
+                yield body("", None) | {
+                    "choices": [],
+                    "usage": usage,
+                    "system_fingerprint": self.fingerprint,
+                }
 
         return sse(chunks())
 
@@ -340,7 +403,7 @@ class VllmApi:
                         }
                     ],
                     "service_tier": None,
-                    "system_fingerprint": None,
+                    "system_fingerprint": self.fingerprint,
                     "usage": self._usage(request),
                     "prompt_logprobs": None,
                     "kv_transfer_params": None,

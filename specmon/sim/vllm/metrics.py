@@ -13,6 +13,7 @@ from specmon.sim.engine import Engine
 
 _LABELS = ("model_name", "engine")
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+SLEEP_STATES = (("awake", 1), ("weights_offloaded", 0), ("discard_all", 0))  # a serving engine
 _ITL_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5)
 
 
@@ -27,8 +28,8 @@ class VllmMetrics:
         def counter(name: str, doc: str, extra: tuple[str, ...] = ()) -> Counter:
             return Counter(f"vllm:{name}", doc, (*_LABELS, *extra), registry=registry)
 
-        def gauge(name: str, doc: str) -> Gauge:
-            return Gauge(f"vllm:{name}", doc, _LABELS, registry=registry)
+        def gauge(name: str, doc: str, extra: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(f"vllm:{name}", doc, (*_LABELS, *extra), registry=registry)
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
             return Histogram(f"vllm:{name}", doc, _LABELS, buckets=buckets, registry=registry)
@@ -38,7 +39,13 @@ class VllmMetrics:
         )
         self.waiting = gauge("num_requests_waiting", "Number of requests waiting to be processed.")
         self.kv_usage = gauge("kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
-        self.sleep_state = gauge("engine_sleep_state", "Engine sleep state.")
+        self.sleep_state = gauge(
+            "engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is "
+            "awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+            "level 2.",
+            ("sleep_state",),
+        )
         self.prompt_tokens = counter("prompt_tokens", "Number of prefill tokens processed.")
         self.generation_tokens = counter(
             "generation_tokens", "Number of generation tokens processed."
@@ -68,6 +75,8 @@ class VllmMetrics:
                 self.per_position.labels(position=str(position), **self.labels)
             for family in (self.drafts, self.draft_tokens, self.accepted):
                 family.labels(**self.labels)
+        for histogram_family in (self.ttft, self.itl, self.e2e):  # vLLM exports them at 0
+            histogram_family.labels(**self.labels)
         for family in (
             self.prompt_tokens,
             self.generation_tokens,
@@ -88,7 +97,8 @@ class VllmMetrics:
         self.running.labels(**labels).set(len(engine.running))
         self.waiting.labels(**labels).set(len(engine.waiting))
         self.kv_usage.labels(**labels).set(min(1.0, engine.token_usage))
-        self.sleep_state.labels(**labels).set(0)
+        for state, value in SLEEP_STATES:
+            self.sleep_state.labels(sleep_state=state, **labels).set(value)
         self._advance("prompt", stats.prefill_tokens_total, self.prompt_tokens.labels(**labels))
         self._advance("prefix", stats.prefill_tokens_total, self.prefix_queries.labels(**labels))
         self._advance(

@@ -87,9 +87,16 @@ class RelaunchScreen(ModalScreen[None]):
             self.profile_name = self.profile_names[0] if self.profile_names else ""
         self.problems: dict[str, str] = {}
         self.spec: LaunchSpec | None = None
-        # The form's fields, labels and select values are the backend's (docs/backends.md).
-        first = config.profiles.get(self.profile_name)
-        self.backend = get_backend(first.backend if first is not None else DEFAULT_BACKEND)
+        self.use_backend_of(self.profile_name)
+
+    def backend_of(self, profile_name: str) -> Backend:
+        profile = self.config.profiles.get(profile_name)
+        return get_backend(profile.backend if profile is not None else DEFAULT_BACKEND)
+
+    def use_backend_of(self, profile_name: str) -> None:
+        """The form's fields, labels and select values are the profile's backend's
+        (docs/backends.md)."""
+        self.backend = self.backend_of(profile_name)
         fields = self.backend.form_fields()
         self.fields: tuple[str, ...] = form_fields(self.backend)
         self.flag_fields = frozenset(f.name for f in fields if not f.is_env)
@@ -142,7 +149,14 @@ class RelaunchScreen(ModalScreen[None]):
             self.query_one("#launch", Button).disabled = True
             return
         self.load_profile(self.profile_name)
-        self.query_one("#" + field_id("speculative-num-steps"), Input).focus()
+        self.first_input().focus()
+
+    def first_input(self) -> Input:
+        """Where the cursor starts: SGLang's draft steps, else the backend's first typed field
+        (vLLM's form has no speculative-num-steps)."""
+        typed = [name for name in self.fields if name not in self.select_choices]
+        first = "speculative-num-steps" if "speculative-num-steps" in typed else typed[0]
+        return self.query_one("#" + field_id(first), Input)
 
     # --- reading and filling the form ---------------------------------------------------------
 
@@ -237,10 +251,18 @@ class RelaunchScreen(ModalScreen[None]):
 
     @on(Input.Changed)
     @on(Select.Changed)
-    def _changed(self, event: Input.Changed | Select.Changed) -> None:
+    async def _changed(self, event: Input.Changed | Select.Changed) -> None:
         if event.control.id == "profile":
             if isinstance(event.value, str) and event.value != self.profile_name:
-                self.load_profile(event.value)
+                if self.backend_of(event.value).name != self.backend.name:
+                    # another server's profile: its own fields (a vLLM profile after an SGLang one)
+                    self.profile_name = event.value
+                    self.use_backend_of(event.value)
+                    await self.recompose()
+                    self.load_profile(event.value)
+                    self.first_input().focus()
+                else:
+                    self.load_profile(event.value)
             return
         if event.control.id != "save-name":
             self.revalidate()

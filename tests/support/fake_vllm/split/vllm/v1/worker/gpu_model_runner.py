@@ -1,5 +1,7 @@
 """Stand-in for 0.33's V1 vllm.v1.worker.gpu_model_runner: execute_model keeps its state,
-sample_tokens samples, rejects and proposes."""
+sample_tokens samples, rejects and proposes. As in 0.32 and 0.33 (not 0.22), the rejection
+sampler runs on every step once speculative decoding is configured, a prefill with no draft
+tokens included (``use_spec_decode = self.speculative_config is not None``)."""
 
 from stand_in_timing import AsyncModelRunnerOutput, sampled_tokens, work
 
@@ -21,8 +23,7 @@ class GPUModelRunner:
 
     def sample_tokens(self, grammar_output):
         scheduler_output, self.execute_model_state = self.execute_model_state, None
-        if scheduler_output.scheduled_spec_decode_tokens:
-            self.rejection_sampler("metadata", None, "target_logits", "bonus", "sampling")
+        self.rejection_sampler("metadata", None, "target_logits", "bonus", "sampling")
         output = sampled_tokens(scheduler_output)
         self.drafter.propose("ids", "positions", "hidden", "next", "indices", "attn", "sampling")
         work("bookkeeping")
