@@ -104,7 +104,7 @@ class SpecmonApp(App[int]):
         self.config = config
         self.clock = clock
         self.start_controller = start_controller
-        self.exit_on_signals = False  # run_console turns it on; tests keep their loop's handlers
+        self.exit_on_signals = False  # run_until_quit turns it on; tests keep their loop's handlers
         self.paused = False
         self._closed = False
         self._ticks = 0
@@ -545,8 +545,17 @@ def run_console(
     beside: Sequence[BesideService] = (),
 ) -> int:
     """Run the console until the operator quits; returns the process exit code."""
+    return run_until_quit(
+        lambda: SpecmonApp(controller, config, read_only=read_only, beside=beside)
+    )
+
+
+def run_until_quit(make_app: Callable[[], SpecmonApp]) -> int:
+    """Run a console (one host's or the fleet's) until the operator quits, SIGTERM and SIGHUP
+    ending it as a quit does; returns the process exit code. The garbage collector is tuned
+    before the app is made, so the app itself is not frozen out of the collector's walk."""
     tune_gc_for_console()
-    app = SpecmonApp(controller, config, read_only=read_only, beside=beside)
+    app = make_app()
     app.exit_on_signals = True
     result = app.run()
     return int(app.return_code if app.return_code is not None else (result or 0))

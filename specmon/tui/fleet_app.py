@@ -22,7 +22,7 @@ from specmon.errors import SpecmonError, UsageError
 from specmon.events import ConnectionState
 from specmon.fleet import FleetHost, HostOutcome, relaunch_fleet
 from specmon.session.transport import HostKeyError
-from specmon.tui.app import CLOSE_TIMEOUT_S, BesideService, SpecmonApp, tune_gc_for_console
+from specmon.tui.app import CLOSE_TIMEOUT_S, BesideService, SpecmonApp, run_until_quit
 from specmon.tui.host_view import HostView
 from specmon.tui.messages import FleetRelaunchAsked, FleetRelaunchRequested, HostChosen
 from specmon.tui.screens.fleet import FleetScreen
@@ -317,8 +317,4 @@ def run_fleet_console(
     beside: Sequence[BesideService] = (),
 ) -> int:
     """Run the fleet console until the operator quits; returns the process exit code."""
-    tune_gc_for_console()
-    app = FleetApp(hosts, config, read_only=read_only, beside=beside)
-    app.exit_on_signals = True
-    result = app.run()
-    return int(app.return_code if app.return_code is not None else (result or 0))
+    return run_until_quit(lambda: FleetApp(hosts, config, read_only=read_only, beside=beside))
