@@ -13,7 +13,7 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import App
@@ -25,6 +25,7 @@ from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Dropped, LogLine, Ready, RunInfo, StopProgress
+from specmon.session.cli import BesideService
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
@@ -53,14 +54,6 @@ MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are 
 # Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
 SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
 READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
-
-
-class BesideService(Protocol):
-    """Something served next to the console on its event loop (e.g. the metrics exporter)."""
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class SpecmonApp(App[int]):

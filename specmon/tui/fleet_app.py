@@ -21,8 +21,9 @@ from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import ConnectionState
 from specmon.fleet import FleetHost, HostOutcome, relaunch_fleet
+from specmon.session.cli import BesideService
 from specmon.session.transport import HostKeyError
-from specmon.tui.app import CLOSE_TIMEOUT_S, BesideService, SpecmonApp, run_until_quit
+from specmon.tui.app import CLOSE_TIMEOUT_S, SpecmonApp, run_until_quit
 from specmon.tui.host_view import HostView
 from specmon.tui.messages import FleetRelaunchAsked, FleetRelaunchRequested, HostChosen
 from specmon.tui.screens.fleet import FleetScreen
