@@ -201,10 +201,14 @@ class SpecmonApp(App[int]):
         for service in self.beside:
             await service.close()
         if self.start_controller:
-            try:
-                await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
-            except (SpecmonError, asyncio.TimeoutError, OSError) as exc:
-                self.log.warning(f"closing the host session: {exc}")
+            await self.close_sessions()
+
+    async def close_sessions(self) -> None:
+        """Close the host session this console started (the fleet console: each host's)."""
+        try:
+            await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
+        except (SpecmonError, asyncio.TimeoutError, OSError) as exc:
+            self.log.warning(f"closing the host session: {exc}")
 
     async def on_unmount(self) -> None:
         await self.close_controller()

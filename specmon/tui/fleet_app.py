@@ -137,17 +137,8 @@ class FleetApp(SpecmonApp):
             )
             await asyncio.sleep(delay)
 
-    async def close_controller(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for view in self.views:
-            if view.queue is not None:
-                view.controller.bus.unsubscribe(view.queue)
-        for service in self.beside:
-            await service.close()
-        if self.start_controller:
-            await asyncio.gather(*(self._close_host(v) for v in self.views))
+    async def close_sessions(self) -> None:
+        await asyncio.gather(*(self._close_host(v) for v in self.views))
 
     async def _close_host(self, view: HostView) -> None:
         try:
