@@ -186,12 +186,15 @@ def write_probe(probe_dir: Path) -> None:
         path.write_bytes(content)
 
 
-def calibrate() -> dict[str, int]:
-    """Matmul repetitions per phase so that each phase takes about TARGET_MS on this GPU."""
+def calibrate(
+    matrix_size: dict[str, int] = MATRIX_SIZE, target_ms: dict[str, float] = TARGET_MS
+) -> dict[str, int]:
+    """Matmul repetitions per phase (each phase's ``matrix_size`` square bf16 matmuls) so that
+    each phase takes about its ``target_ms`` on this GPU."""
     import torch
 
     reps = {}
-    for phase, size in MATRIX_SIZE.items():
+    for phase, size in matrix_size.items():
         a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
         b, c = torch.randn_like(a), torch.empty_like(a)
         for _ in range(10):
@@ -203,7 +206,7 @@ def calibrate() -> dict[str, int]:
         end.record()
         end.synchronize()
         per_mm = start.elapsed_time(end) / 50
-        reps[phase] = max(1, round(TARGET_MS[phase] / per_mm))
+        reps[phase] = max(1, round(target_ms[phase] / per_mm))
         del a, b, c
     torch.cuda.empty_cache()
     return reps

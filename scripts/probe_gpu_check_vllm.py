@@ -27,14 +27,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probe_gpu_check import write_probe  # the same injection as for SGLang
+# The same injection, calibration and child runs as for SGLang.
+from probe_gpu_check import calibrate, run_child, write_probe
 
 TARGET_MS = {"forward": 25.0, "reject": 0.25, "draft": 1.0}
 MATRIX_SIZE = {"forward": 8192, "reject": 2048, "draft": 4096}
@@ -168,28 +168,6 @@ def write_stand_in(root: Path) -> None:
         path.write_text(text)
 
 
-def calibrate() -> dict[str, int]:
-    """Matmul repetitions per phase so that each phase takes about TARGET_MS on this GPU."""
-    import torch
-
-    reps = {}
-    for phase, size in MATRIX_SIZE.items():
-        a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-        b, c = torch.randn_like(a), torch.empty_like(a)
-        for _ in range(10):
-            torch.mm(a, b, out=c)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(50):
-            torch.mm(a, b, out=c)
-        end.record()
-        end.synchronize()
-        reps[phase] = max(1, round(TARGET_MS[phase] / (start.elapsed_time(end) / 50)))
-        del a, b, c
-    torch.cuda.empty_cache()
-    return reps
-
-
 class _SchedulerOutput:
     def __init__(self) -> None:
         req_ids = [f"req-{i}" for i in range(BATCH_SIZE)]
@@ -236,17 +214,6 @@ def child(result_path: Path) -> None:
         report["writer_seconds"] = recorder.flush_seconds
         report["writer_lines"] = recorder.written
     result_path.write_text(json.dumps(report))
-
-
-def run_child(script: Path, work: Path, label: str, env_extra: dict, pythonpath: str) -> dict:
-    result_path = work / f"{label}.json"
-    env = {k: v for k, v in os.environ.items() if k not in ("SPECMON_PROBE_FILE", "PYTHONPATH")}
-    env.update(env_extra)
-    env["PYTHONPATH"] = pythonpath
-    subprocess.run(
-        [sys.executable, str(script), "--child", str(result_path)], env=env, check=True, timeout=300
-    )
-    return json.loads(result_path.read_text())
 
 
 def truth_cycles(truth: list, truth_verify: list) -> list[dict[str, float]]:
@@ -298,7 +265,7 @@ def main() -> int:
     from specmon.probe import launch_env
     from specmon.probe.records import parse_probe_line
 
-    reps = calibrate()
+    reps = calibrate(MATRIX_SIZE, TARGET_MS)
     common = {
         "STANDIN_REPS": json.dumps(reps),
         "STANDIN_SIZE": json.dumps(MATRIX_SIZE),

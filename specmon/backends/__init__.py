@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from specmon.events import Event
+from specmon.nccl import NCCL_FORM_CHOICES
 
 FlagKind = Literal["switch", "value"]
 
@@ -137,6 +138,19 @@ class FormField:
     @property
     def shown_as(self) -> str:
         return self.label or self.name
+
+
+NCCL_FORM_FIELDS: tuple[FormField, ...] = tuple(
+    FormField(name, is_env=True, choices=values) for name, values in NCCL_FORM_CHOICES.items()
+)
+"""The NCCL variables every backend's relaunch form ends with: NCCL reads them, whatever the
+server."""
+
+
+def nccl_key_flags(env: Mapping[str, str]) -> dict[str, str]:
+    """The NCCL variables of ``NCCL_FORM_CHOICES`` that ``env`` sets, for a backend's
+    key_flags (the console header compares runs by them, whatever the server)."""
+    return {name: env[name] for name in NCCL_FORM_CHOICES if name in env}
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,10 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 "headless, use `specmon export HOST ...`"
             )
         return watch_fleet_headless(sessions, args)
-    session = sessions[0][1]
-    if beside:
-        return watch_headless_beside(session, args, beside[0])
-    return watch_headless(session, args)
+    return watch_headless(sessions[0][1], args, beside)
 
 
 def metrics_server(
@@ -104,29 +101,3 @@ def metrics_server(
     host, port = parse_listen(listen, option="--export")
     watched = [WatchedHost(name, session.bus) for name, session in sessions]
     return MetricsServer(build_registry(lambda: watched, backend_of_profile(config)), host, port)
-
-
-def watch_headless_beside(session: Any, args: argparse.Namespace, server: MetricsServer) -> int:
-    """`watch_headless` with the metrics server running for as long as the watch does."""
-    from specmon.session.cli import run_async, stream_events
-
-    async def main() -> int:
-        queue = session.bus.subscribe()
-        await server.start()
-        try:
-            await session.start()
-            return await stream_events(
-                session,
-                as_json=args.json,
-                with_log=args.log,
-                until=args.until,
-                duration=args.duration,
-                queue=queue,
-            )
-        finally:
-            try:
-                await session.close()
-            finally:
-                await server.close()
-
-    return run_async(main)

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from specmon.collective_sweep import CollectivePlan, plan_collective_points
+    from specmon.commands.sweep_session import sweep_host
     from specmon.config import load_config
     from specmon.errors import UsageError
     from specmon.sweep import parse_grid
@@ -55,12 +56,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--run-timeout must be positive")
     config = load_config(getattr(args, "config", None))
     config.profile(args.profile)
-    host_config = config.hosts.get(args.host)
-    host_label = host_config.label if host_config is not None else args.host
-    if args.host == "local" or (host_config is not None and host_config.transport == "local"):
-        python = sys.executable
-    else:
-        python = host_config.python if host_config is not None else "python3"
+    host_label, python = sweep_host(config, args.host)
     plan = CollectivePlan(host=host_label, profile=args.profile, axes=axes)
     points = plan_collective_points(config, plan, python=python)
     return asyncio.run(_sweep(args, config, plan, points))
@@ -68,51 +64,32 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[Any]) -> int:
     import asyncio
-    import contextlib
-    import signal
     from dataclasses import replace
 
     from specmon.collective_sweep import CollectiveSweepRunner
-    from specmon.ledger import Ledger
-    from specmon.session import open_session
+    from specmon.commands.sweep_session import interrupted, sweep_session
 
-    ledger = Ledger(args.ledger)
-    session = open_session(args.host, config)
     reporter = CollectiveReporter(plan, json_lines=args.json)
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
     runner: CollectiveSweepRunner | None = None
-    try:
-        await session.start()
-        if session.host_label != plan.host:
-            plan = replace(plan, host=session.host_label)
-        runner = CollectiveSweepRunner(
-            session,
-            ledger,
-            plan,
-            points,
-            on_event=reporter,
-            run_timeout_s=args.run_timeout,
-            fresh=args.fresh,
-        )
-        finished = await runner.run()
-        reporter.final(finished)
-        return 0 if all(r.status == "ok" for r in finished.results) else 1
-    except asyncio.CancelledError:
-        which = f" s{runner.sweep_id}" if runner is not None and runner.sweep_id else ""
-        print(
-            f"specmon: nccl-sweep{which} interrupted; run the same command again to resume it",
-            file=sys.stderr,
-        )
-        return 130
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
-        with contextlib.suppress(Exception):
-            await asyncio.shield(session.close())
-        ledger.close()
+    async with sweep_session(args.host, config, args.ledger) as (session, ledger):
+        try:
+            await session.start()
+            if session.host_label != plan.host:
+                plan = replace(plan, host=session.host_label)
+            runner = CollectiveSweepRunner(
+                session,
+                ledger,
+                plan,
+                points,
+                on_event=reporter,
+                run_timeout_s=args.run_timeout,
+                fresh=args.fresh,
+            )
+            finished = await runner.run()
+            reporter.final(finished)
+            return 0 if all(r.status == "ok" for r in finished.results) else 1
+        except asyncio.CancelledError:
+            return interrupted("nccl-sweep", runner.sweep_id if runner is not None else None)
 
 
 class CollectiveReporter:

@@ -54,6 +54,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from specmon.commands.sweep_session import sweep_host
     from specmon.config import load_config
     from specmon.errors import UsageError
     from specmon.sweep import SweepPlan, parse_grid, plan_points
@@ -64,12 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--ready-timeout must be positive")
     config = load_config(getattr(args, "config", None))
     config.profile(args.profile)  # a clear "unknown profile, did you mean" before connecting
-    host_config = config.hosts.get(args.host)
-    host_label = host_config.label if host_config is not None else args.host
-    if args.host == "local" or (host_config is not None and host_config.transport == "local"):
-        python = sys.executable  # what the host session itself runs local servers with
-    else:
-        python = host_config.python if host_config is not None else "python3"
+    host_label, python = sweep_host(config, args.host)
     plan = SweepPlan(
         host=host_label, profile=args.profile, axes=axes, baseline=args.baseline, bench=settings
     )
@@ -79,55 +75,35 @@ def run(args: argparse.Namespace) -> int:
 
 async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[Any]) -> int:
     import asyncio
-    import contextlib
-    import signal
 
-    from specmon.ledger import Ledger
-    from specmon.session import open_session
+    from specmon.commands.sweep_session import interrupted, sweep_session
     from specmon.sweep import SweepRunner
 
-    ledger = Ledger(args.ledger)
-    session = open_session(args.host, config)
     reporter = SweepReporter(plan, json_lines=args.json)
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        # SIGTERM (kill, tmux/nohup teardown) ends the sweep like Ctrl-C: marked interrupted.
-        loop.add_signal_handler(signal.SIGTERM, lambda: task.cancel() if task else None)
     runner: SweepRunner | None = None
-    try:
-        await session.start()
-        if session.host_label != plan.host:
-            from dataclasses import replace
+    async with sweep_session(args.host, config, args.ledger) as (session, ledger):
+        try:
+            await session.start()
+            if session.host_label != plan.host:
+                from dataclasses import replace
 
-            plan = replace(plan, host=session.host_label)
-            reporter.plan = plan
-        runner = SweepRunner(
-            controller=session,
-            ledger=ledger,
-            plan=plan,
-            points=points,
-            on_event=reporter,
-            ready_timeout_s=args.ready_timeout,
-            fresh=args.fresh,
-            stop_at_end=not args.leave_running,
-        )
-        finished = await runner.run()
-        reporter.final(finished)
-        return 0 if any(r.status == "ok" for r in finished.results) else 1
-    except asyncio.CancelledError:
-        which = f" s{runner.sweep_id}" if runner is not None and runner.sweep_id else ""
-        print(
-            f"specmon: sweep{which} interrupted; run the same command again to resume it",
-            file=sys.stderr,
-        )
-        return 130
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGTERM)
-        with contextlib.suppress(Exception):
-            await asyncio.shield(session.close())
-        ledger.close()
+                plan = replace(plan, host=session.host_label)
+                reporter.plan = plan
+            runner = SweepRunner(
+                controller=session,
+                ledger=ledger,
+                plan=plan,
+                points=points,
+                on_event=reporter,
+                ready_timeout_s=args.ready_timeout,
+                fresh=args.fresh,
+                stop_at_end=not args.leave_running,
+            )
+            finished = await runner.run()
+            reporter.final(finished)
+            return 0 if any(r.status == "ok" for r in finished.results) else 1
+        except asyncio.CancelledError:
+            return interrupted("sweep", runner.sweep_id if runner is not None else None)
 
 
 class SweepReporter:

@@ -11,8 +11,8 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import IO, Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import IO, Any, Protocol, TypeVar
 
 from specmon.errors import UsageError
 from specmon.events import (
@@ -284,25 +284,42 @@ async def stream_events(
         session.bus.unsubscribe(queue)
 
 
-def watch_headless(session: Any, args: argparse.Namespace) -> int:
+class BesideService(Protocol):
+    """Something served next to a watch or the console on its event loop (e.g. the metrics
+    exporter)."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def watch_headless(
+    session: Any, args: argparse.Namespace, beside: Sequence[BesideService] = ()
+) -> int:
     """Start ``session``, print its events as `watch` does (text or JSON lines, ``--until``,
     ``--duration``), and close it however the watch ends: the one headless loop shared by
-    `specmon watch`, `specmon connect --headless` and `specmon demo --headless`."""
+    `specmon watch`, `specmon connect --headless` and `specmon demo --headless`. The
+    ``beside`` services are started first and closed after the session, for as long as the
+    watch runs (`connect --export`)."""
 
     async def main() -> int:
         queue = session.bus.subscribe()  # before start: not one early event is missed
-        try:
-            await session.start()
-            return await stream_events(
-                session,
-                as_json=args.json,
-                with_log=args.log,
-                until=args.until,
-                duration=args.duration,
-                queue=queue,
-            )
-        finally:
-            await session.close()
+        async with contextlib.AsyncExitStack() as services:
+            for service in beside:
+                await service.start()
+                services.push_async_callback(service.close)
+            try:
+                await session.start()
+                return await stream_events(
+                    session,
+                    as_json=args.json,
+                    with_log=args.log,
+                    until=args.until,
+                    duration=args.duration,
+                    queue=queue,
+                )
+            finally:
+                await session.close()
 
     return run_async(main)
 

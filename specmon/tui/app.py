@@ -13,7 +13,7 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import App
@@ -25,6 +25,7 @@ from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Dropped, LogLine, Ready, RunInfo, StopProgress
+from specmon.session.cli import BesideService
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
@@ -53,14 +54,6 @@ MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are 
 # Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
 SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
 READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
-
-
-class BesideService(Protocol):
-    """Something served next to the console on its event loop (e.g. the metrics exporter)."""
-
-    async def start(self) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 class SpecmonApp(App[int]):
@@ -104,7 +97,7 @@ class SpecmonApp(App[int]):
         self.config = config
         self.clock = clock
         self.start_controller = start_controller
-        self.exit_on_signals = False  # run_console turns it on; tests keep their loop's handlers
+        self.exit_on_signals = False  # run_until_quit turns it on; tests keep their loop's handlers
         self.paused = False
         self._closed = False
         self._ticks = 0
@@ -208,10 +201,14 @@ class SpecmonApp(App[int]):
         for service in self.beside:
             await service.close()
         if self.start_controller:
-            try:
-                await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
-            except (SpecmonError, asyncio.TimeoutError, OSError) as exc:
-                self.log.warning(f"closing the host session: {exc}")
+            await self.close_sessions()
+
+    async def close_sessions(self) -> None:
+        """Close the host session this console started (the fleet console: each host's)."""
+        try:
+            await asyncio.wait_for(self.controller.close(), CLOSE_TIMEOUT_S)
+        except (SpecmonError, asyncio.TimeoutError, OSError) as exc:
+            self.log.warning(f"closing the host session: {exc}")
 
     async def on_unmount(self) -> None:
         await self.close_controller()
@@ -545,8 +542,17 @@ def run_console(
     beside: Sequence[BesideService] = (),
 ) -> int:
     """Run the console until the operator quits; returns the process exit code."""
+    return run_until_quit(
+        lambda: SpecmonApp(controller, config, read_only=read_only, beside=beside)
+    )
+
+
+def run_until_quit(make_app: Callable[[], SpecmonApp]) -> int:
+    """Run a console (one host's or the fleet's) until the operator quits, SIGTERM and SIGHUP
+    ending it as a quit does; returns the process exit code. The garbage collector is tuned
+    before the app is made, so the app itself is not frozen out of the collector's walk."""
     tune_gc_for_console()
-    app = SpecmonApp(controller, config, read_only=read_only, beside=beside)
+    app = make_app()
     app.exit_on_signals = True
     result = app.run()
     return int(app.return_code if app.return_code is not None else (result or 0))

@@ -21,8 +21,9 @@ from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import ConnectionState
 from specmon.fleet import FleetHost, HostOutcome, relaunch_fleet
+from specmon.session.cli import BesideService
 from specmon.session.transport import HostKeyError
-from specmon.tui.app import CLOSE_TIMEOUT_S, BesideService, SpecmonApp, tune_gc_for_console
+from specmon.tui.app import CLOSE_TIMEOUT_S, SpecmonApp, run_until_quit
 from specmon.tui.host_view import HostView
 from specmon.tui.messages import FleetRelaunchAsked, FleetRelaunchRequested, HostChosen
 from specmon.tui.screens.fleet import FleetScreen
@@ -136,17 +137,8 @@ class FleetApp(SpecmonApp):
             )
             await asyncio.sleep(delay)
 
-    async def close_controller(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        for view in self.views:
-            if view.queue is not None:
-                view.controller.bus.unsubscribe(view.queue)
-        for service in self.beside:
-            await service.close()
-        if self.start_controller:
-            await asyncio.gather(*(self._close_host(v) for v in self.views))
+    async def close_sessions(self) -> None:
+        await asyncio.gather(*(self._close_host(v) for v in self.views))
 
     async def _close_host(self, view: HostView) -> None:
         try:
@@ -317,8 +309,4 @@ def run_fleet_console(
     beside: Sequence[BesideService] = (),
 ) -> int:
     """Run the fleet console until the operator quits; returns the process exit code."""
-    tune_gc_for_console()
-    app = FleetApp(hosts, config, read_only=read_only, beside=beside)
-    app.exit_on_signals = True
-    result = app.run()
-    return int(app.return_code if app.return_code is not None else (result or 0))
+    return run_until_quit(lambda: FleetApp(hosts, config, read_only=read_only, beside=beside))

@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from specmon.backends import (
+    NCCL_FORM_FIELDS,
     Backend,
     DraftShape,
     FlagKind,
@@ -17,9 +18,9 @@ from specmon.backends import (
     ProbeTargets,
     Problem,
     ProfileFields,
+    nccl_key_flags,
 )
 from specmon.flag_grammar import parse_flags, render_flag
-from specmon.nccl import NCCL_FORM_CHOICES
 
 # /server_info fields the console shows (internal_states[0] flattened in).
 INFO_KEYS = (
@@ -165,9 +166,7 @@ class SGLangBackend(Backend):
                 if values.get(name):
                     out[key] = values[name]
                     break
-        for name in NCCL_FORM_CHOICES:
-            if name in env:
-                out[name] = env[name]
+        out.update(nccl_key_flags(env))
         return out
 
     def draft_shape(
@@ -211,10 +210,7 @@ class SGLangBackend(Backend):
             FormField("speculative-eagle-topk", label="eagle topk"),
             FormField("speculative-num-draft-tokens", label="draft tokens"),
             FormField("mem-fraction-static", label="mem fraction"),
-            *(
-                FormField(name, is_env=True, choices=values)
-                for name, values in NCCL_FORM_CHOICES.items()
-            ),
+            *NCCL_FORM_FIELDS,
         )
 
     def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:

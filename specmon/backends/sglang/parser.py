@@ -20,6 +20,20 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from specmon.backends import LogParser, LogSummary
+from specmon.backends.logtext import (
+    ANSI,
+    BARE_EXCEPTION,
+    CHAIN_LINES,
+    CONTINUATION_MAX_LINES,
+    MAX_LINE_CHARS,
+    TQDM_RATE,
+    TRACEBACK_HEAD,
+    TRACEBACK_MAX_LINES,
+    clean_line,
+    clock_seconds,
+    parse_float,
+    parse_int,
+)
 from specmon.backends.sglang.summary import SGLangLogSummary
 from specmon.events import (
     Decode,
@@ -39,12 +53,6 @@ from specmon.events import (
     SpecParams,
 )
 
-MAX_LINE_CHARS = 64 * 1024
-"""Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
-
-_TRACEBACK_MAX_LINES = 5000
-_CONTINUATION_MAX_LINES = 50
-
 # --- line prefixes ------------------------------------------------------------------------
 #
 # Events are keyed on their message text; whatever stands before it (SGLang's own prefix, an
@@ -61,7 +69,6 @@ _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6}|)"
 _SGLANG_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?")
 _PREFIX_SEARCH_CHARS = 200
 _C10D_PREFIX = re.compile(r"\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
 # Any timestamp an operator's format or a wrapper writes: ISO date (or none) and a time.
 _ANY_TS_TEXT = r"(?:\d{4}[-/]\d\d[-/]\d\d[ T]|)\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)(?:Z|[+-]\d\d:?\d\d|)"
 _ANY_TS = re.compile(_ANY_TS_TEXT, re.ASCII)
@@ -202,7 +209,6 @@ _ADAPTIVE = re.compile(
     r"Adaptive spec params updated(?: \([^)\n]*\))?: steps (\d{1,9}) -> (\d{1,9})"
     r"(?:[^\n]*?ema_accept_len=(\d+(?:\.\d+)?))?"
 )
-_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
 
 _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
@@ -226,10 +232,6 @@ _OTHER_FATAL = re.compile(
     r"|Capture cuda graph failed|CUDA error: |AcceleratorError|CUDA driver error"
     r"|device-side assert triggered|Triton Error \[CUDA\]|CUBLAS_STATUS_|CUDNN_STATUS_"
 )
-# A bare exception line whose traceback head was not seen (log cut, or parse_line alone).
-_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
-
-_TRACEBACK_HEAD = "Traceback (most recent call last)"
 _FRAME_STARTS = ('File "', "[Previous line repeated", "...")
 _CARETS = re.compile(r"[\^~ ]+")
 # The line that ends a traceback: `SomeError: text`, a bare `KeyboardInterrupt`, c10d's
@@ -238,40 +240,6 @@ _EXCEPTION_LINE = re.compile(
     r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)"
     r"(?::|$)|[A-Za-z_][\w.]*: \S"
 )
-_CHAIN_LINES = (
-    "During handling of the above exception",
-    "The above exception was the direct cause",
-)
-
-
-def _float(text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _clock_seconds(text: str | None) -> float | None:
-    """tqdm's `01:27` or `1:02:03` -> seconds; None for `?` or an empty field."""
-    if not text or "?" in text:
-        return None
-    seconds = 0
-    for part in text.split(":"):
-        if not part.isdigit():
-            return None
-        seconds = seconds * 60 + int(part)
-    return float(seconds)
 
 
 def _split_prefix(line: str, outer: str = "") -> tuple[str | None, int | None, str, bool]:
@@ -308,11 +276,11 @@ def _fields(tail: str) -> dict[str, str]:
 
 def _decode_from_fields(ts: str | None, rank: int | None, tail: str) -> Decode | None:
     fields = _fields(tail)
-    running_req = _int(fields.get("#running-req"))
-    tokens = _int(fields.get("#token", fields.get("#full token")))
-    token_usage = _float(fields.get("token usage", fields.get("full token usage")))
-    gen_throughput = _float(fields.get("gen throughput (token/s)"))
-    queue_req = _int(fields.get("#queue-req"))
+    running_req = parse_int(fields.get("#running-req"))
+    tokens = parse_int(fields.get("#token", fields.get("#full token")))
+    token_usage = parse_float(fields.get("token usage", fields.get("full token usage")))
+    gen_throughput = parse_float(fields.get("gen throughput (token/s)"))
+    queue_req = parse_int(fields.get("#queue-req"))
     if (
         running_req is None
         or tokens is None
@@ -328,8 +296,8 @@ def _decode_from_fields(ts: str | None, rank: int | None, tail: str) -> Decode |
         running_req=running_req,
         tokens=tokens,
         token_usage=token_usage,
-        accept_len=_float(fields.get("accept len")),
-        accept_rate=_float(fields.get("accept rate")),
+        accept_len=parse_float(fields.get("accept len")),
+        accept_rate=parse_float(fields.get("accept rate")),
         gen_throughput=gen_throughput,
         queue_req=queue_req,
         cuda_graph=None if graph is None else graph == "True",
@@ -354,12 +322,12 @@ def _prefill_from_fields(ts: str | None, rank: int | None, tail: str) -> Prefill
     return Prefill(
         ts=ts,
         rank=rank,
-        new_seq=_int(fields.get("#new-seq")),
-        new_token=_int(fields.get("#new-token")),
-        cached_token=_int(fields.get("#cached-token")),
-        running_req=_int(fields.get("#running-req")),
-        queue_req=_int(fields.get("#queue-req")),
-        input_throughput=_float(fields.get("input throughput (token/s)")),
+        new_seq=parse_int(fields.get("#new-seq")),
+        new_token=parse_int(fields.get("#new-token")),
+        cached_token=parse_int(fields.get("#cached-token")),
+        running_req=parse_int(fields.get("#running-req")),
+        queue_req=parse_int(fields.get("#queue-req")),
+        input_throughput=parse_float(fields.get("input throughput (token/s)")),
     )
 
 
@@ -387,7 +355,7 @@ def _shard_progress(text: str) -> ShardProgress | None:
         return None
     seconds_per_shard = None
     if match.group(6):
-        rate = _RATE.search(match.group(6))
+        rate = TQDM_RATE.search(match.group(6))
         if rate is not None:
             value = float(rate.group(1))
             if rate.group(2) == "s/it":
@@ -397,8 +365,8 @@ def _shard_progress(text: str) -> ShardProgress | None:
     return ShardProgress(
         done=int(match.group(2)),
         total=int(match.group(3)),
-        elapsed_s=_clock_seconds(match.group(4)),
-        remaining_s=_clock_seconds(match.group(5)),
+        elapsed_s=clock_seconds(match.group(4)),
+        remaining_s=clock_seconds(match.group(5)),
         seconds_per_shard=seconds_per_shard,
     )
 
@@ -436,7 +404,7 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
     if (" HTTP/" in message and '" ' in message) or _ERROR_HINT.search(message) is None:
         return None  # uvicorn access lines are never events, whatever their status
     category = error_category(message)
-    if category is None and not prefixed and _BARE_EXCEPTION.match(message):
+    if category is None and not prefixed and BARE_EXCEPTION.match(message):
         category = "other"
     if category is None:
         return None
@@ -454,7 +422,7 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
             return _prefill_from_fields(ts, rank, tail)
     elif message.startswith("Load weight begin"):
         match = _LOAD_BEGIN.match(message)
-        return LoadBegin(ts=ts, rank=rank, avail_mem_gb=_float(match and match.group(1)))
+        return LoadBegin(ts=ts, rank=rank, avail_mem_gb=parse_float(match and match.group(1)))
     elif message.startswith("Load weight end"):
         match = _LOAD_END.match(message)
         model_type = match.group(2) if match else None
@@ -464,9 +432,9 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
         return LoadEnd(
             ts=ts,
             rank=rank,
-            mem_usage_gb=_float(usage and usage.group(1)),
-            avail_mem_gb=_float(avail and avail.group(1)),
-            elapsed_s=_float(match and match.group(1)),
+            mem_usage_gb=parse_float(usage and usage.group(1)),
+            avail_mem_gb=parse_float(avail and avail.group(1)),
+            elapsed_s=parse_float(match and match.group(1)),
             model_type=model_type,
             role="draft" if draft else "target",
         )
@@ -477,7 +445,7 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
             avail = _AVAIL_MEM.search(message)
             if match.group(2) == "begin":
                 return GraphBegin(
-                    ts=ts, rank=rank, role=role, avail_mem_gb=_float(avail and avail.group(1))
+                    ts=ts, rank=rank, role=role, avail_mem_gb=parse_float(avail and avail.group(1))
                 )
             seconds = _GRAPH_SECONDS.search(message)
             usage = _MEM_USAGE.search(message)
@@ -485,13 +453,13 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
                 ts=ts,
                 rank=rank,
                 role=role,
-                seconds=_float(seconds and seconds.group(1)),
-                mem_usage_gb=_float(usage and usage.group(1)),
-                avail_mem_gb=_float(avail and avail.group(1)),
+                seconds=parse_float(seconds and seconds.group(1)),
+                mem_usage_gb=parse_float(usage and usage.group(1)),
+                avail_mem_gb=parse_float(avail and avail.group(1)),
             )
     elif message.startswith("Uvicorn running"):
         match = _UVICORN.match(message)
-        return HttpUp(ts=ts, rank=rank, port=_int(match and match.group(1)))
+        return HttpUp(ts=ts, rank=rank, port=parse_int(match and match.group(1)))
     elif message.startswith("The server is fired up and ready to roll"):
         return Ready(ts=ts, rank=rank)
     elif message.startswith("Adaptive spec params updated"):
@@ -502,17 +470,9 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
                 rank=rank,
                 steps_before=int(match.group(1)),
                 steps=int(match.group(2)),
-                ema_accept_len=_float(match.group(3)),
+                ema_accept_len=parse_float(match.group(3)),
             )
     return None
-
-
-def _clean(line: str) -> str:
-    if len(line) > MAX_LINE_CHARS:
-        line = line[:MAX_LINE_CHARS]
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    return line
 
 
 def parse_line(line: str) -> Event | None:
@@ -521,7 +481,7 @@ def parse_line(line: str) -> Event | None:
     A lone `SomeError: message` line counts as an error here; the stateful parser reads it
     as the root cause of the traceback it ends.
     """
-    outer, line = _unwrap(_clean(line.rstrip("\r\n")))
+    outer, line = _unwrap(clean_line(line.rstrip("\r\n")))
     ts, rank, message, prefixed = _split_prefix(line, outer)
     return _message_event(ts, rank, message, prefixed)
 
@@ -568,7 +528,7 @@ class SGLangLogParser(LogParser):
         if not text:
             return []
         if "\x1b" in text:  # colour codes: off the whole chunk, so coloured lines stay bulk
-            text = _ANSI.sub("", text)
+            text = ANSI.sub("", text)
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         cut = text.rfind("\n")
@@ -631,7 +591,7 @@ class SGLangLogParser(LogParser):
         pending = self._pending
         if not pending or "hards" not in pending or not pending.rstrip().endswith("]"):
             return []
-        event = _shard_progress(_clean(pending))
+        event = _shard_progress(clean_line(pending))
         if event is None:
             return []
         key = (event.done, event.total)
@@ -725,7 +685,7 @@ class SGLangLogParser(LogParser):
             for template in self._templates:
                 if template.matches(line):
                     return template
-            learned = self._learn_template(_clean(line))
+            learned = self._learn_template(clean_line(line))
             if learned is not None:
                 return learned
         return self._templates[0]
@@ -750,7 +710,7 @@ class SGLangLogParser(LogParser):
 
     def _decode_line(self, raw: str) -> Event | None:
         """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
-        line = _clean(raw)
+        line = clean_line(raw)
         for template in self._templates:
             match = template.pattern.match(f"\n{line}\n")
             if match is not None:
@@ -765,11 +725,11 @@ class SGLangLogParser(LogParser):
         return event
 
     def _line(self, raw: str) -> Event | None:
-        outer, line = _unwrap(_clean(raw))
+        outer, line = _unwrap(clean_line(raw))
         ts, rank, message, prefixed = _split_prefix(line, outer)
         if self._in_traceback and not prefixed:
             return self._traceback_line(line)
-        if _TRACEBACK_HEAD in message:
+        if TRACEBACK_HEAD in message:
             if self._chained and not prefixed:
                 # The next link of a chained exception: its cause was already reported.
                 self._start_traceback(self._traceback_ts, self._traceback_rank, report=False)
@@ -780,7 +740,7 @@ class SGLangLogParser(LogParser):
             # Lines after an exception's first line continue its message ("Possible
             # solutions: ...", NCCL's "Last error: ..."): not new errors.
             self._continuation_lines -= 1
-            if line.startswith(_CHAIN_LINES):
+            if line.startswith(CHAIN_LINES):
                 self._chained = True
                 return None
             if not line.startswith("[") and _shard_progress(line) is None:
@@ -795,7 +755,7 @@ class SGLangLogParser(LogParser):
                 return None
             self._last_shard = key
         elif isinstance(event, ServerError) and not prefixed:
-            self._continuation_lines = _CONTINUATION_MAX_LINES
+            self._continuation_lines = CONTINUATION_MAX_LINES
         return event
 
     def _start_traceback(self, ts: str | None, rank: int | None, *, report: bool) -> None:
@@ -813,12 +773,12 @@ class SGLangLogParser(LogParser):
         continue it.
         """
         self._traceback_lines += 1
-        if self._traceback_lines > _TRACEBACK_MAX_LINES:
+        if self._traceback_lines > TRACEBACK_MAX_LINES:
             self._in_traceback = False
             return None
         stripped = line.strip()
         after_frame, self._after_frame = self._after_frame, False
-        if not stripped or line[0] in " \t" or stripped.startswith(_CHAIN_LINES):
+        if not stripped or line[0] in " \t" or stripped.startswith(CHAIN_LINES):
             return None
         if stripped.startswith(_FRAME_STARTS) or _CARETS.fullmatch(stripped):
             # Frames whose indentation a log collector stripped: `File "..."`, its source
@@ -827,10 +787,10 @@ class SGLangLogParser(LogParser):
             return None
         if after_frame and _EXCEPTION_LINE.match(stripped) is None:
             return None  # the source line of the frame before
-        if stripped.startswith(_TRACEBACK_HEAD):
+        if stripped.startswith(TRACEBACK_HEAD):
             return None
         self._in_traceback = False
-        self._continuation_lines = _CONTINUATION_MAX_LINES
+        self._continuation_lines = CONTINUATION_MAX_LINES
         if not self._traceback_report:
             return None
         return ServerError(
@@ -1082,8 +1042,8 @@ _DEFAULT_TEMPLATE = decode_template(
 def _decode_from_columns(columns: tuple[str | None, ...]) -> Decode | None:
     """A Decode from a template match's ten groups, tolerant of malformed numbers."""
     ts, rank, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = columns
-    running_req, token_count, queue_req = _int(running), _int(tokens), _int(queue)
-    token_usage, gen_throughput = _float(usage), _float(gen)
+    running_req, token_count, queue_req = parse_int(running), parse_int(tokens), parse_int(queue)
+    token_usage, gen_throughput = parse_float(usage), parse_float(gen)
     if (
         running_req is None
         or token_count is None
@@ -1094,12 +1054,12 @@ def _decode_from_columns(columns: tuple[str | None, ...]) -> Decode | None:
         return None
     return Decode(
         ts=ts,
-        rank=_int(rank),
+        rank=parse_int(rank),
         running_req=running_req,
         tokens=token_count,
         token_usage=token_usage,
-        accept_len=_float(accept_len or None),
-        accept_rate=_float(accept_rate or None),
+        accept_len=parse_float(accept_len or None),
+        accept_rate=parse_float(accept_rate or None),
         gen_throughput=gen_throughput,
         queue_req=queue_req,
         cuda_graph=(graph == "True") if graph else None,

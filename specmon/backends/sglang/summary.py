@@ -8,18 +8,9 @@ from itertools import compress, repeat
 from operator import is_, itemgetter
 from typing import Any
 
-from specmon.backends import LogParser, LogSummary
-from specmon.events import (
-    Decode,
-    Event,
-    LoadBegin,
-    Prefill,
-    Ready,
-    ServerError,
-    ShardProgress,
-    SpecParams,
-    text_rows,
-)
+from specmon.backends import LogParser
+from specmon.backends.log_totals import ServingTotals
+from specmon.events import Decode, Event, Prefill, Ready, SpecParams, text_rows
 
 # Decode.from_texts rows: accept len and gen throughput texts.
 _ACCEPT_LEN = itemgetter(5)
@@ -38,21 +29,12 @@ def _timestamp(text: str | None) -> datetime | None:
         return None
 
 
-class SGLangLogSummary(LogSummary):
+class SGLangLogSummary(ServingTotals):
     """Running totals over a stream of events, so a huge log need not be held in memory."""
 
     def __init__(self) -> None:
-        self.ready = False
-        self.first_load_begin: str | None = None
-        self.ready_ts: str | None = None
-        self.shards_total: int | None = None
-        self.decode_lines = 0
-        self._gen_sum = 0.0
-        self._accept_sum = 0.0
-        self._accept_count = 0
+        super().__init__()
         self.prefill_lines = 0
-        self.errors = 0
-        self.first_error: str | None = None
         self.spec_steps: int | None = None
         self.spec_steps_changes = 0
 
@@ -65,23 +47,15 @@ class SGLangLogSummary(LogSummary):
                 self._accept_count += 1
         elif isinstance(event, Prefill):
             self.prefill_lines += 1
-        elif isinstance(event, ShardProgress):
-            if self.shards_total is None or event.total > self.shards_total:
-                self.shards_total = event.total
-        elif isinstance(event, LoadBegin):
-            if self.first_load_begin is None and event.ts is not None:
-                self.first_load_begin = event.ts
         elif isinstance(event, Ready):
             if not self.ready:
                 self.ready_ts = event.ts
             self.ready = True
-        elif isinstance(event, ServerError):
-            self.errors += 1
-            if self.first_error is None:
-                self.first_error = event.message
         elif isinstance(event, SpecParams):
             self.spec_steps = event.steps
             self.spec_steps_changes += 1
+        else:
+            self.add_shared(event)
 
     def add_all(self, events: list[Event]) -> None:
         """Decodes still holding their texts are summed in bulk (their numbers converted in C,
@@ -128,12 +102,8 @@ class SGLangLogSummary(LogSummary):
             "load_seconds": self.load_seconds(),
             "shards_total": self.shards_total,
             "decode_lines": self.decode_lines,
-            "mean_gen_throughput": (
-                round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
-            ),
-            "mean_accept_len": (
-                round(self._accept_sum / self._accept_count, 4) if self._accept_count else None
-            ),
+            "mean_gen_throughput": self.mean_gen_throughput(),
+            "mean_accept_len": self.mean_accept_len(),
             "errors": self.errors,
             "prefill_lines": self.prefill_lines,
             "first_error": self.first_error,

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.backends import (
+    NCCL_FORM_FIELDS,
     Backend,
     DraftShape,
     FlagKind,
@@ -17,10 +18,10 @@ from specmon.backends import (
     ProbeTargets,
     Problem,
     ProfileFields,
+    nccl_key_flags,
 )
 from specmon.backends.vllm import flags as vflags
 from specmon.flag_grammar import FlagValue, parse_flags, render_flag
-from specmon.nccl import NCCL_FORM_CHOICES
 
 # Which profile key a launch problem's subject (a flag, or a setting of the JSON) comes from.
 _PROFILE_KEYS: dict[str, tuple[str, ...]] = {
@@ -212,9 +213,7 @@ class VLLMBackend(Backend):
             out["draft_tp"] = str(config["draft_tensor_parallel_size"])
         if values.get("gpu-memory-utilization"):
             out["mem_fraction"] = values["gpu-memory-utilization"]
-        for name in NCCL_FORM_CHOICES:
-            if name in env:
-                out[name] = env[name]
+        out.update(nccl_key_flags(env))
         return out
 
     def draft_shape(
@@ -247,10 +246,7 @@ class VLLMBackend(Backend):
             FormField("num_speculative_tokens", label="num speculative tokens"),
             FormField("draft_tensor_parallel_size", label="draft TP"),
             FormField("gpu-memory-utilization", label="GPU memory utilisation"),
-            *(
-                FormField(name, is_env=True, choices=values)
-                for name, values in NCCL_FORM_CHOICES.items()
-            ),
+            *NCCL_FORM_FIELDS,
         )
 
     def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:

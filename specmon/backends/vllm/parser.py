@@ -21,6 +21,19 @@ import re
 from dataclasses import dataclass
 
 from specmon.backends import LogParser
+from specmon.backends.logtext import (
+    BARE_EXCEPTION,
+    CHAIN_LINES,
+    CONTINUATION_MAX_LINES,
+    MAX_LINE_CHARS,
+    TQDM_RATE,
+    TRACEBACK_HEAD,
+    TRACEBACK_MAX_LINES,
+    clean_line,
+    clock_seconds,
+    parse_float,
+    parse_int,
+)
 from specmon.events import (
     CompileBegin,
     CompileEnd,
@@ -40,14 +53,7 @@ from specmon.events import (
     WeightsLoaded,
 )
 
-MAX_LINE_CHARS = 64 * 1024
-"""Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
-
-_TRACEBACK_MAX_LINES = 5000
-_CONTINUATION_MAX_LINES = 50
 _HEADER_SEARCH_CHARS = 400
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
 
 # vLLM's `LEVEL MM-DD HH:MM:SS [file.py:123] ` (≤0.6 without `[`), wherever it sits in the line.
 _HEADER = re.compile(
@@ -120,7 +126,6 @@ _SHARDS = re.compile(
     r"[Ss]hards(?: \([^)\n]*\))?: *\d+%[^|\n]*\|(?:[^|\n]*\|)? *(\d{1,9})/(\d{1,9})"
     r"(?: \[([\d:?]*)<([\d:?]*), *([^\]\n]*)\])?"
 )
-_TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
 # CPU builds (0.32) compile during a warm-up and print no `torch.compile took` line: the
 # warm-up's start, then each part's compiled function saved to or loaded from vLLM's cache.
 _WARM_UP_BEGIN = "Warming up model for the compilation"
@@ -161,17 +166,11 @@ _POINTER = re.compile(
     r"|check the stack trace above"
     r"|died unexpectedly|EngineCore failed to start|WorkerProc failed to start"
 )
-_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
-_TRACEBACK_HEAD = "Traceback (most recent call last)"
 # Python's report of an exception raised in __del__ (or another place that cannot raise): the
 # traceback after it did not stop anything. vLLM 0.32's CPU build prints one, a RecursionError
 # from a GEMM handle's __del__, while it compiles on a cold cache.
 _IGNORED_EXCEPTION = "Exception ignored in"
 _IGNORED_WINDOW_LINES = 3  # its traceback (or bare exception line) follows within these lines
-_CHAIN_LINES = (
-    "During handling of the above exception",
-    "The above exception was the direct cause",
-)
 _REPORTED_LEVELS = (None, "ERROR", "CRITICAL")
 _ANY_SOURCE = "\0any"  # the last stats line's engine, whichever process wrote it
 
@@ -183,36 +182,6 @@ def error_category(text: str) -> ErrorCategory:
     if _NCCL.search(text):
         return "nccl"
     return "other"
-
-
-def _float(text: str | None) -> float | None:
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def _int(text: str | None) -> int | None:
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def _clock_seconds(text: str | None) -> float | None:
-    """tqdm's `01:27` or `1:02:03` -> seconds; None for `?` or an empty field."""
-    if not text or "?" in text:
-        return None
-    seconds = 0
-    for part in text.split(":"):
-        if not part.isdigit():
-            return None
-        seconds = seconds * 60 + int(part)
-    return float(seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,24 +248,24 @@ def spec_decode_from_message(
     per_position = _PER_POSITION.search(message)
     accepted_tput = _ACCEPTED_TPUT.search(message)
     drafted_tput = _DRAFTED_TPUT.search(message)
-    rate_value = _float(rate and rate.group(1))
+    rate_value = parse_float(rate and rate.group(1))
     if rate is not None and rate_value is not None and rate.group(2) == "%":
         rate_value = round(rate_value / 100, 6)
     return SpecDecode(
         ts=ts,
         rank=rank,
         engine=engine,
-        mean_accept_len=_float(mean and mean.group(1)),
-        accepted=_int(accepted and (accepted.group(1) or accepted.group(2))),
-        drafted=_int(drafted and (drafted.group(1) or drafted.group(2))),
+        mean_accept_len=parse_float(mean and mean.group(1)),
+        accepted=parse_int(accepted and (accepted.group(1) or accepted.group(2))),
+        drafted=parse_int(drafted and (drafted.group(1) or drafted.group(2))),
         per_position=(
             tuple(float(value) for value in per_position.group(1).split(", "))
             if per_position
             else None
         ),
         draft_acceptance_rate=rate_value,
-        accepted_throughput=_float(accepted_tput and accepted_tput.group(1)),
-        drafted_throughput=_float(drafted_tput and drafted_tput.group(1)),
+        accepted_throughput=parse_float(accepted_tput and accepted_tput.group(1)),
+        drafted_throughput=parse_float(drafted_tput and drafted_tput.group(1)),
     )
 
 
@@ -332,7 +301,7 @@ def _decode(
 def _shard_progress(match: re.Match[str], ts: str | None, rank: int | None) -> ShardProgress:
     seconds_per_shard = None
     if match.group(5):
-        rate = _TQDM_RATE.search(match.group(5))
+        rate = TQDM_RATE.search(match.group(5))
         if rate is not None:
             value = float(rate.group(1))
             if rate.group(2) == "s/it":
@@ -344,8 +313,8 @@ def _shard_progress(match: re.Match[str], ts: str | None, rank: int | None) -> S
         rank=rank,
         done=int(match.group(1)),
         total=int(match.group(2)),
-        elapsed_s=_clock_seconds(match.group(3)),
-        remaining_s=_clock_seconds(match.group(4)),
+        elapsed_s=clock_seconds(match.group(3)),
+        remaining_s=clock_seconds(match.group(4)),
         seconds_per_shard=seconds_per_shard,
     )
 
@@ -506,10 +475,7 @@ class VLLMLogParser(LogParser):
     # --- one line ---------------------------------------------------------------------
 
     def _line(self, raw: str) -> Event | None:
-        line = raw[:MAX_LINE_CHARS] if len(raw) > MAX_LINE_CHARS else raw
-        if "\x1b" in line:
-            line = _ANSI.sub("", line)
-        prefix, message = split_line(line)
+        prefix, message = split_line(clean_line(raw))
         if prefix.ts is not None:
             self._last_ts = prefix.ts
         if prefix.source in self._tracebacks:
@@ -521,21 +487,21 @@ class VLLMLogParser(LogParser):
             return None
         if prefix.source in self._ignored:
             left = self._ignored.pop(prefix.source)
-            if _TRACEBACK_HEAD in message:  # read, not reported
+            if TRACEBACK_HEAD in message:  # read, not reported
                 self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, False)
                 return None
-            if _BARE_EXCEPTION.match(message.strip()):
+            if BARE_EXCEPTION.match(message.strip()):
                 return None  # the ignored exception itself, printed without a traceback
             if left > 1:
                 self._ignored[prefix.source] = left - 1
-        if _TRACEBACK_HEAD in message:
+        if TRACEBACK_HEAD in message:
             report = prefix.source not in self._chained
             self._chained.discard(prefix.source)
             self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, report)
             return None
         if prefix.source in self._after_exception:
             left = self._after_exception[prefix.source] - 1
-            if message.startswith(_CHAIN_LINES):
+            if message.startswith(CHAIN_LINES):
                 self._chained.add(prefix.source)
                 del self._after_exception[prefix.source]
                 return None
@@ -636,7 +602,7 @@ class VLLMLogParser(LogParser):
                 return None
             size = _KV_SIZE.search(message)
             if size is not None:
-                tokens = _int(size.group(1).replace(",", ""))
+                tokens = parse_int(size.group(1).replace(",", ""))
                 return self._after_load(
                     KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
                 )
@@ -653,7 +619,7 @@ class VLLMLogParser(LogParser):
                     ts=ts,
                     rank=rank,
                     seconds=float(graph.group(1)),
-                    mem_usage_gb=_float(graph.group(2)),
+                    mem_usage_gb=parse_float(graph.group(2)),
                 )
         if "Starting vLLM" in message:
             http = _HTTP_UP.search(message)
@@ -703,7 +669,7 @@ class VLLMLogParser(LogParser):
         if " HTTP/" in message and '" ' in message:
             return None  # uvicorn access lines are never errors, whatever their status
         text = message.strip()
-        if _OOM.search(text) or _NCCL.search(text) or _BARE_EXCEPTION.match(text):
+        if _OOM.search(text) or _NCCL.search(text) or BARE_EXCEPTION.match(text):
             return self._report(prefix.ts, prefix.rank, text, nccl_frames=False)
         return None
 
@@ -711,18 +677,18 @@ class VLLMLogParser(LogParser):
         """A line of a traceback being read for ``prefix.source``."""
         traceback = self._tracebacks[prefix.source]
         traceback.lines += 1
-        if traceback.lines > _TRACEBACK_MAX_LINES:
+        if traceback.lines > TRACEBACK_MAX_LINES:
             del self._tracebacks[prefix.source]
             return
         stripped = message.strip()
-        if not stripped or message[0] in " \t" or stripped.startswith(_CHAIN_LINES):
+        if not stripped or message[0] in " \t" or stripped.startswith(CHAIN_LINES):
             if "nccl" in message or "NCCL" in message:
                 traceback.nccl_frames = True
             return
-        if stripped.startswith(_TRACEBACK_HEAD):
+        if stripped.startswith(TRACEBACK_HEAD):
             return
         del self._tracebacks[prefix.source]
-        self._after_exception[prefix.source] = _CONTINUATION_MAX_LINES
+        self._after_exception[prefix.source] = CONTINUATION_MAX_LINES
         if traceback.report:
             error = self._report(
                 traceback.ts, traceback.rank, stripped, nccl_frames=traceback.nccl_frames

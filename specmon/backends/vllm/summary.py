@@ -12,18 +12,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from specmon.backends import LogParser, LogSummary
+from specmon.backends import LogParser
+from specmon.backends.log_totals import ServingTotals
 from specmon.backends.vllm.parser import VLLMLogParser
-from specmon.events import (
-    Decode,
-    Event,
-    HttpUp,
-    LoadBegin,
-    Ready,
-    ServerError,
-    ShardProgress,
-    SpecDecode,
-)
+from specmon.events import Decode, Event, HttpUp, Ready, SpecDecode
 
 
 def log_time(text: str | None) -> datetime | None:
@@ -39,23 +31,14 @@ def log_time(text: str | None) -> datetime | None:
         return None
 
 
-class VLLMLogSummary(LogSummary):
+class VLLMLogSummary(ServingTotals):
     """What `specmon parse --summary` reports for a vLLM log, kept as running totals."""
 
     def __init__(self) -> None:
-        self.ready = False
-        self.first_load_begin: str | None = None
+        super().__init__()
         self.http_up_ts: str | None = None
-        self.ready_ts: str | None = None
-        self.shards_total: int | None = None
-        self.decode_lines = 0
-        self._gen_sum = 0.0
-        self._accept_sum = 0.0
-        self._accept_count = 0
         self._position_sums: list[float] = []
         self._position_counts: list[int] = []
-        self.errors = 0
-        self.first_error: str | None = None
 
     def add(self, event: Event) -> None:
         if isinstance(event, Decode):
@@ -71,12 +54,6 @@ class VLLMLogSummary(LogSummary):
                     self._position_counts.append(0)
                 self._position_sums[position] += rate
                 self._position_counts[position] += 1
-        elif isinstance(event, ShardProgress):
-            if self.shards_total is None or event.total > self.shards_total:
-                self.shards_total = event.total
-        elif isinstance(event, LoadBegin):
-            if self.first_load_begin is None and event.ts is not None:
-                self.first_load_begin = event.ts
         elif isinstance(event, HttpUp):
             self.ready = True
             if self.http_up_ts is None:
@@ -85,10 +62,8 @@ class VLLMLogSummary(LogSummary):
             self.ready = True
             if self.ready_ts is None:
                 self.ready_ts = event.ts
-        elif isinstance(event, ServerError):
-            self.errors += 1
-            if self.first_error is None:
-                self.first_error = event.message
+        else:
+            self.add_shared(event)
 
     def load_seconds(self) -> float | None:
         begin = log_time(self.first_load_begin)
@@ -106,12 +81,8 @@ class VLLMLogSummary(LogSummary):
             "load_seconds": self.load_seconds(),
             "shards_total": self.shards_total,
             "decode_lines": self.decode_lines,
-            "mean_gen_throughput": (
-                round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
-            ),
-            "mean_accept_len": (
-                round(self._accept_sum / self._accept_count, 4) if self._accept_count else None
-            ),
+            "mean_gen_throughput": self.mean_gen_throughput(),
+            "mean_accept_len": self.mean_accept_len(),
             "accept_rate_per_position": (
                 [
                     round(total / count, 4)

@@ -1,0 +1,74 @@
+"""Server-neutral mechanics of reading a server's log text, shared by the backends' parsers.
+
+What every Python server's log has alike: ANSI colour codes, lines that may be any length,
+Python's traceback vocabulary and tqdm's progress fields. Each server's own message patterns
+(and which errors it counts as fatal) stay in its backend's parser.
+"""
+
+from __future__ import annotations
+
+import re
+
+MAX_LINE_CHARS = 64 * 1024
+"""Lines are cut to this length before any regex, so a 1 MB line costs no more than 64 KB."""
+
+TRACEBACK_MAX_LINES = 5000
+"""A traceback longer than this is abandoned (its exception line is not waited for)."""
+CONTINUATION_MAX_LINES = 50
+"""Lines after an exception's first line that may continue its message, at most."""
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Za-z0-9]|\x1b[=>NOM78]")
+"""Terminal escape sequences: CSI (colours, cursor moves), charset selection and the short ones."""
+
+TRACEBACK_HEAD = "Traceback (most recent call last)"
+CHAIN_LINES = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+)
+"""The lines that join one link of a chained exception to the next."""
+BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
+"""An exception's line (`SomeError: text`), as it ends a traceback or stands alone."""
+
+TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
+"""tqdm's rate field: seconds per item or items per second."""
+
+
+def clean_line(line: str) -> str:
+    """``line`` cut at MAX_LINE_CHARS and without ANSI escape sequences."""
+    if len(line) > MAX_LINE_CHARS:
+        line = line[:MAX_LINE_CHARS]
+    if "\x1b" in line:
+        line = ANSI.sub("", line)
+    return line
+
+
+def parse_float(text: str | None) -> float | None:
+    """``text`` as a float; None for None, an empty text or one that does not read."""
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_int(text: str | None) -> int | None:
+    """``text`` as an int; None for None, an empty text or one that does not read."""
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def clock_seconds(text: str | None) -> float | None:
+    """tqdm's `01:27` or `1:02:03` -> seconds; None for `?` or an empty field."""
+    if not text or "?" in text:
+        return None
+    seconds = 0
+    for part in text.split(":"):
+        if not part.isdigit():
+            return None
+        seconds = seconds * 60 + int(part)
+    return float(seconds)
