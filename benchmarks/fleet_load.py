@@ -47,7 +47,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tui_load import COLUMNS, ROWS, TerminalReader, build_event_pool, percentile  # noqa: E402
+from tui_load import (  # noqa: E402
+    COLUMNS,
+    ROWS,
+    TerminalReader,
+    build_event_pool,
+    inert_controller_base,
+    percentile,
+)
 
 HOSTS = 8
 SORT_ORDER = ("host", "state", "tok/s", "accept", "verify", "gpus", "age")
@@ -57,12 +64,10 @@ SORT_ORDER = ("host", "state", "tok/s", "accept", "verify", "gpus", "age")
 
 
 def load_controller_class() -> type:
-    from specmon.controller import HostController
-    from specmon.errors import SpecmonError
     from specmon.events import Ready, RunInfo, ShardProgress
     from specmon.store import EventBus
 
-    class LoadController(HostController):
+    class LoadController(inert_controller_base()):
         """One host's generator: ``rate`` events/s from ``pool`` into its own bus."""
 
         can_launch = False
@@ -98,40 +103,6 @@ def load_controller_class() -> type:
         async def close(self) -> None:
             if self.task is not None:
                 self.task.cancel()
-
-        async def launch(self, profile: str, *, flags: Any = None, env: Any = None) -> str:
-            raise SpecmonError("the load generator cannot launch")
-
-        async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
-            raise SpecmonError("the load generator cannot launch")
-
-        async def stop(self) -> None:
-            raise SpecmonError("the load generator cannot stop")
-
-        def profiles(self) -> list[str]:
-            return []
-
-        def add_profile(self, name: str, profile: Any) -> None:
-            return None
-
-        @property
-        def current_run(self) -> None:
-            return None
-
-        async def http_base_url(self) -> str | None:
-            return None
-
-        @property
-        def connected(self) -> bool:
-            return True
-
-        @property
-        def is_local(self) -> bool:
-            return True
-
-        @property
-        def host_python(self) -> str:
-            return sys.executable
 
     return LoadController
 

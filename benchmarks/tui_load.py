@@ -30,8 +30,8 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -108,9 +108,51 @@ def build_event_pool() -> list:
     return pool
 
 
-def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) -> int:
+def inert_controller_base() -> type:
+    """A HostController whose actions are refused and whose host is this machine: what a load
+    generator (here and in fleet_load.py) adds is only its bus, start and close."""
     from specmon.controller import HostController
     from specmon.errors import SpecmonError
+
+    class InertController(HostController):
+        async def launch(self, profile: str, *, flags: Any = None, env: Any = None) -> str:
+            raise SpecmonError("the load generator cannot launch")
+
+        async def launch_spec(self, spec: Any, *, profile: str | None = None) -> str:
+            raise SpecmonError("the load generator cannot launch")
+
+        async def stop(self) -> None:
+            raise SpecmonError("the load generator cannot stop")
+
+        def profiles(self) -> list[str]:
+            return []
+
+        def add_profile(self, name: str, profile: Any) -> None:
+            return None
+
+        @property
+        def current_run(self) -> None:
+            return None
+
+        async def http_base_url(self) -> str | None:
+            return None
+
+        @property
+        def connected(self) -> bool:
+            return True
+
+        @property
+        def is_local(self) -> bool:
+            return True
+
+        @property
+        def host_python(self) -> str:
+            return sys.executable
+
+    return InertController
+
+
+def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) -> int:
     from specmon.events import Ready, RunInfo
     from specmon.store import EventBus
     from specmon.tui.app import SpecmonApp, tune_gc_for_console
@@ -119,7 +161,7 @@ def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) ->
     if not no_gc_tuning:
         tune_gc_for_console()  # as run_console does
 
-    class LoadController(HostController):
+    class LoadController(inert_controller_base()):
         """Publishes ``rate`` events/s until told to replay, then replays as fast as it can."""
 
         def __init__(self) -> None:
@@ -192,46 +234,6 @@ def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) ->
         async def close(self) -> None:
             if self._task is not None:
                 self._task.cancel()
-
-        async def launch(
-            self,
-            profile: str,
-            *,
-            flags: Mapping[str, str] | None = None,
-            env: Mapping[str, str] | None = None,
-        ) -> str:
-            raise SpecmonError("the load generator cannot launch")
-
-        async def stop(self) -> None:
-            raise SpecmonError("the load generator cannot stop")
-
-        def profiles(self) -> list[str]:
-            return []
-
-        async def launch_spec(self, spec: object, *, profile: str | None = None) -> str:
-            raise SpecmonError("the load generator cannot launch")
-
-        def add_profile(self, name: str, profile: object) -> None:
-            return None
-
-        @property
-        def current_run(self) -> None:
-            return None
-
-        async def http_base_url(self) -> str | None:
-            return None
-
-        @property
-        def connected(self) -> bool:
-            return True
-
-        @property
-        def is_local(self) -> bool:
-            return True
-
-        @property
-        def host_python(self) -> str:
-            return sys.executable
 
     app = SpecmonApp(LoadController(), None)
     app.run()
