@@ -12,7 +12,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -58,6 +58,16 @@ class SimRequest:
     @property
     def remaining(self) -> int:
         return max(0, self.max_new_tokens - len(self.output_ids))
+
+    async def cycles(self) -> AsyncIterator[bool]:
+        """One item per verify cycle that touched the request: True on the last (what every
+        streaming endpoint of either personality follows)."""
+        while True:
+            finished = await self.updates.get()
+            finished = finished or self.done.is_set()
+            yield finished
+            if finished:
+                return
 
     def text(self) -> str:
         return "".join(

@@ -291,16 +291,6 @@ class SGLangApi:
             )
         return meta
 
-    @staticmethod
-    async def _updates(request: SimRequest) -> AsyncIterator[bool]:
-        """One item per verify cycle that touched the request: True on the last."""
-        while True:
-            finished = await request.updates.get()
-            finished = finished or request.done.is_set()
-            yield finished
-            if finished:
-                return
-
     async def generate(self, http_request: Request) -> Response:
         try:
             data = await json_body(http_request)
@@ -345,7 +335,7 @@ class SGLangApi:
             )
 
         async def chunks() -> AsyncIterator[dict[str, Any]]:
-            async for finished in self._updates(request):  # cumulative text, as SGLang sends
+            async for finished in request.cycles():  # cumulative text, as SGLang sends
                 yield {
                     "text": request.text(),
                     "output_ids": list(request.output_ids),
@@ -414,7 +404,7 @@ class SGLangApi:
 
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             sent = ""
-            async for finished in self._updates(request):
+            async for finished in request.cycles():
                 text = request.text()
                 delta, sent = text[len(sent) :], text
                 yield body(delta, "length" if finished else None)
@@ -506,7 +496,7 @@ class SGLangApi:
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             yield chunk({"role": "assistant", "content": ""}, None)
             sent = ""
-            async for _ in self._updates(request):
+            async for _ in request.cycles():
                 text = request.text()
                 delta, sent = text[len(sent) :], text
                 if delta:

@@ -218,15 +218,6 @@ class VllmApi:
         return request
 
     @staticmethod
-    async def _updates(request: SimRequest) -> AsyncIterator[bool]:
-        while True:
-            finished = await request.updates.get()
-            finished = finished or request.done.is_set()
-            yield finished
-            if finished:
-                return
-
-    @staticmethod
     def _usage(request: SimRequest) -> dict[str, Any]:
         return {
             "prompt_tokens": request.prompt_tokens,
@@ -312,7 +303,7 @@ class VllmApi:
 
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             sent = ""
-            async for finished in self._updates(request):
+            async for finished in request.cycles():
                 if self.host.engine_dead:
                     yield {
                         "error": {
@@ -413,7 +404,7 @@ class VllmApi:
         async def chunks() -> AsyncIterator[dict[str, Any]]:
             yield chunk({"role": "assistant", "content": ""}, None)
             sent = ""
-            async for finished in self._updates(request):
+            async for finished in request.cycles():
                 if self.host.engine_dead:
                     return
                 text = request.text()
