@@ -39,6 +39,13 @@ def _frames(*frames: tuple[str, int, str, str]) -> str:
     )
 
 
+# EngineCore's start, the top of every start-up failure it reports.
+_ENGINE_CORE_START: tuple[tuple[str, int, str, str], ...] = (
+    ("v1/engine/core.py", 1575, "run_engine_core", "engine_core = EngineCoreProc(*args, **kwargs)"),
+    ("v1/engine/core.py", 833, "__init__", "super().__init__("),
+)
+
+
 def traceback(frames: str, last: str) -> str:
     return f"Traceback (most recent call last):\n{frames}{last}"
 
@@ -117,13 +124,7 @@ def worker_nccl() -> str:
 def engine_init(root: str) -> str:
     """EngineCore's `EngineCore failed to start.` traceback, ending in ``root``."""
     frames = _frames(
-        (
-            "v1/engine/core.py",
-            1575,
-            "run_engine_core",
-            "engine_core = EngineCoreProc(*args, **kwargs)",
-        ),
-        ("v1/engine/core.py", 833, "__init__", "super().__init__("),
+        *_ENGINE_CORE_START,
         (
             "v1/engine/core.py",
             126,
@@ -149,13 +150,7 @@ def engine_init(root: str) -> str:
 def engine_after_worker(worker_error: str) -> str:
     """EngineCore's traceback when a worker failed (it points at the worker's)."""
     frames = _frames(
-        (
-            "v1/engine/core.py",
-            1575,
-            "run_engine_core",
-            "engine_core = EngineCoreProc(*args, **kwargs)",
-        ),
-        ("v1/engine/core.py", 833, "__init__", "super().__init__("),
+        *_ENGINE_CORE_START,
         ("v1/engine/core.py", 112, "__init__", "self.model_executor = executor_class(vllm_config)"),
         (
             "v1/executor/multiproc_executor.py",
