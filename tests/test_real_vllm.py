@@ -445,11 +445,14 @@ def parse_cli(*args: str) -> list[dict]:
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
-def test_specmon_parse_on_the_real_log(server: SpecmonRun) -> None:
-    """`specmon parse --backend vllm --json --summary`, and without --backend (detected)."""
+def test_specmon_parse_on_the_real_log(server: SpecmonRun, tmp_path: Path) -> None:
+    """`specmon parse --backend vllm --json --summary`, and without --backend (detected), on
+    one copy of the log: the live server goes on writing stats lines between two reads."""
     server.wait_ready()
-    given = parse_cli("--backend", "vllm", str(server.log_path))
-    detected = parse_cli(str(server.log_path))
+    log = tmp_path / "server.log"
+    log.write_bytes(server.log_path.read_bytes())
+    given = parse_cli("--backend", "vllm", str(log))
+    detected = parse_cli(str(log))
     assert {line["kind"] for line in given} >= {"load_begin", "kv_cache", "ready", "decode"}
     record = given[-1]
     assert record["ready"] is True and record["errors"] == 0
