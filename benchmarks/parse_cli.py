@@ -5,8 +5,9 @@ processes, from start to exit with the output written to a file: the floor (a fr
 reads the file in 1 MiB chunks, decodes it and runs one compiled regex that captures a decode
 line's fields over each chunk: what any Python log reader pays at least) and `specmon parse`
 with --json --summary, the text form --summary, --summary --no-events, --kind and
---since/--until. Each figure is lines/s (wall; CPU, user+sys, in brackets) and its ratio to
-the floor of the same run; the summaries with and without events are compared, and with
+--since/--until, and --json --summary on one core (--jobs 1; by default a log file is read
+on every core, specmon/log_parts.py). Each figure is lines/s (wall; CPU, user+sys, in
+brackets) and its ratio to the floor of the same run; the summaries with and without events are compared, and with
 --check every JSON line is loaded. Usage: python3 benchmarks/parse_cli.py [--lines N]
 [--repeat N] [--check]
 """
@@ -89,6 +90,14 @@ def main() -> int:
             "floor (bare regex pass)": [sys.executable, "-c", FLOOR, str(log)],
             "--json --summary": [*specmon, str(log), "--json", "--summary"],
             "--summary (text)": [*specmon, str(log), "--summary"],
+            "--json --summary --jobs 1 (one core)": [
+                *specmon,
+                str(log),
+                "--json",
+                "--summary",
+                "--jobs",
+                "1",
+            ],
             "--summary --no-events": [*specmon, str(log), "--summary", "--no-events"],
             "--json --kind error --kind ready": [
                 *specmon,
@@ -126,7 +135,8 @@ def main() -> int:
             print(f"check: {records} JSON lines loaded")
         load_after = os.getloadavg()
     floor = results["floor (bare regex pass)"]
-    print(f"log: {lines:,} lines, {size_mb:.1f} MB; {os.cpu_count()} CPUs")
+    cores = len(os.sched_getaffinity(0))
+    print(f"log: {lines:,} lines, {size_mb:.1f} MB; {cores} cores for this process")
     print(
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"after: {load_after[0]:.2f}"

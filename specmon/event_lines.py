@@ -6,16 +6,19 @@ most of what `specmon parse` spent (``json.dumps`` alone about 3 µs a line); he
 decodes is written with one %-template, the texts as they are, so a decode line runs no Python
 bytecode. By the ``from_texts`` contract the number texts are valid JSON numbers (ints and
 floats with a dot) and the timestamp needs no escaping; what the template cannot say (a leading
-zero, an absent value) is found on the whole block and mended, or the run is written event by
-event. Every other event is written one at a time by the given function.
+zero, an absent value) is found on the whole block and mended, or the run is written line by
+line, each line as the template writes it alone where it can (so a line reads the same in
+whichever run it comes). Every other event is written one at a time by the given function.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from functools import partial
 from itertools import groupby
 from operator import itemgetter
+from typing import cast
 
 from specmon.events import Decode, Event, text_rows
 
@@ -34,6 +37,7 @@ _JSON_HEAD = (
 _JSON_GRAPH = {"True": "true", "": "null"}  # any other text: false, as Decode reads it
 # A JSON number may not start with 0 and another digit; the log's `007` must be written 7.
 _JSON_LEADING_ZERO = re.compile(r'": 0\d')
+_JSON_TO_MEND = re.compile(r'": (?:0\d|,)|"ts": "",')
 
 _TEXT_HEAD = (
     "%-23s TP%-2s " + f"{Decode.kind:<14} " + "running_req=%s tokens=%s token_usage=%s "
@@ -75,14 +79,30 @@ def _pieces(
             end = rows.index(None, position)
         except ValueError:
             end = count
-        run = rows[position:end]
-        # The templates leave out an engine index (item 11): such runs go event by event.
-        with_engine = any(len(row) > _ROW_ITEMS and row[_ROW_ITEMS] for row in run)  # type: ignore[arg-type]
-        written = None if with_engine else block(run)  # type: ignore[arg-type]  # no None
-        if written is None:  # a text the template cannot write: event by event
-            written = "".join(one(event) + "\n" for event in events[position:end])
+        run = cast("list[tuple[str, ...]]", rows[position:end])  # no None up to ``end``
+        # The templates leave out an engine index (item 11): such runs go line by line.
+        with_engine = any(len(row) > _ROW_ITEMS and row[_ROW_ITEMS] for row in run)
+        written = None if with_engine else block(run)
+        if written is None:  # a text the template cannot write: line by line
+            written = "".join(map(partial(_one_line, one, block), events[position:end], run))
         yield written
         position = end
+
+
+def _one_line(
+    one: EventLine,
+    block: Callable[[list[tuple[str, ...]]], str | None],
+    event: Event,
+    row: tuple[str, ...],
+) -> str:
+    """One decode of a run the template could not write whole, as the template writes it
+    where it can: a line reads the same whichever run it came in (`specmon parse` reading
+    a file in parts cuts runs elsewhere than one pass does)."""
+    if len(row) <= _ROW_ITEMS or not row[_ROW_ITEMS]:
+        written = block([row])
+        if written is not None:
+            return written
+    return one(event) + "\n"
 
 
 def _json_block(rows: list[tuple[str, ...]]) -> str | None:
@@ -96,6 +116,8 @@ def _json_block(rows: list[tuple[str, ...]]) -> str | None:
         )
     except TypeError:  # rows of different lengths
         return None
+    if _JSON_TO_MEND.search(lines) is None:  # one pass where three would look
+        return lines + "\n"
     if _JSON_LEADING_ZERO.search(lines) is not None:
         return None
     if '": ,' in lines:  # an absent value (accept len, a rank-less prefix)
@@ -117,7 +139,9 @@ def _text_block(rows: list[tuple[str, ...]]) -> str | None:
     except TypeError:
         return None
     lines += "\n"
-    if "= " in lines or "=\n" in lines:  # absent values are left out, as format_event does
+    # Absent values are left out, as format_event does. Only #queue-req ends a line (the
+    # graph's text may be nothing), and a long text is quicker to look for than `=\n`.
+    if "= " in lines or "queue_req=\n" in lines:
         lines = _TEXT_EMPTY_FIELD.sub("", lines)
     if lines.startswith(_TEXT_NO_TS[1:]) or _TEXT_NO_TS in lines:
         lines = ("\n" + lines).replace(_TEXT_NO_TS, "\n-" + " " * 23 + "TP")[1:]

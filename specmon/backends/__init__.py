@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -81,6 +81,15 @@ class LogParser(ABC):
         summary.add_all(events)
         return len(events)
 
+    def line_state(self) -> Hashable | None:
+        """What this parser carries from one complete line to the next that can change how the
+        lines after it read, or None where it cannot say. Two parsers at a line boundary with
+        equal states read what follows alike, which lets `specmon parse` read the parts of one
+        file at once (specmon/log_parts.py) and check each part began as it should have. A
+        cache that changes only speed (learned line shapes) is not state. None: the log is
+        read start to end in one piece."""
+        return None
+
     def parse_lines(self, lines: Iterable[str]) -> list[Event]:
         events: list[Event] = []
         for line in lines:
@@ -100,6 +109,11 @@ class LogSummary(ABC):
         """Take a chunk's events, in order; a backend may read runs of decodes in bulk."""
         for event in events:
             self.add(event)
+
+    @abstractmethod
+    def merge(self, later: LogSummary) -> None:
+        """Fold in the totals of the part of the log that follows the part this one read,
+        so that the result is the summary of both read in order (specmon/log_parts.py)."""
 
     @abstractmethod
     def finish(self, parser: LogParser) -> dict[str, Any]:

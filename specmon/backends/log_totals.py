@@ -38,6 +38,23 @@ class ServingTotals(LogSummary):
             if self.first_error is None:
                 self.first_error = event.message
 
+    def merge_shared(self, later: ServingTotals) -> None:
+        """Fold in the shared totals of the log's next part (see LogSummary.merge); the
+        readiness fields are the backend's, as it sets them."""
+        if self.first_load_begin is None:
+            self.first_load_begin = later.first_load_begin
+        if later.shards_total is not None and (
+            self.shards_total is None or later.shards_total > self.shards_total
+        ):
+            self.shards_total = later.shards_total
+        self.decode_lines += later.decode_lines
+        self._gen_sum += later._gen_sum
+        self._accept_sum += later._accept_sum
+        self._accept_count += later._accept_count
+        self.errors += later.errors
+        if self.first_error is None:
+            self.first_error = later.first_error
+
     def mean_gen_throughput(self) -> float | None:
         return round(self._gen_sum / self.decode_lines, 4) if self.decode_lines else None
 

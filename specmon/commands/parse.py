@@ -14,16 +14,18 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from itertools import compress
 from operator import attrgetter
 from typing import IO, TYPE_CHECKING, Any
 
 from specmon.errors import UsageError
+from specmon.log_parts import PartReader
 
 if TYPE_CHECKING:
-    from specmon.backends import Backend
+    from specmon.backends import Backend, LogSummary
     from specmon.events import Event
+    from specmon.log_window import TimeWindow
 
 READ_BYTES = 1 << 20
 DETECT_BYTES = 64 * 1024
@@ -58,6 +60,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--until",
         metavar="TIME",
         help="stop after this log timestamp (09:20 takes all of that minute)",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes reading a log file at once (default: one per core, at most 8; 1: one pass)",
     )
     parser.add_argument(
         "--backend",
@@ -198,23 +206,104 @@ def _text_one(event: Event) -> str:
     return safe_text(format_event(event.to_dict()))  # log text reaches the terminal stripped
 
 
+class _LogReader(PartReader):
+    """One pass of `specmon parse` over consecutive chunks: parse, keep the window and the
+    kinds asked for, add to the summary, write the events; each chunk's events are written
+    and flushed at once, so a live pipe sees them as their lines arrive."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        backend: Backend,
+        kinds: set[str] | None,
+        window: TimeWindow | None,
+        out: IO[str],
+    ) -> None:
+        from specmon.event_lines import json_lines, text_lines
+
+        self._backend = backend
+        self.parser = backend.new_log_parser()
+        self.summary = backend.new_log_summary()
+        self._kinds = kinds
+        self._window = window
+        self._out = out
+        self._with_summary = bool(args.summary)
+        self._summary_only = bool(args.no_events) and window is None
+        self._show_events = not args.no_events
+        self._write_lines, self._write_one = (
+            (json_lines, _json_one) if args.json else (text_lines, _text_one)
+        )
+        self.events_seen = 0
+        self.bytes_read = 0
+
+    def take(self, chunk: bytes) -> None:
+        self.bytes_read += len(chunk)
+        parser = self.parser
+        if self._summary_only:
+            self.events_seen += parser.summarize(chunk, self.summary)
+            return
+        events = parser.feed(chunk) if chunk else parser.flush()
+        self.events_seen += len(events)
+        if self._window is not None:
+            events = self._window.keep(events)
+        if self._with_summary:
+            self.summary.add_all(events)  # decodes summed from their texts, left unread
+        if self._show_events and self._kinds is not None:
+            events = _of_kinds(events, self._kinds)
+        if self._show_events and events:
+            self._out.write(self._write_lines(events, self._write_one))
+            self._out.flush()  # each chunk as it is read: a live pipe sees its events now
+
+    def line_state(self) -> Hashable | None:
+        # A time window carries its own state (inside or not) from chunk to chunk.
+        return None if self._window is not None else self.parser.line_state()
+
+    def begin_part(self, out: IO[str]) -> None:
+        self._out = out
+        self.summary = self._backend.new_log_summary()
+        self.parser.unparsed_decode_like = 0
+        self.events_seen = self.bytes_read = 0
+
+    def part_totals(self) -> tuple[LogSummary, int, int, int]:
+        return self.summary, self.events_seen, self.bytes_read, self.parser.unparsed_decode_like
+
+    def add_part(self, totals: tuple[LogSummary, int, int, int]) -> None:
+        summary, events_seen, bytes_read, unparsed = totals
+        self.summary.merge(summary)
+        self.events_seen += events_seen
+        self.bytes_read += bytes_read
+        self.parser.unparsed_decode_like += unparsed
+
+
+def _to_line_boundary(log: IO[bytes], reader: _LogReader) -> int | None:
+    """Read on to the end of the line under way (within one read); where the file then
+    stands, or None if no line ended (the caller reads on as usual)."""
+    position = log.tell()
+    chunk = log.read(READ_BYTES)
+    cut = chunk.rfind(b"\n")
+    if cut < 0:
+        log.seek(position)
+        return None
+    reader.take(chunk[: cut + 1])
+    log.seek(position + cut + 1)
+    return position + cut + 1
+
+
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
-    from specmon.event_lines import json_lines, text_lines
+    from specmon.log_parts import jobs_available, read_in_parts
     from specmon.log_window import TimeWindow
     from specmon.terminal_text import safe_text
 
     chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     if args.no_events and not args.summary:
         raise UsageError("parse: --no-events prints only the summary; add --summary")
+    if args.jobs is not None and not 1 <= args.jobs <= 64:
+        raise UsageError(f"parse: --jobs wants a number of processes from 1 to 64, not {args.jobs}")
     kinds = _chosen_kinds(args.kind)
     window = TimeWindow(args.since, args.until) if args.since or args.until else None
     log = _open_log(args.logfile)
     out = sys.stdout
-    write_lines, write_one = (json_lines, _json_one) if args.json else (text_lines, _text_one)
-    show_events = not args.no_events
-    events_seen = 0
-    bytes_read = 0
     # read1 returns what has arrived, so `tail -f server.log | specmon parse -` keeps up.
     read = getattr(log, "read1", log.read)
     # Events and their texts hold no cycles; the collector's passes over the young ones were
@@ -226,31 +315,21 @@ def run(args: argparse.Namespace) -> int:
             backend, held, detected = _detect(read, args.logfile)
         else:
             backend, held, detected = chosen, [], True
-        parser = backend.new_log_parser()
-        summary = backend.new_log_summary()
-        while True:
-            chunk = held.pop(0) if held else _read(read, args.logfile)
-            bytes_read += len(chunk)
-            if args.no_events and window is None:
-                events_seen += parser.summarize(chunk, summary)
-                if not chunk:
-                    break
-                continue
-            events = parser.feed(chunk) if chunk else parser.flush()
-            events_seen += len(events)
-            if window is not None:
-                events = window.keep(events)
-            if args.summary:
-                summary.add_all(events)  # decodes summed from their texts, left unread
-            if show_events and kinds is not None:
-                events = _of_kinds(events, kinds)
-            if show_events and events:
-                out.write(write_lines(events, write_one))
-                out.flush()  # each chunk as it is read: a live pipe sees its events now
-            if not chunk:
-                break
+        reader = _LogReader(args, backend, kinds, window, out)
+        for chunk in held:
+            reader.take(chunk)
+        ended = bool(held) and not held[-1]
+        jobs = args.jobs or jobs_available()
+        if not ended and jobs > 1 and _is_regular(log):
+            boundary = _to_line_boundary(log, reader)
+            if boundary is not None:
+                log.seek(read_in_parts(log, boundary, reader, out, jobs))
+        while not ended:
+            chunk = _read(read, args.logfile)
+            reader.take(chunk)
+            ended = not chunk
         if args.summary:
-            record = summary.finish(parser)
+            record = reader.summary.finish(reader.parser)
             out.write(
                 (json.dumps(record) if args.json else safe_text(format_summary(record))) + "\n"
             )
@@ -265,6 +344,7 @@ def run(args: argparse.Namespace) -> int:
             gc.enable()
         if log is not sys.stdin.buffer:
             log.close()
+    events_seen, bytes_read = reader.events_seen, reader.bytes_read
     if events_seen == 0:
         name = "stdin" if args.logfile == "-" else args.logfile
         if bytes_read == 0:
@@ -281,3 +361,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _is_regular(log: IO[bytes]) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(log.fileno()).st_mode) and log.seekable()
+    except (OSError, ValueError):
+        return False

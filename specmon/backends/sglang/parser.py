@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from operator import itemgetter
 
@@ -575,6 +575,27 @@ class SGLangLogParser(LogParser):
         summary.add_all(events)
         return len(events) + summary.decode_lines - before
 
+    def line_state(self) -> Hashable | None:
+        """The shard counter, the traceback being read (its place, and whose it is while a
+        chained exception may still continue it) and the continuation lines still expected;
+        None inside a partial line. The learned decode shapes are a cache, not state."""
+        if self._pending or self._discarding_overlong:
+            return None
+        in_traceback = self._in_traceback
+        owner = (
+            (self._traceback_ts, self._traceback_rank) if in_traceback or self._chained else None
+        )
+        place = (self._traceback_lines, self._traceback_report) if in_traceback else None
+        return (
+            self._last_shard,
+            in_traceback,
+            place,
+            owner,
+            self._chained,
+            self._continuation_lines,
+            self._after_frame,
+        )
+
     # -- chunk handling ---------------------------------------------------------------------
 
     def _hold(self, text: str) -> None:
@@ -711,13 +732,20 @@ class SGLangLogParser(LogParser):
     def _decode_line(self, raw: str) -> Event | None:
         """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
         line = clean_line(raw)
+        framed = f"\n{line}\n"
         for template in self._templates:
-            match = template.pattern.match(f"\n{line}\n")
+            match = template.pattern.match(framed)
             if match is not None:
-                self._continuation_lines = 0  # a prefixed line, as in _line
-                self._chained = False
-                return _decode_from_columns(match.groups())
-        self._learn_template(line)
+                break
+        else:
+            learned = self._learn_template(line)
+            match = None if learned is None else learned.pattern.match(framed)
+        if match is not None:
+            self._continuation_lines = 0  # a prefixed line, as in _line
+            self._chained = False
+            # Its texts, as the bulk scan keeps them: the line is written the same whether it
+            # came in bulk or alone, whichever shapes were learned before it.
+            return Decode.from_texts([tuple(text or "" for text in match.groups())])[0]
         in_traceback = self._in_traceback
         event = self._line(raw)
         if not isinstance(event, Decode) and not (in_traceback and self._in_traceback):
@@ -1037,30 +1065,3 @@ _DEFAULT_TEMPLATE = decode_template(
     "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0",
 )
 """The 0.5.9 shape (the transcripts'); a parser starts with it and learns others."""
-
-
-def _decode_from_columns(columns: tuple[str | None, ...]) -> Decode | None:
-    """A Decode from a template match's ten groups, tolerant of malformed numbers."""
-    ts, rank, running, tokens, usage, accept_len, accept_rate, graph, gen, queue = columns
-    running_req, token_count, queue_req = parse_int(running), parse_int(tokens), parse_int(queue)
-    token_usage, gen_throughput = parse_float(usage), parse_float(gen)
-    if (
-        running_req is None
-        or token_count is None
-        or queue_req is None
-        or token_usage is None
-        or gen_throughput is None
-    ):
-        return None
-    return Decode(
-        ts=ts,
-        rank=parse_int(rank),
-        running_req=running_req,
-        tokens=token_count,
-        token_usage=token_usage,
-        accept_len=parse_float(accept_len or None),
-        accept_rate=parse_float(accept_rate or None),
-        gen_throughput=gen_throughput,
-        queue_req=queue_req,
-        cuda_graph=(graph == "True") if graph else None,
-    )

@@ -8,7 +8,7 @@ from itertools import compress, repeat
 from operator import is_, itemgetter
 from typing import Any
 
-from specmon.backends import LogParser
+from specmon.backends import LogParser, LogSummary
 from specmon.backends.log_totals import ServingTotals
 from specmon.events import Decode, Event, Prefill, Ready, SpecParams, text_rows
 
@@ -88,6 +88,17 @@ class SGLangLogSummary(ServingTotals):
         accepts = list(filter(None, map(_SUM_ACCEPT_LEN, rows)))
         self._accept_sum = sum(map(float, accepts), self._accept_sum)
         self._accept_count += len(accepts)
+
+    def merge(self, later: LogSummary) -> None:
+        if not isinstance(later, SGLangLogSummary):
+            raise TypeError(f"cannot merge {type(later).__name__} into an SGLang summary")
+        self.merge_shared(later)
+        if not self.ready and later.ready:
+            self.ready, self.ready_ts = True, later.ready_ts
+        self.prefill_lines += later.prefill_lines
+        if later.spec_steps_changes:
+            self.spec_steps = later.spec_steps
+        self.spec_steps_changes += later.spec_steps_changes
 
     def load_seconds(self) -> float | None:
         begin, ready = _timestamp(self.first_load_begin), _timestamp(self.ready_ts)

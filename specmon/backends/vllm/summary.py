@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from specmon.backends import LogParser
+from specmon.backends import LogParser, LogSummary
 from specmon.backends.log_totals import ServingTotals
 from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.events import Decode, Event, HttpUp, Ready, SpecDecode
@@ -64,6 +64,24 @@ class VLLMLogSummary(ServingTotals):
                 self.ready_ts = event.ts
         else:
             self.add_shared(event)
+
+    def merge(self, later: LogSummary) -> None:
+        if not isinstance(later, VLLMLogSummary):
+            raise TypeError(f"cannot merge {type(later).__name__} into a vLLM summary")
+        self.merge_shared(later)
+        self.ready = self.ready or later.ready
+        if self.ready_ts is None:
+            self.ready_ts = later.ready_ts
+        if self.http_up_ts is None:
+            self.http_up_ts = later.http_up_ts
+        for position, (total, count) in enumerate(
+            zip(later._position_sums, later._position_counts, strict=True)
+        ):
+            if position == len(self._position_sums):
+                self._position_sums.append(0.0)
+                self._position_counts.append(0)
+            self._position_sums[position] += total
+            self._position_counts[position] += count
 
     def load_seconds(self) -> float | None:
         begin = log_time(self.first_load_begin)
