@@ -2,7 +2,10 @@
 
 Every contender runs as its own long-lived process, all of them at once: specmon's agent at
 4 Hz (its ticks written by the nvidia-smi loop it starts, whose CPU is counted with it), the
-agent ticking itself (`--tick-sampler agent`, the design before), `nvidia-smi
+same with its slow fields every 2 s instead of 4 s, with half the links' CPU budget, and
+under the remote helper's `supervise` as the console runs it (with --old-helper, also under
+an older helper's relaying `supervise`), the agent ticking itself (`--tick-sampler agent`,
+the design before), `nvidia-smi
 --query-gpu=... -lms 250` (one process, nvidia-smi's loop mode) on the fields the console
 shows each tick, on the agent's own tick-row fields, on the fields the agent used to read
 every tick, and on the index alone (nvidia-smi's fixed part), plus each agent with every
@@ -12,10 +15,12 @@ the row fields' loop less the index loop, added to the agent's). A few seconds a
 the start the benchmark reads each process's CPU time (the sum over its threads of
 /proc/PID/task/*/schedstat, in ns, plus what its finished children used), again after the
 window, and counts the lines each wrote in between: same rate, same window, same machine
-state for every contender. Start-up and shutdown never enter.
+state for every contender; each contender's own CPU (without its live children: the agent
+without its nvidia-smi, `supervise` without the agent) is printed beside. Start-up and
+shutdown never enter.
 
     python3 benchmarks/agent_cost.py --out /tmp/cost [--window 25] [--baseline OLD_AGENT.py]
-        [--load] [--fallback]
+        [--old-helper OLD_REMOTE_HELPER.py] [--load] [--fallback]
 Writes agent_cost.json and prints a table: CPU per second, per tick, share of a core, and the
 agent's ratio to each nvidia-smi loop.
 """
