@@ -54,7 +54,7 @@ SMI_ROW_FIELDS = "timestamp,index,utilization.gpu,utilization.memory,power.draw"
 ROW_FORMAT = "csv,noheader,nounits"
 REPEAT_GPUS = 8
 HELPER = REPO / "specmon" / "session" / "remote_helper.py"
-LINK_SHARE_HALF = 0.0001
+LINK_SHARE_HALF = 0.00005  # half of specmon/agent.py LINK_CPU_SHARE
 TARGET_8_GPUS_CORE_PERCENT = 0.1
 
 
@@ -372,7 +372,7 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
         # the slow fields every 2 s instead of every 4 s (the default)
         "agent_state_2s": ([python, str(AGENT), *state_2s], True),
         f"agent_state_2s_x{REPEAT_GPUS}": (repeated(str(AGENT), state_2s), True),
-        # the link reads at half the CPU budget (0.01% of a core)
+        # the link reads at half the CPU budget (0.005% of a core)
         "agent_links_half": (
             repeated(str(AGENT), rate, real_gpus, f"LINK_CPU_SHARE={LINK_SHARE_HALF}"),
             True,
