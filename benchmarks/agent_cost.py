@@ -20,7 +20,7 @@ without its nvidia-smi, `supervise` without the agent) is printed beside. Start-
 shutdown never enter.
 
     python3 benchmarks/agent_cost.py --out /tmp/cost [--window 25] [--baseline OLD_AGENT.py]
-        [--old-helper OLD_REMOTE_HELPER.py] [--load] [--fallback]
+        [--old-helper OLD_REMOTE_HELPER.py] [--load] [--fallback] [--only NAME,NAME...]
 Writes agent_cost.json and prints a table: CPU per second, per tick, share of a core, and the
 agent's ratio to each nvidia-smi loop.
 """
@@ -399,6 +399,9 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
         out["agent_smi_fallback"] = ([python, str(AGENT), *rate, "--source", "nvidia-smi"], True)
     if real_gpus >= REPEAT_GPUS:
         out = {name: entry for name, entry in out.items() if f"_x{REPEAT_GPUS}" not in name}
+    only = getattr(args, "only", None)
+    if only:  # fewer processes at once: less noise in each one's figure
+        out = {name: entry for name, entry in out.items() if name in only.split(",")}
     return out
 
 
@@ -546,6 +549,7 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="an older agent.py, measured alike")
     parser.add_argument("--load", action="store_true", help="a second window under matmul load")
     parser.add_argument("--fallback", action="store_true", help="also the nvidia-smi fallback")
+    parser.add_argument("--only", metavar="NAMES", help="only these contenders (comma-separated)")
     parser.add_argument(
         "--old-helper", type=Path, help="an older remote_helper.py: the agent under its supervise"
     )
