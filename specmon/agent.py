@@ -137,7 +137,7 @@ DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the t
 LINK_CPU_SHARE = 0.0001
 SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
 # The same fields where nvidia-smi's loop writes the ticks: the agent's only wake-ups, each
-# ~0.3 ms of CPU on one H200 plus ~0.2 ms per further GPU (docs/gpu-agent.md).
+# ~0.45 ms of CPU on one H200, 0.28 of it the GPU's slow reads (docs/gpu-agent.md).
 DEFAULT_STATE_INTERVAL_S = 4.0
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
 SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
