@@ -341,6 +341,11 @@ def real_gpu_count() -> int:
 # --- the comparison ----------------------------------------------------------------------------
 
 
+def supervise_state_dir(name: str) -> Path:
+    """The state directory `supervise` is given (it creates it); removed at the end."""
+    return Path(tempfile.gettempdir()) / f"agent-cost-{os.getpid()}-{name}"
+
+
 def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[list[str], bool]]:
     """Every process measured. On a host with REPEAT_GPUS real GPUs or more, the agent is
     measured on them directly and the repeated-GPU contenders are left out."""
@@ -353,7 +358,7 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
         return [python, this, "--repeat-agent", agent, str(repeat), *sets, "--", *argv]
 
     def supervised(helper: Path, name: str) -> list[str]:
-        state = Path(tempfile.gettempdir()) / f"agent-cost-{os.getpid()}-{name}"
+        state = supervise_state_dir(name)
         command = [python, str(helper), "supervise", "--state-dir", str(state), "--"]
         return [*command, python, str(AGENT), *rate]
 
@@ -573,6 +578,8 @@ def main() -> int:
             window = measure_together(contenders(args, real_gpus), args.warmup, args.window)
         finally:
             stop_loads(loads)
+            for name in ("new", "old"):
+                shutil.rmtree(supervise_state_dir(name), ignore_errors=True)
         summary = summarise(window, real_gpus)
         result[label] = {"contenders": window, "summary": summary}
         out_file.write_text(json.dumps(result, indent=2))

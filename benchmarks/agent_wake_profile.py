@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -299,6 +300,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if spy is not None:
         spy_out, _ = spy.communicate(timeout=60)
         out["pyspy"] = spy_out[-2000:]
+    shutil.rmtree(state, ignore_errors=True)
     probe_out, _ = link_probe.communicate(timeout=60)
     out["nvml_calls_cold"] = json.loads(probe_out) if probe_out.strip() else None
     if instrumented_result.exists():
