@@ -2,7 +2,10 @@
 
 Every contender runs as its own long-lived process, all of them at once: specmon's agent at
 4 Hz (its ticks written by the nvidia-smi loop it starts, whose CPU is counted with it), the
-agent ticking itself (`--tick-sampler agent`, the design before), `nvidia-smi
+same with its slow fields every 2 s instead of 4 s, with half the links' CPU budget, and
+under the remote helper's `supervise` as the console runs it (with --old-helper, also under
+an older helper's relaying `supervise`), the agent ticking itself (`--tick-sampler agent`,
+the design before), `nvidia-smi
 --query-gpu=... -lms 250` (one process, nvidia-smi's loop mode) on the fields the console
 shows each tick, on the agent's own tick-row fields, on the fields the agent used to read
 every tick, and on the index alone (nvidia-smi's fixed part), plus each agent with every
@@ -12,10 +15,12 @@ the row fields' loop less the index loop, added to the agent's). A few seconds a
 the start the benchmark reads each process's CPU time (the sum over its threads of
 /proc/PID/task/*/schedstat, in ns, plus what its finished children used), again after the
 window, and counts the lines each wrote in between: same rate, same window, same machine
-state for every contender. Start-up and shutdown never enter.
+state for every contender; each contender's own CPU (without its live children: the agent
+without its nvidia-smi, `supervise` without the agent) is printed beside. Start-up and
+shutdown never enter.
 
     python3 benchmarks/agent_cost.py --out /tmp/cost [--window 25] [--baseline OLD_AGENT.py]
-        [--load] [--fallback]
+        [--old-helper OLD_REMOTE_HELPER.py] [--load] [--fallback] [--only NAME,NAME...]
 Writes agent_cost.json and prints a table: CPU per second, per tick, share of a core, and the
 agent's ratio to each nvidia-smi loop.
 """
@@ -27,9 +32,11 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -46,6 +53,8 @@ SMI_TICK_FIELDS = "index,utilization.gpu,utilization.memory,power.draw"
 SMI_ROW_FIELDS = "timestamp,index,utilization.gpu,utilization.memory,power.draw"
 ROW_FORMAT = "csv,noheader,nounits"
 REPEAT_GPUS = 8
+HELPER = REPO / "specmon" / "session" / "remote_helper.py"
+LINK_SHARE_HALF = 0.00005  # half of specmon/agent.py LINK_CPU_SHARE
 TARGET_8_GPUS_CORE_PERCENT = 0.1
 
 
@@ -62,22 +71,28 @@ def smi_loop(fields: str, rate: float, form: str = "csv") -> list[str]:
 # --- the agent with its GPUs repeated, run as a process of its own -----------------------------
 
 
-def run_repeated_agent(agent_path: Path, repeat: int, argv: list[str]) -> int:
+def run_repeated_agent(
+    agent_path: Path, repeat: int, argv: list[str], settings: dict[str, float] | None = None
+) -> int:
     """Run an agent.py whose NVML sampler sees every real GPU repeated up to `repeat` entries
-    (GPU 0, 0, ... on a one-GPU host): each entry is read, encoded and written every tick,
-    and the links thread reads each entry's counters, as for `repeat` distinct GPUs. A GPU
-    read again right after itself may cost less than a distinct GPU would: a lower bound."""
+    (GPU 0, 0, ... on a one-GPU host): each entry is read, encoded and written every tick or
+    wake-up, and the link reads read each entry's counters, as for `repeat` distinct GPUs. A
+    GPU read again right after itself may cost less than a distinct GPU would: a lower
+    bound. `settings` overrides module constants (LINK_CPU_SHARE=0.0001, say)."""
     spec = importlib.util.spec_from_file_location("agent_repeated", agent_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["agent_repeated"] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
+    for name, value in (settings or {}).items():
+        setattr(module, name, value)
     original_open = module.NvmlSampler.open
 
-    def open_repeated(self: Any, host: str) -> None:
-        original_open(self, host)
-        self._stop.set()  # the links thread started over the real GPUs: restart it
-        if self._links_thread is not None:
+    def open_repeated(self: Any, host: str, *args: Any, **kwargs: Any) -> None:
+        original_open(self, host, *args, **kwargs)
+        restart = self._links_thread is not None
+        if restart:  # the links thread started over the real GPUs: restart it
+            self._stop.set()
             self._links_thread.join(5.0)
         real = self.gpus
         entries = []
@@ -87,9 +102,10 @@ def run_repeated_agent(agent_path: Path, repeat: int, argv: list[str]) -> int:
             entry.handle, entry.uuid, entry.name = source.handle, source.uuid, source.name
             entries.append(entry)
         self.gpus = entries
-        self._stop = threading.Event()
-        self._links_thread = threading.Thread(target=self._links_loop, daemon=True)
-        self._links_thread.start()
+        if restart:
+            self._stop = threading.Event()
+            self._links_thread = threading.Thread(target=self._links_loop, daemon=True)
+            self._links_thread.start()
 
     module.NvmlSampler.open = open_repeated
     rows = getattr(module, "SmiTickRows", None)
@@ -160,7 +176,7 @@ class Contender:
             argv,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,  # kept open: `supervise` ends its child when stdin closes
             text=True,
             start_new_session=True,
         )
@@ -191,6 +207,9 @@ class Contender:
             self.stderr.append(line)
 
     def stop(self) -> int | None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
@@ -218,9 +237,11 @@ def measure_together(
         time.sleep(warmup)
         dead = [c.name for c in running if c.process.poll() is not None]
         start = {c.name: tree_cpu_ns(c.process.pid) for c in running if c.name not in dead}
+        own_start = {c.name: process_cpu_ns(c.process.pid) for c in running if c.name in start}
         wall_start = time.monotonic()
         time.sleep(window)
         end = {c.name: tree_cpu_ns(c.process.pid) for c in running if c.name in start}
+        own_end = {c.name: process_cpu_ns(c.process.pid) for c in running if c.name in start}
         wall_end = time.monotonic()
     finally:
         codes = {c.name: c.stop() for c in running}
@@ -240,6 +261,9 @@ def measure_together(
                 "cpu_ms": round(cpu_ms, 3),
                 "lines": lines,
                 "cpu_ms_per_s": round(cpu_ms / wall, 4),
+                # the process alone, without its live children (the agent without its
+                # nvidia-smi; `supervise` without the agent: the relay's cost)
+                "own_cpu_ms_per_s": round((own_end[c.name] - own_start[c.name]) / 1e6 / wall, 4),
                 "core_percent": round(cpu_ms / wall / 10, 4),
                 "first_lines": c.first_lines,
             }
@@ -317,6 +341,11 @@ def real_gpu_count() -> int:
 # --- the comparison ----------------------------------------------------------------------------
 
 
+def supervise_state_dir(name: str) -> Path:
+    """The state directory `supervise` is given (it creates it); removed at the end."""
+    return Path(tempfile.gettempdir()) / f"agent-cost-{os.getpid()}-{name}"
+
+
 def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[list[str], bool]]:
     """Every process measured. On a host with REPEAT_GPUS real GPUs or more, the agent is
     measured on them directly and the repeated-GPU contenders are left out."""
@@ -325,8 +354,15 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
     rate = ["--rate", f"{RATE_HZ:g}"]
     ticking = [*rate, "--tick-sampler", "agent"]
 
-    def repeated(agent: str, argv: list[str]) -> list[str]:
-        return [python, this, "--repeat-agent", agent, str(REPEAT_GPUS), "--", *argv]
+    def repeated(agent: str, argv: list[str], repeat: int = REPEAT_GPUS, *sets: str) -> list[str]:
+        return [python, this, "--repeat-agent", agent, str(repeat), *sets, "--", *argv]
+
+    def supervised(helper: Path, name: str) -> list[str]:
+        state = supervise_state_dir(name)
+        command = [python, str(helper), "supervise", "--state-dir", str(state), "--"]
+        return [*command, python, str(AGENT), *rate]
+
+    state_2s = [*rate, "--state-interval", "2"]
 
     out: dict[str, tuple[list[str], bool]] = {
         "agent": ([python, str(AGENT), *rate], True),
@@ -338,6 +374,16 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
             repeated(str(AGENT), [*rate, "--pcie-interval", "3600"]),
             True,
         ),
+        # the slow fields every 2 s instead of every 4 s (the default)
+        "agent_state_2s": ([python, str(AGENT), *state_2s], True),
+        f"agent_state_2s_x{REPEAT_GPUS}": (repeated(str(AGENT), state_2s), True),
+        # the link reads at half the CPU budget (0.005% of a core)
+        "agent_links_half": (
+            repeated(str(AGENT), rate, real_gpus, f"LINK_CPU_SHARE={LINK_SHARE_HALF}"),
+            True,
+        ),
+        # as the console runs it: under the remote helper's `supervise`
+        "agent_supervised": (supervised(HELPER, "new"), True),
         "agent_ticking": ([python, str(AGENT), *ticking], True),
         f"agent_ticking_x{REPEAT_GPUS}": (repeated(str(AGENT), ticking), True),
         "smi_console_fields": (smi_loop(SMI_CONSOLE_FIELDS, RATE_HZ), False),
@@ -349,10 +395,18 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
         base = str(args.baseline.resolve())
         out["baseline"] = ([python, base, *rate], True)
         out[f"baseline_x{REPEAT_GPUS}"] = (repeated(base, rate), True)
+    if args.old_helper is not None:  # `supervise` relaying the agent's output, as before
+        out["agent_supervised_relay"] = (supervised(args.old_helper.resolve(), "old"), True)
+    if shutil.which("stdbuf") is not None:  # nvidia-smi's cell-by-cell writes, line-buffered
+        row_loop = smi_loop(SMI_ROW_FIELDS, RATE_HZ, ROW_FORMAT)
+        out["smi_row_fields_stdbuf"] = (["stdbuf", "-oL", *row_loop], False)
     if args.fallback:
         out["agent_smi_fallback"] = ([python, str(AGENT), *rate, "--source", "nvidia-smi"], True)
     if real_gpus >= REPEAT_GPUS:
         out = {name: entry for name, entry in out.items() if f"_x{REPEAT_GPUS}" not in name}
+    only = getattr(args, "only", None)
+    if only:  # fewer processes at once: less noise in each one's figure
+        out = {name: entry for name, entry in out.items() if name in only.split(",")}
     return out
 
 
@@ -371,7 +425,17 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
         return entry.get("cpu_ms_per_s")
 
     out: dict[str, Any] = {}
-    for agent_name in ("agent", "agent_ticking", "baseline", "agent_smi_fallback"):
+    agents = (
+        "agent",
+        "agent_state_2s",
+        "agent_links_half",
+        "agent_supervised",
+        "agent_supervised_relay",
+        "agent_ticking",
+        "baseline",
+        "agent_smi_fallback",
+    )
+    for agent_name in agents:
         agent_ms = per_s(agent_name)
         if agent_ms is None:
             continue
@@ -395,12 +459,12 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
                     "core_percent": round(measured / 10, 4),
                     "target_met": measured / 10 <= TARGET_8_GPUS_CORE_PERCENT,
                 }
-    for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
+    for agent_name in ("agent", "agent_state_2s", "agent_no_links", "agent_ticking", "baseline"):
         one, many = per_s(agent_name), per_s(f"{agent_name}_x{REPEAT_GPUS}")
         if one is None or many is None or real_gpus >= REPEAT_GPUS:
             continue
         per_gpu = (many - one) / (REPEAT_GPUS - real_gpus)
-        if agent_name in ("agent", "agent_no_links"):
+        if agent_name in ("agent", "agent_state_2s", "agent_no_links"):
             if "smi_row_fields" not in parts:
                 continue
             per_gpu += parts["smi_row_fields"]["per_gpu"]
@@ -414,6 +478,10 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
             f"{REPEAT_GPUS}_gpus_core_percent": round(eight / 10, 4),
             f"{REPEAT_GPUS}_gpus_target_met": eight / 10 <= TARGET_8_GPUS_CORE_PERCENT,
         }
+    for agent_name in ("agent", "agent_supervised"):
+        agent_ms, smi_ms = per_s(agent_name), per_s("smi_console_fields")
+        if agent_ms is not None and smi_ms is not None:
+            out[f"{agent_name}_at_or_below_smi_console_fields_here"] = agent_ms <= smi_ms
     if "agent" in parts and "smi_console_fields" in parts:
         agent_gpu, smi_gpu = parts["agent"]["per_gpu"], parts["smi_console_fields"]["per_gpu"]
         out["agent_per_gpu_at_or_below_smi_console_fields"] = agent_gpu <= smi_gpu
@@ -422,7 +490,10 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
 
 def table(label: str, window: dict[str, Any], summary: dict[str, Any]) -> str:
     rows = [f"{label}: CPU over one common window, {RATE_HZ:g} Hz", ""]
-    rows.append(f"{'contender':<24} {'ms CPU/s':>9} {'% core':>8} {'lines':>6} {'ms/line':>8}")
+    rows.append(
+        f"{'contender':<24} {'ms CPU/s':>9} {'% core':>8} {'lines':>6} {'ms/line':>8} "
+        f"{'own ms/s':>9}"
+    )
     for name, entry in window.items():
         if "cpu_ms_per_s" not in entry:
             rows.append(f"{name:<24} {entry.get('error', 'no result')}")
@@ -430,7 +501,7 @@ def table(label: str, window: dict[str, Any], summary: dict[str, Any]) -> str:
         per_line = entry["cpu_ms"] / entry["lines"] if entry["lines"] else float("nan")
         rows.append(
             f"{name:<24} {entry['cpu_ms_per_s']:>9.3f} {entry['core_percent']:>8.4f} "
-            f"{entry['lines']:>6} {per_line:>8.4f}"
+            f"{entry['lines']:>6} {per_line:>8.4f} {entry['own_cpu_ms_per_s']:>9.3f}"
         )
     rows.append("")
     for name, entry in window.items():
@@ -469,7 +540,13 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--repeat-agent":
         agent_path, repeat = Path(sys.argv[2]), int(sys.argv[3])
         rest = sys.argv[4:]
-        return run_repeated_agent(agent_path, repeat, rest[1:] if rest[:1] == ["--"] else rest)
+        settings = {}
+        while rest[:1] and "=" in rest[0]:
+            name, value = rest.pop(0).split("=", 1)
+            settings[name] = float(value)
+        return run_repeated_agent(
+            agent_path, repeat, rest[1:] if rest[:1] == ["--"] else rest, settings
+        )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for agent_cost.json")
     parser.add_argument("--window", type=float, default=25.0, help="seconds measured")
@@ -477,6 +554,10 @@ def main() -> int:
     parser.add_argument("--baseline", type=Path, help="an older agent.py, measured alike")
     parser.add_argument("--load", action="store_true", help="a second window under matmul load")
     parser.add_argument("--fallback", action="store_true", help="also the nvidia-smi fallback")
+    parser.add_argument("--only", metavar="NAMES", help="only these contenders (comma-separated)")
+    parser.add_argument(
+        "--old-helper", type=Path, help="an older remote_helper.py: the agent under its supervise"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     out_file = args.out / "agent_cost.json"
@@ -497,6 +578,8 @@ def main() -> int:
             window = measure_together(contenders(args, real_gpus), args.warmup, args.window)
         finally:
             stop_loads(loads)
+            for name in ("new", "old"):
+                shutil.rmtree(supervise_state_dir(name), ignore_errors=True)
         summary = summarise(window, real_gpus)
         result[label] = {"contenders": window, "summary": summary}
         out_file.write_text(json.dumps(result, indent=2))

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 AGENT = REPO / "specmon" / "agent.py"
 sys.path.insert(0, str(REPO))
 from specmon.agent import (  # noqa: E402
+    DEFAULT_STATE_INTERVAL_S,
     SLOW_FIELDS_INTERVAL_S,
     SMI_COLUMNS,
     SMI_FORMAT,
@@ -42,6 +43,9 @@ from specmon.events import GpuSample  # noqa: E402
 from specmon.gpu_stream import AgentStream  # noqa: E402
 
 MIB = 1024.0 * 1024.0
+# How long a reading of memory (or the process list) can lag the GPU: the agent reads them
+# every 2 s when it ticks itself, every --state-interval (4 s) when nvidia-smi's loop ticks.
+SLOW_LAG_S = max(SLOW_FIELDS_INTERVAL_S, DEFAULT_STATE_INTERVAL_S)
 
 LOAD_CODE = r"""
 import json, os, sys, time
@@ -250,9 +254,9 @@ def check_under_load(args: argparse.Namespace, out: Path, record: list[str]) -> 
         for gpu in tick["gpus"]:
             reading_from_dict(gpu)
 
-    # The agent reads memory on its slow cadence (SLOW_FIELDS_INTERVAL_S), so a tick can lag an
+    # The agent reads memory on its slow cadence (SLOW_LAG_S), so a tick can lag an
     # allocation by that long: compare only reports made after the ballast had time to show.
-    settled_after = ready + SLOW_FIELDS_INTERVAL_S + 0.5
+    settled_after = ready + SLOW_LAG_S + 0.5
     memory_pairs = []
     for report in (r for r in mem_reports if r["wall"] >= settled_after):
         nearest = min(all_ticks, key=lambda t: abs(float(t["wall"]) - report["wall"]))
@@ -384,7 +388,7 @@ def gpu_figures(
         readings = (gpu_of(t, index) for t in ticks)
         return [r[field] for r in readings if r is not None and r[field] is not None]
 
-    settled_after = ready + SLOW_FIELDS_INTERVAL_S + 0.5
+    settled_after = ready + SLOW_LAG_S + 0.5
     memory_pairs = []
     for report in (
         i

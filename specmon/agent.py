@@ -130,10 +130,15 @@ DEFAULT_RATE_HZ = 4.0
 MAX_RATE_HZ = 50.0
 DEFAULT_PCIE_INTERVAL_S = 3.0  # PCIe/NVLink rates: their own cadence, off the tick
 # Where one pass over the link counters costs more CPU than this share of a core allows at
-# --pcie-interval, the passes space out further: one H200's PCIe counters cost 0.7-1.0 ms a
-# read (every ~4-5 s), 8 H200s with NVLink ~28 ms a pass (every ~140 s).
-LINK_CPU_SHARE = 0.0002
+# --pcie-interval, the passes space out further: one H200's PCIe counters cost 0.8-0.9 ms a
+# read (every ~9 s; at the nvidia-smi-rows stream's 4 s wake-ups, every third: 12 s), 8
+# H200s with NVLink ~28 ms a pass (every ~280 s). At 0.02% the links were a third of the
+# agent's own CPU on one H200 (docs/gpu-agent.md).
+LINK_CPU_SHARE = 0.0001
 SLOW_FIELDS_INTERVAL_S = 2.0  # memory, temperature, clocks, power limit, reasons, processes
+# The same fields where nvidia-smi's loop writes the ticks: the agent's only wake-ups, each
+# ~0.45 ms of CPU on one H200, 0.28 of it the GPU's slow reads (docs/gpu-agent.md).
+DEFAULT_STATE_INTERVAL_S = 4.0
 DEFAULT_PROCESSES_INTERVAL_S = 5.0  # nvidia-smi fallback: one compute-apps call per interval
 SMI_TIMEOUT_S = 15.0  # a single nvidia-smi call that takes longer is treated as failed
 MIB = 1024.0 * 1024.0
@@ -280,6 +285,9 @@ class _Gpu:
         # and the slow fields and link rates it was built from: rebuilt when either changes.
         self.template: str | None = None
         self.template_of: tuple[Any, Any] | None = None
+        # The same for this GPU's state entry (the nvidia-smi-rows stream's state lines).
+        self.state = ""
+        self.state_of: tuple[Any, Any] | None = None
 
 
 class NvmlSampler:
@@ -302,6 +310,9 @@ class NvmlSampler:
         self._links_thread: threading.Thread | None = None
         self._links_lock = threading.Lock()
         self.first_rates = threading.Event()  # set once every GPU's link rates had a pass
+        # When read_links_if_due next reads the links (monotonic s); None: not its job (the
+        # thread reads them, or nothing is left to read).
+        self._links_due: float | None = 0.0
         self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)
         self._raw_fast_calls: tuple[Any, Any] | None = None  # set by open()
         # Drivers and bindings before the rename have only the "throttle reasons" name.
@@ -333,7 +344,10 @@ class NvmlSampler:
 
     # -- start and stop --
 
-    def open(self, host: str) -> None:
+    def open(self, host: str, links_thread: bool = True) -> None:
+        """Start NVML and find the GPUs. With `links_thread`, the PCIe/NVLink reads start
+        on their own thread (start_links_thread); without, the caller either starts it later
+        or reads the links in its own wake-ups (read_links_if_due)."""
         try:
             self.nvml.nvmlInit()
         except Exception as exc:
@@ -376,8 +390,20 @@ class NvmlSampler:
             for gpu in self.gpus:
                 util, power = _Utilization(), ctypes.c_uint()
                 gpu.raw = (util, ctypes.byref(util), power, ctypes.byref(power))
-        self._links_thread = threading.Thread(target=self._links_loop, name="links", daemon=True)
-        self._links_thread.start()
+        if links_thread:
+            self.start_links_thread()
+
+    def start_links_thread(self) -> None:
+        """PCIe/NVLink reads on a thread of their own, for an agent that ticks itself: a pass
+        costs ~1 ms of CPU on one H200 and ~28 ms on 8 with NVLink, and the ticks must not
+        wait for it. The nvidia-smi-rows stream has no ticks of its own to delay and reads the
+        links in its wake-ups instead (read_links_if_due): one wake-up, not two."""
+        if self._links_thread is None:
+            self._links_due = None  # the thread reads them from now on
+            self._links_thread = threading.Thread(
+                target=self._links_loop, name="links", daemon=True
+            )
+            self._links_thread.start()
 
     def _raw_functions(self) -> tuple[Any, Any] | None:
         """The C functions behind the two every-tick reads, called straight through ctypes:
@@ -587,40 +613,54 @@ class NvmlSampler:
         return (*pcie, rates.get(FI_NVLINK_DATA_TX_KIB), rates.get(FI_NVLINK_DATA_RX_KIB))
 
     def _links_loop(self) -> None:
-        passes = 0
         while not self._stop.is_set():
-            started_cpu = time.thread_time()
-            for gpu in self.gpus:
-                if self._stop.is_set():
-                    return
-                if gpu.lost is not None:
-                    continue
-                try:
-                    rates = self._link_rates(gpu)
-                except GpuLost:
-                    continue  # the tick reports it
-                with self._links_lock:
-                    gpu.link_rates = rates
-                    self.link_gpu_reads += 1
-            passes += 1
-            pass_cpu = time.thread_time() - started_cpu
-            with self._links_lock:
-                self.link_cpu_s += pass_cpu
-                self.link_passes = passes
-            if passes == 2:
-                self.first_rates.set()  # counters need two reads for a rate
-            nothing_left = all(
-                g.lost is not None
-                or {"pcie_counters", "nvlink", "pcie_tx", "pcie_rx"} <= g.unsupported
-                for g in self.gpus
-            )
-            if nothing_left:
-                self.first_rates.set()
+            wait = self.links_pass()
+            if wait is None:
                 return
-            # The second pass comes soon, so that rates show up early.
-            self._stop.wait(
-                min(self.pcie_interval_s, 0.5) if passes == 1 else self._link_wait(pass_cpu)
-            )
+            self._stop.wait(wait)
+
+    def read_links_if_due(self, now: float) -> None:
+        """A links pass in the caller's thread when one is due (the nvidia-smi-rows stream's
+        wake-ups): the first at once, the second at the next wake-up (two reads make a
+        rate), then every --pcie-interval or the CPU budget's spacing, whichever is longer,
+        at the first wake-up after."""
+        if self._links_due is None or now < self._links_due:
+            return
+        wait = self.links_pass()
+        self._links_due = None if wait is None else now + wait
+
+    def links_pass(self) -> float | None:
+        """Read every GPU's link counters once: the seconds until the next pass is due, or
+        None once stopped or when no GPU has anything left to read."""
+        started_cpu = time.thread_time()
+        for gpu in self.gpus:
+            if self._stop.is_set():
+                return None
+            if gpu.lost is not None:
+                continue
+            try:
+                rates = self._link_rates(gpu)
+            except GpuLost:
+                continue  # the tick reports it
+            with self._links_lock:
+                gpu.link_rates = rates
+                self.link_gpu_reads += 1
+        pass_cpu = time.thread_time() - started_cpu
+        with self._links_lock:
+            self.link_cpu_s += pass_cpu
+            self.link_passes += 1
+            passes = self.link_passes
+        if passes == 2:
+            self.first_rates.set()  # counters need two reads for a rate
+        nothing_left = all(
+            g.lost is not None or {"pcie_counters", "nvlink", "pcie_tx", "pcie_rx"} <= g.unsupported
+            for g in self.gpus
+        )
+        if nothing_left:
+            self.first_rates.set()
+            return None
+        # The second pass comes soon, so that rates show up early.
+        return min(self.pcie_interval_s, 0.5) if passes == 1 else self._link_wait(pass_cpu)
 
     def _link_wait(self, pass_cpu_s: float) -> float:
         """--pcie-interval, or longer where a pass costs more than LINK_CPU_SHARE of a core."""
@@ -676,17 +716,23 @@ class NvmlSampler:
                     self._mark_lost(gpu, exc)
 
     def state_entries(self) -> list[str]:
-        """Each GPU's state entry (its reading, utilisation and power null) as JSON text."""
-        return [
-            json.dumps(
-                vars(
-                    self._reading(gpu, gpu.link_rates)
-                    if gpu.lost is None
-                    else self._lost_reading(gpu)
-                )
-            )
-            for gpu in self.gpus
-        ]
+        """Each GPU's state entry (its reading, utilisation and power null) as JSON text.
+
+        An entry is encoded again only when its slow fields or link rates changed (a re-read
+        that found them unchanged keeps the old tuple): building the reading and its JSON
+        cost 0.07 ms of a 0.45 ms wake-up on an H200 (docs/gpu-agent.md)."""
+        entries = []
+        for gpu in self.gpus:
+            if gpu.lost is not None:
+                entries.append(json.dumps(vars(self._lost_reading(gpu))))
+                continue
+            links = gpu.link_rates
+            made_of = gpu.state_of
+            if made_of is None or made_of[0] is not gpu.slow or made_of[1] is not links:
+                gpu.state = json.dumps(vars(self._reading(gpu, links)))
+                gpu.state_of = (gpu.slow, links)
+            entries.append(gpu.state)
+        return entries
 
     def encode(self, wall: float) -> str:
         """The tick line of the fields read_fields read (sample_line's second half)."""
@@ -958,6 +1004,9 @@ class NvmlTicker:
         self._next: float | None = None
         self.measure = measure  # --report-cpu: time the reads (two clock calls per tick)
         self.sleeping = False  # in _wait's sleep, where a stop signal may raise _Wake
+        # Set by the SIGCHLD handler of the nvidia-smi-rows stream: its loop may have ended,
+        # so _wait returns (False, with stop unset) for the caller to look now.
+        self.interrupted = False
         self.sample_cpu_s = 0.0  # the main thread's CPU in the NVML reads, for --report-cpu
         self.encode_cpu_s = 0.0  # and in the tick line's encoding
 
@@ -977,7 +1026,7 @@ class NvmlTicker:
             return not stop.wait(delay)
         try:
             self.sleeping = True
-            if stop.is_set():  # a signal that came before `sleeping` was set
+            if stop.is_set() or self.interrupted:  # a signal before `sleeping` was set
                 return False
             time.sleep(delay)
         except _Wake:
@@ -1524,7 +1573,7 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_PCIE_INTERVAL_S,
         metavar="S",
         help="seconds between PCIe and NVLink rate reads, which run apart from the tick "
-        "(longer where the reads would cost more than 0.02%% of a core)",
+        "(longer where the reads would cost more than 0.01%% of a core)",
     )
     parser.add_argument(
         "--tick-sampler",
@@ -1534,6 +1583,15 @@ def add_agent_arguments(parser: argparse.ArgumentParser) -> None:
         "(-lms) writes them as CSV rows into the agent's stdout and the agent wakes only for "
         "the slower fields; agent: the agent reads them; auto (default): nvidia-smi where it "
         "is on PATH and agrees with NVML, for runs without --once/--count",
+    )
+    parser.add_argument(
+        "--state-interval",
+        type=float,
+        default=DEFAULT_STATE_INTERVAL_S,
+        metavar="S",
+        help="with nvidia-smi's loop writing the ticks: seconds between the agent's reads of "
+        f"memory, temperature, clocks, processes and the rest (default {DEFAULT_STATE_INTERVAL_S:g}"
+        "; the agent ticking itself reads them every 2 s)",
     )
     parser.add_argument(
         "--processes-interval",
@@ -1571,7 +1629,7 @@ def check_agent_options(options: argparse.Namespace) -> None:
         raise AgentUsage(f"--count must be at least 1, got {options.count}")
     if options.duration is not None and options.duration <= 0:
         raise AgentUsage(f"--duration must be above 0, got {options.duration:g}")
-    for name in ("pcie_interval", "processes_interval"):
+    for name in ("pcie_interval", "processes_interval", "state_interval"):
         if getattr(options, name) < 0.1:
             raise AgentUsage("--{} must be at least 0.1 s".format(name.replace("_", "-")))
 
@@ -1717,7 +1775,7 @@ def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) ->
                 ) from None
         else:
             nvml_sampler = NvmlSampler(pynvml, notices, options.pcie_interval)
-            nvml_sampler.open(host)
+            nvml_sampler.open(host, links_thread=False)  # run_agent says who reads them
             return nvml_sampler
     smi_sampler = SmiSampler(notices, options.rate, options.processes_interval)
     try:
@@ -1762,10 +1820,14 @@ def _stream_rows(
     ticker: NvmlTicker,
     notices: NoticeLog,
     stop: threading.Event,
+    child_watched: bool = False,
 ) -> bool:
-    """The stream with nvidia-smi's rows as ticks: the agent writes each GPU's state line
-    (when it changed) every SLOW_FIELDS_INTERVAL_S and sleeps in between. True when the run
-    is over; False when nvidia-smi's loop ended and the agent must tick itself."""
+    """The stream with nvidia-smi's rows as ticks: every --state-interval the agent reads
+    each GPU's slow fields (and the link counters when due), writes the state lines that
+    changed and sleeps in between. True when the run is over; False when nvidia-smi's loop
+    ended and the agent must tick itself. With `child_watched` (run_agent's SIGCHLD handler
+    sets ticker.interrupted), the loop's status is asked only after a SIGCHLD, at once;
+    without, at every wake-up."""
     fd = sys.stdout.fileno()
     written: list[str | None] = [None] * len(sampler.gpus)
     started = time.monotonic()
@@ -1774,14 +1836,17 @@ def _stream_rows(
         if rows.process is not None:
             if options.duration is not None:
                 ticker._next = min(ticker._next or started, started + options.duration)
-            if not ticker._wait(stop):
+            if not ticker._wait(stop) and stop.is_set():
                 break
             ticker._advance()
             if options.duration is not None and time.monotonic() - started >= options.duration:
                 break
             if options.parent_pid is not None and not _parent_alive(options.parent_pid):
                 break
-            code = rows.exit_code()
+            code = None
+            if ticker.interrupted or not child_watched:
+                ticker.interrupted = False
+                code = rows.exit_code()
             if code is not None:
                 notices.once(
                     "rows:exited",
@@ -1792,6 +1857,7 @@ def _stream_rows(
                     _write(message_line("notice", message))
                 return False
         sampler.read_slow_fields()
+        sampler.read_links_if_due(time.monotonic())
         entries = sampler.state_entries()
         changed = [new for new, old in zip(entries, written) if new != old]  # noqa: B905 (3.8)
         written = list(entries)
@@ -1802,7 +1868,7 @@ def _stream_rows(
                 chunk = chunk[os.write(fd, chunk) :]
         if rows.process is None:
             rows.start(fd)
-            ticker._next = time.monotonic() + SLOW_FIELDS_INTERVAL_S
+            ticker._next = time.monotonic() + options.state_interval
         if report is not None:
             report.woke()
     if report is not None:
@@ -1813,7 +1879,8 @@ def _stream_rows(
 
 class RowsReport:
     """--report-cpu for the nvidia-smi-rows stream: the agent's and its nvidia-smi's CPU
-    between two of the agent's wake-ups, once the links thread made its first two passes."""
+    between two of the agent's wake-ups, once the links had their first two passes (which
+    the wake-ups make: main_thread_ms_per_s includes links_ms_per_s)."""
 
     def __init__(self, options: argparse.Namespace, sampler: NvmlSampler, rows: SmiTickRows):
         self.options = options
@@ -1923,6 +1990,14 @@ def run_agent(options: argparse.Namespace) -> int:
         if nvml_ticker is not None and nvml_ticker.sleeping:
             raise _Wake
 
+    def on_child(*_: Any) -> None:
+        """SIGCHLD in the nvidia-smi-rows stream: its loop (the agent's only child then) may
+        have ended; wake the main thread to look now rather than at its next wake-up."""
+        if nvml_ticker is not None:
+            nvml_ticker.interrupted = True
+            if nvml_ticker.sleeping:
+                raise _Wake
+
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
         for signum in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
@@ -1943,7 +2018,7 @@ def run_agent(options: argparse.Namespace) -> int:
         gpus = sampler.gpu_count if isinstance(sampler, SmiSampler) else len(sampler.gpus)
         rows = _tick_rows(options, sampler, notices, count)
         if rows is not None:
-            nvml_ticker = NvmlTicker(sampler, 1.0 / SLOW_FIELDS_INTERVAL_S)
+            nvml_ticker = NvmlTicker(sampler, 1.0 / options.state_interval)
             _write(
                 header_line(
                     sampler.source,
@@ -1955,8 +2030,14 @@ def run_agent(options: argparse.Namespace) -> int:
                     tick_rows=TICK_ROW_FIELDS,
                 )
             )
-            if _stream_rows(options, sampler, rows, nvml_ticker, notices, stop):
+            child_signal = getattr(signal, "SIGCHLD", None) if in_main else None
+            if child_signal is not None:
+                previous_handlers[child_signal] = signal.signal(child_signal, on_child)
+            watched = child_signal is not None
+            if _stream_rows(options, sampler, rows, nvml_ticker, notices, stop, watched):
                 return 0
+            if child_signal is not None:
+                signal.signal(child_signal, previous_handlers.pop(child_signal))
             # nvidia-smi's loop ended under a running agent: tick in Python from here on.
         else:
             _write(
@@ -1965,6 +2046,7 @@ def run_agent(options: argparse.Namespace) -> int:
                 )
             )
         if isinstance(sampler, NvmlSampler):
+            sampler.start_links_thread()
             nvml_ticker = NvmlTicker(sampler, options.rate, measure=options.report_cpu)
             ticker: Any = nvml_ticker
             if count == 1:  # a single tick waits (boundedly) for the PCIe/NVLink rates

@@ -175,7 +175,9 @@ def test_tick_sampler_agent_once_and_count_keep_the_agents_own_ticks():
 
 
 def test_report_cpu_counts_the_agent_and_its_nvidia_smi():
-    code, _, stderr = run(["--rate", "10", "--duration", "5", "--report-cpu"], rows_env())
+    code, _, stderr = run(
+        ["--rate", "10", "--duration", "5", "--state-interval", "1", "--report-cpu"], rows_env()
+    )
     assert code == 0, stderr
     report = json.loads(stderr.strip().splitlines()[-1])
     assert report["ticks_by"] == "nvidia-smi" and report["wakes"] >= 1
@@ -200,3 +202,43 @@ def test_state_writes_stay_within_pipe_buf_and_hold_whole_lines():
     huge = json.dumps(vars(GpuReading(index=0, processes=tuple((p, 1.0) for p in range(999)))))
     (alone,) = packed_writes(state_lines(1.0, [huge]))
     assert len(alone) > PIPE_BUF  # a line is never cut: it goes out in one write of its own
+
+
+RATE_4 = ("--rate", "4")
+
+
+def test_the_rows_stream_reads_the_links_in_its_own_wake_ups():
+    """With nvidia-smi's loop writing the ticks, the agent has one thread: its wake-ups read
+    the slow fields and, when due, the PCIe/NVLink counters, whose rates reach the state
+    lines (a links thread of its own woke apart from them before)."""
+    process = subprocess.Popen(
+        [sys.executable, str(AGENT), *RATE_4, "--state-interval", "0.3", "--pcie-interval", "0.1"],
+        env=rows_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        deadline = time.monotonic() + TIMEOUT
+        rates = None
+        while rates is None and time.monotonic() < deadline:
+            line = process.stdout.readline()
+            at = line.find('{"type": "state"')
+            if at >= 0:  # a state line may follow a row's first cells (docs/gpu-agent.md)
+                gpu = json.loads(line[at:])["gpus"][0]
+                if gpu["pcie_tx_kbs"] is not None:
+                    rates = gpu
+        assert rates is not None
+        assert rates["pcie_tx_kbs"] > 0 and rates["nvlink_tx_kbs"] > 0
+        assert os.listdir(f"/proc/{process.pid}/task") == [str(process.pid)]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(5) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()

@@ -99,6 +99,7 @@ def test_agent_cost_on_eight_gpus_is_measured_not_extrapolated():
     class Args:
         baseline = None
         fallback = False
+        old_helper = None
 
     names = cost.contenders(Args(), 8)
     assert "agent" in names and not any(name.endswith("_x8") for name in names)
