@@ -106,6 +106,10 @@ async def test_launch_shows_every_phase_then_stop_and_relaunch_with_other_flags(
     finally:
         recorder.close()
         await session.close()
+    # The run's monitor looks for members of its group every 0.5 s: it leaves just after them.
+    deadline = time.monotonic() + 5
+    while processes_mentioning(str(state_dir)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     assert not processes_mentioning(str(state_dir)), "a helper or agent outlived the session"
 
 
