@@ -27,7 +27,6 @@ from specmon.controller import HostController
 from specmon.errors import SpecmonError, UsageError
 from specmon.events import LogLine, RunInfo
 from specmon.ledger import Ledger, RunRecord, params_key
-from specmon.secrets import shown_command
 from specmon.sweep import GridAxis, SweepPoint, combinations
 
 if TYPE_CHECKING:
@@ -239,7 +238,7 @@ class CollectiveSweepRunner:
     async def _run_point(
         self, sweep_id: int, index: int, point: SweepPoint
     ) -> CollectivePointResult:
-        self._emit(CollectivePointStarted(index, point, shown_command(point.spec)))
+        self._emit(CollectivePointStarted(index, point, point.spec.shown().shell_command()))
         started = time.monotonic()
         run_id: str | None = None
         lines: list[str] = []

@@ -399,6 +399,15 @@ class RunInfo(Event):
     started_at: float | None = None  # epoch seconds
     reattached: bool = False
 
+    def to_dict(self) -> dict[str, Any]:
+        """As every event's, with secret flag values as ``***`` (`specmon watch --json`):
+        the event itself keeps the command line a relaunch rebuilds."""
+        from specmon.secrets import redact_argv
+
+        out = Event.to_dict(self)
+        out["argv"] = list(redact_argv(self.argv))
+        return out
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunState(Event):

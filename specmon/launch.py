@@ -27,6 +27,7 @@ from specmon.flag_grammar import (
     parse_flags,
     render_flag,
 )
+from specmon.secrets import MASK, is_secret_env, is_secret_setting, redact_argv
 
 if TYPE_CHECKING:
     from specmon.backends import Backend
@@ -187,6 +188,15 @@ class LaunchSpec:
 
     def env_dict(self) -> dict[str, str]:
         return dict(self.env)
+
+    def shown(self) -> LaunchSpec:
+        """The spec as specmon shows and records it (the sweep's launch line, the run's
+        record): secret environment values and secret flag values as ``***``."""
+        masked = {name: MASK for name, value in self.env if is_secret_env(name) and value}
+        command, args = redact_argv(self.command), redact_argv(self.args)
+        if not masked and (command, args) == (self.command, self.args):
+            return self
+        return LaunchSpec(self.backend, command, args, {**dict(self.env), **masked})
 
     def flag_items(self) -> list[FlagItem]:
         return parse_flags(self.args)[0]
@@ -509,22 +519,112 @@ def form_values(spec: LaunchSpec, profile_extra_args: Iterable[str] = ()) -> dic
     env = spec.env_dict()
     for name in env_fields:
         values[name] = env.get(name, "")
-    values[FORM_EXTRA_ARGS] = shlex.join(list(profile_extra_args))
+    values[FORM_EXTRA_ARGS] = extra_args_text(profile_extra_args)
     values[FORM_EXTRA_ENV] = " ".join(
-        f"{name}={shlex.quote(value)}" for name, value in env.items() if name not in env_fields
+        f"{name}={MASK if is_secret_env(name) and value else shlex.quote(value)}"
+        for name, value in env.items()
+        if name not in env_fields
     )
     return values
 
 
+def extra_args_text(args: Iterable[str]) -> str:
+    """Flags as the form's extra-args field shows them: secret values as ``***`` (given back
+    as ``***``, form_overrides puts the real value back)."""
+    return shlex.join(redact_argv(args))
+
+
+@dataclass(frozen=True)
+class SecretValues:
+    """The real values behind a form's ``***``: secret flags by name (no dashes) and secret
+    environment variables, as the spec the form was filled from had them."""
+
+    flags: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, *specs: LaunchSpec) -> SecretValues:
+        """The secret values of ``specs``; a later spec's value wins."""
+        flags: dict[str, str] = {}
+        env: dict[str, str] = {}
+        for spec in specs:
+            for item in spec.flag_items():
+                if item.value and is_secret_setting(item.name) and item.value != MASK:
+                    flags[item.name] = item.value
+            for name, value in spec.env:
+                if value and is_secret_env(name) and value != MASK:
+                    env[name] = value
+        return cls(flags, env)
+
+
+def restore_form_secrets(values: Mapping[str, str], secrets: SecretValues) -> dict[str, str]:
+    """The form's values with every secret left as shown (``***``) in the extra-args and
+    extra-env texts given its real value back from ``secrets`` (a text that does not parse
+    is left as it is: reading it reports the problem)."""
+    restored = dict(values)
+    try:
+        args = parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))
+        env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
+    except LaunchSpecError:
+        return restored
+    changed = False
+    for item in parse_flags(args)[0]:
+        if item.value != MASK or item.name not in secrets.flags:
+            continue
+        real = secrets.flags[item.name]
+        if "=" in args[item.index]:
+            args[item.index] = f"{args[item.index].partition('=')[0]}={real}"
+        else:
+            args[item.index + 1] = real
+        changed = True
+    for name, value in env.items():
+        if value == MASK and name in secrets.env:
+            env[name] = secrets.env[name]
+            changed = True
+    if changed:
+        restored[FORM_EXTRA_ARGS] = shlex.join(args)
+        restored[FORM_EXTRA_ENV] = " ".join(f"{n}={shlex.quote(v)}" for n, v in env.items())
+    return restored
+
+
+def _refuse_unknown_secrets(values: Mapping[str, str]) -> None:
+    """A secret still ``***`` after restoring has no known value here (the run was launched
+    with it, and the record keeps it masked): launching with ``***`` would be wrong."""
+    try:
+        args = parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))
+        env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
+    except LaunchSpecError:
+        return
+    for item in parse_flags(args)[0]:
+        if item.value == MASK and is_secret_setting(item.name):
+            raise LaunchSpecError(
+                [f"{FORM_EXTRA_ARGS}: --{item.name} shows *** and its value is not known here; "
+                 "type it again"]
+            )  # fmt: skip
+    for name, value in env.items():
+        if value == MASK and is_secret_env(name):
+            raise LaunchSpecError(
+                [f"{FORM_EXTRA_ENV}: {name} shows *** and its value is not known here; "
+                 "type it again"]
+            )  # fmt: skip
+
+
 def form_overrides(
-    values: Mapping[str, str], base: LaunchSpec, base_extra_args: Iterable[str] = ()
+    values: Mapping[str, str],
+    base: LaunchSpec,
+    base_extra_args: Iterable[str] = (),
+    secrets: SecretValues | None = None,
 ) -> tuple[dict[str, FlagValue], dict[str, str | None]]:
     """Turn submitted form values into (flags, env) overrides of ``base``.
 
     Blank fields remove their flag or variable; flags that were in ``base_extra_args`` and
-    are no longer in the extra-args text are removed, likewise extra env variables.
-    Raises LaunchSpecError when the free-text fields cannot be parsed.
+    are no longer in the extra-args text are removed, likewise extra env variables. A secret
+    flag or variable left as the form showed it (``***``) gets its real value back from
+    ``secrets`` (default: ``base``'s). Raises LaunchSpecError when the free-text fields
+    cannot be parsed.
     """
+    values = restore_form_secrets(values, secrets if secrets is not None else SecretValues.of(base))
+    _refuse_unknown_secrets(values)
     backend = _backend(base.backend)
     env_fields = _env_fields(backend)
     flags: dict[str, FlagValue] = {}

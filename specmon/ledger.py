@@ -27,7 +27,7 @@ from typing import Any
 from specmon import __version__
 from specmon.errors import SpecmonError
 from specmon.process_owner import owner_gone, this_process
-from specmon.secrets import redact_env, redact_settings
+from specmon.secrets import redact_argv, redact_env, redact_settings
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
 LEDGER_FILE = "ledger.sqlite3"
@@ -581,7 +581,7 @@ class Ledger:
                 run.host,
                 run.profile,
                 run.run_id,
-                json.dumps(list(run.argv)),
+                json.dumps(list(redact_argv(run.argv))),
                 json.dumps(redact_env(run.env), sort_keys=True),
                 __version__,
                 run.status,
@@ -615,7 +615,7 @@ class Ledger:
                 context.profile,
                 run_ref,
                 result.model,
-                json.dumps(list(context.argv)),
+                json.dumps(list(redact_argv(context.argv))),
                 json.dumps(redact_env(context.env), sort_keys=True),
                 __version__,
                 result.server_version,

@@ -14,10 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from specmon.launch import LaunchSpec
+from typing import Any
 
 MASK = "***"
 BUILTIN_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
@@ -60,12 +57,35 @@ def redact_settings(settings: Any) -> Any:
     }
 
 
-def shown_spec(spec: LaunchSpec) -> LaunchSpec:
-    """The spec as specmon shows and records it: secret environment values as ``***``."""
-    secret = {name: MASK for name, value in spec.env if is_secret_env(name) and value}
-    return spec.with_env(secret) if secret else spec
+_ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.+)", re.DOTALL)
 
 
-def shown_command(spec: LaunchSpec) -> str:
-    """The shell command of ``spec`` for display (the sweep's launch line), secrets masked."""
-    return shown_spec(spec).shell_command()
+def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
+    """``argv`` as specmon shows and records it: the value of every secret flag
+    (``--api-key X``, ``--hf-token=X``, by whole word as ``is_secret_setting``) and of every
+    secret ``NAME=value`` word before the command (``env HF_TOKEN=x python ...``) as ``***``.
+    The process itself gets the real values; a relaunch takes them from where they came."""
+    words = list(argv)
+    shown: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if word.startswith("--") and len(word) > 2:
+            name, equals, value = word[2:].partition("=")
+            if not is_secret_setting(name):
+                shown.append(word)
+            elif equals:
+                shown.append(f"--{name}={MASK}" if value else word)
+            else:
+                shown.append(word)
+                if index < len(words) and not words[index].startswith("-"):
+                    shown.append(MASK)
+                    index += 1
+            continue
+        assignment = _ENV_WORD.fullmatch(word) if not word.startswith("-") else None
+        if assignment is not None and is_secret_env(assignment.group(1)):
+            shown.append(f"{assignment.group(1)}={MASK}")
+        else:
+            shown.append(word)
+    return tuple(shown)

@@ -37,7 +37,6 @@ from specmon.ledger import (
     RunRecord,
     params_key,
 )
-from specmon.secrets import shown_command
 
 if TYPE_CHECKING:
     from specmon.config import Config
@@ -678,7 +677,7 @@ class SweepRunner:
         )
 
     async def _run_point(self, sweep_id: int, index: int, point: SweepPoint) -> SweepPointResult:
-        self._emit(PointStarted(index, point, shown_command(point.spec)))
+        self._emit(PointStarted(index, point, point.spec.shown().shell_command()))
         store = self.controller.bus.store
         connection_at_start = store.connection
         run_id: str | None = None

@@ -16,9 +16,19 @@ import pytest
 from support.hosts import Recorder, kill_everything_under, local_session, sim_profiles
 
 from specmon.config import load_config
-from specmon.launch import LaunchSpec
+from specmon.errors import LaunchSpecError
+from specmon.events import RunInfo
+from specmon.launch import (
+    FORM_EXTRA_ARGS,
+    FORM_EXTRA_ENV,
+    LaunchSpec,
+    SecretValues,
+    form_overrides,
+    form_values,
+    restore_form_secrets,
+)
 from specmon.ledger import Ledger, RunRecord
-from specmon.secrets import is_secret_env, is_secret_setting, redact_env, shown_command
+from specmon.secrets import is_secret_env, is_secret_setting, redact_argv, redact_env
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_s3cr3t-value-0123456789"
@@ -48,6 +58,66 @@ def test_secret_names_by_the_built_in_and_the_configured_patterns() -> None:
     assert not is_secret_setting("max_total_tokens") and not is_secret_setting("tokenizer_path")
 
 
+@pytest.mark.parametrize(
+    ("argv", "shown"),
+    [
+        (["--api-key", TOKEN, "--tp", "8"], ["--api-key", "***", "--tp", "8"]),
+        ([f"--api-key={TOKEN}"], ["--api-key=***"]),
+        (["--hf-token", TOKEN], ["--hf-token", "***"]),
+        (["--admin-api-key", TOKEN], ["--admin-api-key", "***"]),
+        (["--api-key="], ["--api-key="]),  # nothing to hide
+        (["--max-total-tokens", "4096", "--tokenizer-path", "/m"],) * 2,
+        (["--return-tokens-as-token-ids", "--port", "8000"],) * 2,  # a switch: no value
+        (["env", f"HF_TOKEN={TOKEN}", "python3"], ["env", "HF_TOKEN=***", "python3"]),
+        (["env", "NCCL_PROTO=LL", "python3"],) * 2,
+    ],
+)
+def test_secret_flag_values_are_masked_in_a_command_line(argv: list[str], shown: list[str]):
+    assert redact_argv(argv) == tuple(shown)
+
+
+def test_the_form_shows_secrets_masked_and_launches_with_their_real_values() -> None:
+    """The relaunch form's extra-args and extra-env texts show ***; left so, the launch gets
+    the real values back (from the profile or the running launch); a *** whose value is not
+    known here is refused, never sent to the server as the key."""
+    base = LaunchSpec(
+        "sglang",
+        ("python3", "-m", "sglang.launch_server"),
+        ("--model-path", "m", "--api-key", TOKEN),
+        {"HF_TOKEN": TOKEN, "NCCL_DEBUG": "INFO"},
+    )
+    extra = ("--api-key", TOKEN)
+    values = form_values(base, extra)
+    assert TOKEN not in values[FORM_EXTRA_ARGS] + values[FORM_EXTRA_ENV]
+    assert values[FORM_EXTRA_ARGS] == "--api-key '***'"
+    assert "HF_TOKEN=***" in values[FORM_EXTRA_ENV]
+    flags, env = form_overrides(values, base, extra)
+    assert flags["api-key"] == TOKEN and env["HF_TOKEN"] == TOKEN
+    relaunched = base.with_flags(flags).with_env(env)
+    assert relaunched.flag("api-key") == TOKEN and relaunched.env_dict()["HF_TOKEN"] == TOKEN
+    assert TOKEN not in relaunched.shown().shell_command()
+    # A value typed over the mask is taken as typed.
+    typed = {**values, FORM_EXTRA_ARGS: "--api-key new-key"}
+    assert form_overrides(typed, base, extra)[0]["api-key"] == "new-key"
+    # The running launch's own secret flag (not in the profile): its real value is known.
+    running = LaunchSpec("sglang", (), ("--hf-token", CUSTOM))
+    secrets = SecretValues.of(base, running)
+    shown = {**values, FORM_EXTRA_ARGS: "--api-key '***' --hf-token=***"}
+    assert restore_form_secrets(shown, secrets)[FORM_EXTRA_ARGS] == (
+        f"--api-key {TOKEN} --hf-token={CUSTOM}"
+    )
+    # Known nowhere (the record keeps it masked): refused in one line.
+    unknown = {**values, FORM_EXTRA_ARGS: "--admin-api-key '***'"}
+    with pytest.raises(LaunchSpecError, match="--admin-api-key shows \\*\\*\\*"):
+        form_overrides(unknown, base, extra)
+
+
+def test_the_run_event_shows_secret_flags_masked() -> None:
+    event = RunInfo(run_id="r", argv=("python3", "--api-key", TOKEN))
+    assert event.argv[-1] == TOKEN  # the event keeps what the run was launched with
+    assert TOKEN not in event.to_json() and event.to_dict()["argv"][-1] == "***"
+
+
 def test_a_bad_secret_env_setting_is_a_config_error(tmp_path: Path) -> None:
     from specmon.errors import ConfigError
 
@@ -59,7 +129,7 @@ def test_a_bad_secret_env_setting_is_a_config_error(tmp_path: Path) -> None:
 
 def test_the_sweeps_launch_line_masks_secrets() -> None:
     spec = LaunchSpec("sglang", ("python3", "-m", "x"), ("--tp", "8"), {"HF_TOKEN": TOKEN})
-    line = shown_command(spec)
+    line = spec.shown().shell_command()
     assert TOKEN not in line and "HF_TOKEN='***'" in line and "--tp 8" in line
     assert TOKEN in spec.shell_command()  # the spec itself is unchanged
 
@@ -73,7 +143,7 @@ def test_the_ledger_stores_and_shows_secrets_masked_in_private_files(tmp_path: P
                 host="h",
                 profile="p",
                 run_id="r1",
-                argv=("python3",),
+                argv=("python3", "--api-key", TOKEN),
                 env={"HF_TOKEN": TOKEN, "SGLANG_MY_VAR": CUSTOM, "NCCL_DEBUG": "INFO"},
                 status="ready",
             )
@@ -107,7 +177,9 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
     tmp_path: Path,
 ) -> None:
     state = tmp_path / "state"
-    profiles = sim_profiles(env={"HF_TOKEN": TOKEN, "SGLANG_MY_VAR": CUSTOM})
+    profiles = sim_profiles(
+        env={"HF_TOKEN": TOKEN, "SGLANG_MY_VAR": CUSTOM}, extra_args=("--api-key", TOKEN)
+    )
     session = local_session(state, profiles, gpu_agent="none")
     recorder = None
     try:
@@ -119,11 +191,15 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
         with open(f"/proc/{run.pid}/environ", "rb") as f:  # the server has the real values
             environ = f.read().split(b"\0")
         assert f"HF_TOKEN={TOKEN}".encode() in environ
+        with open(f"/proc/{run.pid}/cmdline", "rb") as f:
+            assert TOKEN.encode() in f.read().split(b"\0")
+        assert TOKEN not in " ".join(run.argv) and "***" in run.argv
+        assert TOKEN not in recorder.kinds("run")[-1].to_json()
         assert f"SGLANG_MY_VAR={CUSTOM}".encode() in environ
         assert run.env["HF_TOKEN"] == "***" and run.env["SGLANG_MY_VAR"] == "***"
         assert dict(recorder.kinds("run")[-1].env)["HF_TOKEN"] == "***"
         for path in (state / "runs" / run_id).iterdir():  # run.json, meta: stored masked
-            if path.is_file():
+            if path.is_file() and path.name != "server.log":  # the server's own output
                 assert TOKEN.encode() not in path.read_bytes(), path
         for json_flag in ([], ["--json"]):
             out = await asyncio.to_thread(

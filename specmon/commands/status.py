@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
 def print_runs(name: str | None, label: str, runs: list[Any], *, as_json: bool) -> None:
     """One host's runs; ``name`` (several hosts) heads them, or tags the JSON line. Text that
     came from the host (argv, env, profile) reaches the terminal stripped of controls."""
+    from specmon.secrets import redact_argv
     from specmon.terminal_text import safe_text
 
     if as_json:
@@ -82,7 +83,7 @@ def print_runs(name: str | None, label: str, runs: list[Any], *, as_json: bool) 
         load = f"{r.load_seconds:.1f}s" if r.load_seconds is not None else "-"
         head = f"{r.run_id}  {r.state:<18} profile={r.profile} started={started} load={load}"
         print(safe_text(head))
-        print(safe_text(f"    {' '.join(r.argv)}"))
+        print(safe_text(f"    {' '.join(redact_argv(r.argv))}"))
         if r.env:
             env = " ".join(f"{k}={v}" for k, v in sorted(r.env.items()))
             print(safe_text(f"    env: {env}"))

@@ -36,6 +36,7 @@ from specmon.events import (
     ServerError,
     StopProgress,
 )
+from specmon.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import exit_text, failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
@@ -805,7 +806,7 @@ class HostSession(HostController):
                 follow.run.run_id,
                 follow.log.errors,
                 follow.log.recent,
-                command=" ".join(follow.run.argv) or None,
+                command=" ".join(redact_argv(follow.run.argv)) or None,
                 last_phase=self.bus.store.loading.phase,
                 exit_code=exit_code,
                 signal=signal,

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
-from specmon.secrets import redact_env, shown_spec
+from specmon.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:
     from specmon.config import Profile
@@ -56,9 +56,10 @@ def launch_payload(
         "argv": argv,
         "env": spec.env_dict(),
         "record_env": redact_env(spec.env),  # what run.json keeps: secrets as ***
+        "record_argv": list(redact_argv(argv)),  # likewise secret flag values
         "profile": profile,
         "port": port_of(spec, chosen),
-        "meta": {"owner": owner, "backend": spec.backend, "spec": shown_spec(spec).to_json()},
+        "meta": {"owner": owner, "backend": spec.backend, "spec": spec.shown().to_json()},
         "run_id": run_id,
         "run_env": {"SPECMON_PROBE_FILE": PROBE_FILE},
         "extra_env": {},

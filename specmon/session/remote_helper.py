@@ -5,7 +5,8 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   hello       make the state dir (0700 if it creates it); print this file's sha256, python, host, user
   launch      start a server detached (own session and process group) under a monitor that
               records its exit; spec JSON on stdin: {"argv", "env", "profile", "port", "meta"}
-              ("record_env": the env as run.json keeps it, secrets masked by specmon)
+              ("record_env", "record_argv": the env and argv as run.json keeps them,
+              secrets masked by specmon)
   status      list runs with liveness (pid + process start time, so a reused pid is not alive)
   stop        SIGTERM the run's process group, wait, SIGKILL, confirm the group is empty;
               prints one JSON line per step
@@ -297,7 +298,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         return
     run = {
         "run_id": os.path.basename(rdir),
-        "argv": argv,
+        "argv": spec.get("record_argv") or argv,
         "env": spec.get("record_env", spec.get("env")) or {},
         "profile": spec.get("profile"),
         "port": spec.get("port"),

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.backends import DEFAULT_BACKEND
-from specmon.secrets import redact_env
+from specmon.secrets import redact_argv, redact_env
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class RunStatus:
             "profile": self.profile,
             "state": self.state,
             "alive": self.alive,
-            "argv": list(self.argv),
+            "argv": list(redact_argv(self.argv)),  # shown: secret flag values as ***
             "env": self.env,
             "pid": self.pid,
             "pgid": self.pgid,

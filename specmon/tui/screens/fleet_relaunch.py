@@ -41,9 +41,9 @@ class FleetRelaunchScreen(RelaunchScreen):
         return [
             (
                 t.name,
-                profile.to_launch_spec(
-                    flags=flags, env=env, python=t.controller.host_python
-                ).shell_command(),
+                profile.to_launch_spec(flags=flags, env=env, python=t.controller.host_python)
+                .shown()
+                .shell_command(),
             )
             for t in self.targets
         ]

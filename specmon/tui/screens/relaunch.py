@@ -8,7 +8,6 @@ anything is wrong, so an invalid launch cannot be submitted. A restart costs min
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -28,10 +27,13 @@ from specmon.launch import (
     FORM_EXTRA_ARGS,
     FORM_EXTRA_ENV,
     LaunchSpec,
+    SecretValues,
+    extra_args_text,
     form_fields,
     form_overrides,
     form_values,
     parse_extra_args,
+    restore_form_secrets,
     validate_form,
 )
 from specmon.tui.messages import RelaunchRequested
@@ -86,6 +88,7 @@ class RelaunchScreen(ModalScreen[None]):
         else:
             self.profile_name = self.profile_names[0] if self.profile_names else ""
         self.problems: dict[str, str] = {}
+        self.secret_values = SecretValues()  # the real values behind the form's ***
         self.spec: LaunchSpec | None = None
         self.use_backend_of(self.profile_name)
 
@@ -167,9 +170,11 @@ class RelaunchScreen(ModalScreen[None]):
         profile = self.config.profiles[name]
         spec = profile.to_launch_spec()
         values = form_values(spec, profile.extra_args)
+        self.secret_values = SecretValues.of(spec)
         run = self.controller.bus.store.run
         if run is not None and run.profile == name and run.argv:
             running = LaunchSpec(profile.backend, (), _args_after_command(run.argv), dict(run.env))
+            self.secret_values = SecretValues.of(spec, running)
             for key, value in form_values(running).items():
                 if key not in (FORM_EXTRA_ARGS, FORM_EXTRA_ENV):
                     values[key] = value
@@ -181,7 +186,7 @@ class RelaunchScreen(ModalScreen[None]):
                     continue
                 value = running.flag(item.name)
                 extra += [f"--{item.name}"] + ([value] if value else [])
-            values[FORM_EXTRA_ARGS] = shlex.join(extra)
+            values[FORM_EXTRA_ARGS] = extra_args_text(extra)  # secrets shown as ***
         with self.prevent(Input.Changed, Select.Changed):
             for key, value in values.items():
                 self.set_field(key, value)
@@ -222,7 +227,7 @@ class RelaunchScreen(ModalScreen[None]):
         spec_problems: list[str] = []
         if not problems and profile is not None and base is not None:
             try:
-                flags, env = form_overrides(values, base, profile.extra_args)
+                flags, env = form_overrides(values, base, profile.extra_args, self.secret_values)
                 self.spec = base.with_flags(flags).with_env(env)
                 spec_problems = self.spec.problems()
             except SpecmonError as exc:
@@ -236,7 +241,7 @@ class RelaunchScreen(ModalScreen[None]):
         preview = Text()
         if self.spec is not None:
             preview.append("command: ", style="bold")
-            preview.append(self.spec.shell_command())
+            preview.append(self.spec.shown().shell_command())
         else:
             preview.append("Fix the fields marked in red to see the command.", style="italic")
         self.query_one("#preview", Static).update(preview)
@@ -294,7 +299,7 @@ class RelaunchScreen(ModalScreen[None]):
             what += " and waits for its GPU memory to be released, then launches:\n\n"
         else:
             what = "No server is running. This launches:\n\n"
-        question = what + self.spec.shell_command()
+        question = what + self.spec.shown().shell_command()
         self.app.push_screen(ConfirmScreen(question, "Relaunch"), self._confirmed)
 
     def _confirmed(self, answer: bool | None) -> None:
@@ -302,7 +307,9 @@ class RelaunchScreen(ModalScreen[None]):
             return
         values = self.values()
         profile = self.config.profiles[self.profile_name]
-        flags, env = form_overrides(values, profile.to_launch_spec(), profile.extra_args)
+        flags, env = form_overrides(
+            values, profile.to_launch_spec(), profile.extra_args, self.secret_values
+        )
         self.app.post_message(RelaunchRequested(self.profile_name, dict(flags), dict(env)))  # type: ignore[arg-type]
         self.dismiss(None)
 
@@ -317,7 +324,8 @@ class RelaunchScreen(ModalScreen[None]):
             return
         profile = self.config.profiles[self.profile_name]
         try:
-            new_profile = profile_from_form(profile, name, self.values(), self.backend)
+            values = restore_form_secrets(self.values(), self.secret_values)
+            new_profile = profile_from_form(profile, name, values, self.backend)
             path = self.config.source if self.config.source is not None else find_config_path()
             save_profile(path, new_profile)
         except SpecmonError as exc:
