@@ -89,3 +89,39 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
         else:
             shown.append(word)
     return tuple(shown)
+
+
+_SECRET_IN_TEXT = re.compile(
+    # name='value' (a Python repr: ServerArgs(api_key='...')), 'name': 'value' (a dict's)
+    r"""(?P<q>['"]?)(?P<name>[A-Za-z_][\w.-]*)(?P=q)(?P<sep>\s*[=:]\s*)(?P<value>'[^']*'|"[^"]*")"""
+    # --name value, --name=value (a command line echoed)
+    r"""|--(?P<flag>[A-Za-z][\w-]*)(?P<flag_sep>=|\s+)(?!-)(?P<flag_value>[^\s'",]+)"""
+    # NAME=value (an environment echoed)
+    r"""|\b(?P<env>[A-Z][A-Z0-9_]*)=(?P<env_value>[^\s'",]+)"""
+)
+
+
+def _masked_match(match: re.Match[str]) -> str:
+    name, flag, env = match.group("name"), match.group("flag"), match.group("env")
+    if name is not None and is_secret_setting(name):
+        value = match.group("value")
+        return f"{match.group('q')}{name}{match.group('q')}{match.group('sep')}{value[0]}{MASK}{value[0]}"
+    if flag is not None and is_secret_setting(flag):
+        return f"--{flag}{match.group('flag_sep')}{MASK}"
+    if env is not None and is_secret_env(env):
+        return f"{env}={MASK}"
+    return match.group()
+
+
+def mask_secrets_in_text(text: str) -> str:
+    """A line a server wrote, with the values of secret settings it echoes as ``***``:
+    SGLang's ``server_args=ServerArgs(..., api_key='...')``, vLLM's ``non-default args:
+    {'api_key': '...'}``, a command line (``--api-key X``) or an environment (``HF_TOKEN=x``)
+    printed back. Lines that name no secret word (a decode line) are returned as they are
+    after one quick look."""
+    if not ("'" in text or '"' in text or "=" in text or "--" in text):
+        return text  # no value to hide can be written without one of these
+    lower = text.lower()
+    if not ("key" in lower or "token" in lower or "secret" in lower or "passw" in lower):
+        return text
+    return _SECRET_IN_TEXT.sub(_masked_match, text)

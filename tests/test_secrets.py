@@ -28,7 +28,13 @@ from specmon.launch import (
     restore_form_secrets,
 )
 from specmon.ledger import Ledger, RunRecord
-from specmon.secrets import is_secret_env, is_secret_setting, redact_argv, redact_env
+from specmon.secrets import (
+    is_secret_env,
+    is_secret_setting,
+    mask_secrets_in_text,
+    redact_argv,
+    redact_env,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 TOKEN = "hf_s3cr3t-value-0123456789"
@@ -110,6 +116,39 @@ def test_the_form_shows_secrets_masked_and_launches_with_their_real_values() -> 
     unknown = {**values, FORM_EXTRA_ARGS: "--admin-api-key '***'"}
     with pytest.raises(LaunchSpecError, match="--admin-api-key shows \\*\\*\\*"):
         form_overrides(unknown, base, extra)
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (
+            f"[2026-02-10 09:14:02] server_args=ServerArgs(model_path='m', api_key='{TOKEN}', "
+            "hf_token=None, ssl_keyfile='/k', tp_size=8)",
+            "[2026-02-10 09:14:02] server_args=ServerArgs(model_path='m', api_key='***', "
+            "hf_token=None, ssl_keyfile='/k', tp_size=8)",
+        ),
+        (
+            f"INFO 02-10 09:14:02 [utils.py:1] non-default args: {{'api_key': '{TOKEN}', "
+            "'max_num_batched_tokens': 8192}",
+            "INFO 02-10 09:14:02 [utils.py:1] non-default args: {'api_key': '***', "
+            "'max_num_batched_tokens': 8192}",
+        ),
+        (f'{{"hf-token": "{TOKEN}"}}', '{"hf-token": "***"}'),
+        (
+            f"cmd: python3 -m x --api-key {TOKEN} --port 1",
+            "cmd: python3 -m x --api-key *** --port 1",
+        ),
+        (f"env HF_TOKEN={TOKEN} NCCL_PROTO=LL", "env HF_TOKEN=*** NCCL_PROTO=LL"),
+        (
+            "[2026-02-10 12:46:18 TP0] Decode batch, #running-req: 40, #token: 77320, token usage:"
+            " 0.14, accept len: 2.10, cuda graph: True, gen throughput (token/s): 473.97",
+        )
+        * 2,
+        ("--return-tokens-as-token-ids --max-total-tokens 4096 tokenizer='t'",) * 2,
+    ],
+)
+def test_secret_values_a_server_echoes_in_its_log_are_shown_masked(line: str, shown: str):
+    assert mask_secrets_in_text(line) == shown
 
 
 def test_the_run_event_shows_secret_flags_masked() -> None:
@@ -195,6 +234,9 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
             assert TOKEN.encode() in f.read().split(b"\0")
         assert TOKEN not in " ".join(run.argv) and "***" in run.argv
         assert TOKEN not in recorder.kinds("run")[-1].to_json()
+        logged = [line.text for line in recorder.kinds("log")]
+        assert any("***" in text for text in logged)  # the server echoed its arguments
+        assert not [text for text in logged if TOKEN in text]
         assert f"SGLANG_MY_VAR={CUSTOM}".encode() in environ
         assert run.env["HF_TOKEN"] == "***" and run.env["SGLANG_MY_VAR"] == "***"
         assert dict(recorder.kinds("run")[-1].env)["HF_TOKEN"] == "***"

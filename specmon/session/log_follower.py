@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from specmon.backends import LogParser
 from specmon.errors import SpecmonError
 from specmon.events import Decode, Dropped, Event, LogLine, Prefill, ServerError
+from specmon.secrets import mask_secrets_in_text
 from specmon.store import HISTORY, LOG_LINES
 
 MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
@@ -115,14 +116,14 @@ class LogFollower:
             end = buf.find(b"\n", start)
             if end < 0:
                 break
-            text = bytes(buf[start:end]).decode(errors="replace")
+            text = _shown(bytes(buf[start:end]))
             self.recent.append(text)
             events.append(LogLine(text=text, offset=self.line_start))
             self.line_start += end + 1 - start
             start = end + 1
         del buf[:start]
         if len(buf) > MAX_PARTIAL_LINE:
-            events.append(LogLine(text=bytes(buf).decode(errors="replace"), offset=self.line_start))
+            events.append(LogLine(text=_shown(bytes(buf)), offset=self.line_start))
             self.line_start += len(buf)
             buf.clear()
         events.extend(self._parsed(self.parser.feed(data)))
@@ -166,14 +167,13 @@ class LogFollower:
         skipped = buf.count(b"\n", 0, start)
         lines: list[LogLine] = []
         for raw in bytes(buf[start : end - 1]).split(b"\n") if end > start else ():
-            text = raw.decode(errors="replace")
-            lines.append(LogLine(text=text, offset=offset))
+            lines.append(LogLine(text=_shown(raw), offset=offset))
             offset += len(raw) + 1
         self.recent.extend(line.text for line in lines[-RECENT_LINES:])
         self.line_start += end
         self.partial = bytearray(buf[end:])
         if len(self.partial) > MAX_PARTIAL_LINE:
-            lines.append(LogLine(text=bytes(self.partial).decode(errors="replace"), offset=offset))
+            lines.append(LogLine(text=_shown(bytes(self.partial)), offset=offset))
             self.line_start += len(self.partial)
             self.partial.clear()
         return skipped, lines
@@ -207,7 +207,7 @@ class LogFollower:
         """The end of the log: what the parser held back, then the unterminated last line."""
         events = self._parsed(self.parser.flush())
         if self.partial:
-            text = bytes(self.partial).decode(errors="replace")
+            text = _shown(bytes(self.partial))
             self.recent.append(text)
             events.append(LogLine(text=text, offset=self.line_start))
             self.line_start += len(self.partial)
@@ -217,3 +217,9 @@ class LogFollower:
     def _parsed(self, events: list[Event]) -> list[Event]:
         self.errors.extend(e for e in events if isinstance(e, ServerError))
         return events
+
+
+def _shown(raw: bytes) -> str:
+    """A log line as the console and `watch` show it: decoded, secret values the server
+    echoed (its arguments, a command line) as ``***`` (specmon.secrets)."""
+    return mask_secrets_in_text(raw.decode(errors="replace"))
