@@ -14,6 +14,7 @@ concurrency as the result it is compared with. There is no way to make one from 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
@@ -27,7 +28,13 @@ from typing import Any
 from specmon import __version__
 from specmon.errors import SpecmonError
 from specmon.process_owner import owner_gone, this_process
-from specmon.secrets import redact_argv, redact_env, redact_settings
+from specmon.secrets import (
+    is_secret_name,
+    redact_argv,
+    redact_env,
+    redact_params,
+    redact_settings,
+)
 
 DATA_DIR_ENV = "SPECMON_DATA_DIR"
 LEDGER_FILE = "ledger.sqlite3"
@@ -314,8 +321,29 @@ class PointRow:
 
 
 def params_key(params: Mapping[str, str]) -> str:
-    """A canonical text for a combination, so a resumed sweep recognises its finished points."""
-    return json.dumps(dict(sorted(params.items())), separators=(",", ":"))
+    """A canonical text for a combination, so a resumed sweep recognises its finished points;
+    a secret value is kept as a digest of it, never in clear."""
+    shown = {
+        name: "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:16]
+        if is_secret_name(name) and value
+        else value
+        for name, value in sorted(params.items())
+    }
+    return json.dumps(shown, separators=(",", ":"))
+
+
+def _shown_sweep_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's plan as stored: the values of a secret axis of its grid as ``***``."""
+    shown = dict(spec)
+    grid = shown.get("grid")
+    if isinstance(grid, list):
+        shown["grid"] = [
+            {**axis, "values": redact_params({axis["name"]: axis["values"]})[axis["name"]]}
+            if isinstance(axis, dict) and "name" in axis and isinstance(axis.get("values"), list)
+            else axis
+            for axis in grid
+        ]
+    return shown
 
 
 # --- the ledger -----------------------------------------------------------------------------
@@ -419,7 +447,7 @@ class Ledger:
                     sweep_key,
                     host,
                     profile,
-                    json.dumps(dict(spec), sort_keys=True),
+                    json.dumps(_shown_sweep_spec(spec), sort_keys=True),
                     json.dumps(this_process()),
                 ),
             )
@@ -494,7 +522,7 @@ class Ledger:
                     sweep_id,
                     time.time(),
                     params_key(params),
-                    json.dumps(dict(params)),  # grid order, for display
+                    json.dumps(redact_params(params)),  # grid order, for display
                     int(is_baseline),
                     status,
                     run_ref,
@@ -531,7 +559,7 @@ class Ledger:
                     sweep_id,
                     time.time(),
                     params_key(params),
-                    json.dumps(dict(params)),
+                    json.dumps(redact_params(params)),
                     status,
                     run_ref,
                     load_seconds,

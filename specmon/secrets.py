@@ -125,3 +125,18 @@ def mask_secrets_in_text(text: str) -> str:
     if not ("key" in lower or "token" in lower or "secret" in lower or "passw" in lower):
         return text
     return _SECRET_IN_TEXT.sub(_masked_match, text)
+
+
+def is_secret_name(name: str) -> bool:
+    """A flag (``--api-key``, ``api_key``) or environment variable whose value is secret."""
+    return is_secret_env(name) or is_secret_setting(name.lstrip("-"))
+
+
+def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A sweep's grid values (one point's, or each axis's list) with secret ones as ``***``."""
+    return {
+        name: (MASK if not isinstance(value, list) else [MASK] * len(value))
+        if is_secret_name(name) and value
+        else value
+        for name, value in params.items()
+    }

@@ -37,6 +37,7 @@ from specmon.ledger import (
     RunRecord,
     params_key,
 )
+from specmon.secrets import redact_params
 
 if TYPE_CHECKING:
     from specmon.config import Config
@@ -158,7 +159,7 @@ class SweepPoint:
     def label(self) -> str:
         if self.is_baseline:
             return "baseline (speculation off)"
-        return " ".join(f"{k}={v}" for k, v in self.params.items())
+        return " ".join(f"{k}={v}" for k, v in redact_params(self.params).items())
 
 
 def baseline_profile_name(config: Config, profile_name: str) -> str | None:

@@ -269,3 +269,32 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
     finally:
         await session.close()
         kill_everything_under(state)
+
+
+def test_a_sweep_over_a_secret_keeps_its_values_out_of_the_ledger(tmp_path: Path) -> None:
+    """A grid axis over a secret (two API keys, two tokens): the ledger stores *** for the
+    values and a digest as the point's key, so a resumed sweep still tells the points apart
+    and recognises the finished one."""
+    from specmon.ledger import params_key
+    from specmon.sweep import SweepPoint
+
+    other = "hf_other-secret-9876543210"
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as ledger:
+        grid = [{"name": "HF_TOKEN", "values": [TOKEN, other]}, {"name": "tp", "values": ["8"]}]
+        sid = ledger.start_sweep("k", "h", "p", {"grid": grid})
+        ledger.record_sweep_point(
+            sid, {"HF_TOKEN": TOKEN, "tp": "8"}, is_baseline=False, status="ok"
+        )
+        (point,) = ledger.sweep_points(sid)
+        assert point.params == {"HF_TOKEN": "***", "tp": "8"}
+        assert point.params_key == params_key({"HF_TOKEN": TOKEN, "tp": "8"})
+        assert params_key({"HF_TOKEN": other, "tp": "8"}) != point.params_key
+        assert ledger.get_sweep(sid).spec["grid"][0]["values"] == ["***", "***"]
+    for stored in tmp_path.iterdir():
+        assert (
+            TOKEN.encode() not in stored.read_bytes() and other.encode() not in stored.read_bytes()
+        )
+    spec = LaunchSpec("sglang", ("python3",), ())
+    label = SweepPoint({"HF_TOKEN": TOKEN, "tp": "8"}, False, spec, "p").label()
+    assert label == "HF_TOKEN=*** tp=8"
