@@ -559,8 +559,10 @@ class SecretValues:
 
 def restore_form_secrets(values: Mapping[str, str], secrets: SecretValues) -> dict[str, str]:
     """The form's values with every secret left as shown (``***``) in the extra-args and
-    extra-env texts given its real value back from ``secrets`` (a text that does not parse
-    is left as it is: reading it reports the problem)."""
+    extra-env texts given its real value back from ``secrets``. A ``***`` whose value is known
+    nowhere (the run was launched with it and its record keeps it masked) is refused
+    (LaunchSpecError), never launched or saved as the value. A text that does not parse is
+    left as it is: reading it reports the problem."""
     restored = dict(values)
     try:
         args = parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))
@@ -569,8 +571,13 @@ def restore_form_secrets(values: Mapping[str, str], secrets: SecretValues) -> di
         return restored
     changed = False
     for item in parse_flags(args)[0]:
-        if item.value != MASK or item.name not in secrets.flags:
+        if item.value != MASK or not is_secret_setting(item.name):
             continue
+        if item.name not in secrets.flags:
+            raise LaunchSpecError(
+                [f"{FORM_EXTRA_ARGS}: --{item.name} shows *** and its value is not known "
+                 "here; type it again"]
+            )  # fmt: skip
         real = secrets.flags[item.name]
         if "=" in args[item.index]:
             args[item.index] = f"{args[item.index].partition('=')[0]}={real}"
@@ -578,35 +585,19 @@ def restore_form_secrets(values: Mapping[str, str], secrets: SecretValues) -> di
             args[item.index + 1] = real
         changed = True
     for name, value in env.items():
-        if value == MASK and name in secrets.env:
-            env[name] = secrets.env[name]
-            changed = True
-    if changed:
-        restored[FORM_EXTRA_ARGS] = shlex.join(args)
-        restored[FORM_EXTRA_ENV] = " ".join(f"{n}={shlex.quote(v)}" for n, v in env.items())
-    return restored
-
-
-def _refuse_unknown_secrets(values: Mapping[str, str]) -> None:
-    """A secret still ``***`` after restoring has no known value here (the run was launched
-    with it, and the record keeps it masked): launching with ``***`` would be wrong."""
-    try:
-        args = parse_extra_args(values.get(FORM_EXTRA_ARGS, ""))
-        env = parse_extra_env(values.get(FORM_EXTRA_ENV, ""))
-    except LaunchSpecError:
-        return
-    for item in parse_flags(args)[0]:
-        if item.value == MASK and is_secret_setting(item.name):
-            raise LaunchSpecError(
-                [f"{FORM_EXTRA_ARGS}: --{item.name} shows *** and its value is not known here; "
-                 "type it again"]
-            )  # fmt: skip
-    for name, value in env.items():
-        if value == MASK and is_secret_env(name):
+        if value != MASK or not is_secret_env(name):
+            continue
+        if name not in secrets.env:
             raise LaunchSpecError(
                 [f"{FORM_EXTRA_ENV}: {name} shows *** and its value is not known here; "
                  "type it again"]
             )  # fmt: skip
+        env[name] = secrets.env[name]
+        changed = True
+    if changed:
+        restored[FORM_EXTRA_ARGS] = shlex.join(args)
+        restored[FORM_EXTRA_ENV] = " ".join(f"{n}={shlex.quote(v)}" for n, v in env.items())
+    return restored
 
 
 def form_overrides(
@@ -624,7 +615,6 @@ def form_overrides(
     cannot be parsed.
     """
     values = restore_form_secrets(values, secrets if secrets is not None else SecretValues.of(base))
-    _refuse_unknown_secrets(values)
     backend = _backend(base.backend)
     env_fields = _env_fields(backend)
     flags: dict[str, FlagValue] = {}
