@@ -127,9 +127,16 @@ def mask_secrets_in_text(text: str) -> str:
     return _SECRET_IN_TEXT.sub(_masked_match, text)
 
 
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
 def is_secret_name(name: str) -> bool:
-    """A flag (``--api-key``, ``api_key``) or environment variable whose value is secret."""
-    return is_secret_env(name) or is_secret_setting(name.lstrip("-"))
+    """A sweep axis whose values are secret: an environment variable (upper case, by the
+    environment's patterns) or a flag or setting (``api-key``, ``api_key``: by whole word,
+    so ``num_speculative_tokens`` is no secret though ``*TOKEN*`` would match its capitals)."""
+    if _ENV_NAME.fullmatch(name):
+        return is_secret_env(name)
+    return is_secret_setting(name.lstrip("-"))
 
 
 def redact_params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from specmon.secrets import (
     mask_secrets_in_text,
     redact_argv,
     redact_env,
+    redact_params,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -298,3 +299,7 @@ def test_a_sweep_over_a_secret_keeps_its_values_out_of_the_ledger(tmp_path: Path
     spec = LaunchSpec("sglang", ("python3",), ())
     label = SweepPoint({"HF_TOKEN": TOKEN, "tp": "8"}, False, spec, "p").label()
     assert label == "HF_TOKEN=*** tp=8"
+    # Settings that merely hold a secret-looking word in capitals stay visible (vLLM's k).
+    plain = {"num_speculative_tokens": "3", "speculative-num-draft-tokens": "4", "NCCL_PROTO": "LL"}
+    assert redact_params(plain) == plain
+    assert redact_params({"api-key": "k", "api_key": "k"}) == {"api-key": "***", "api_key": "***"}
