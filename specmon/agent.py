@@ -706,6 +706,12 @@ class NvmlSampler:
                 except GpuLost as exc:
                     self._mark_lost(gpu, exc)
 
+    def poke(self) -> None:
+        """Make every GPU's slow fields due now (SIGUSR1: a relaunch waits for the old
+        server's GPU memory to be released and asks for a fresh reading)."""
+        for gpu in self.gpus:
+            gpu.slow_due = 0.0
+
     def read_slow_fields(self) -> None:
         """Every GPU's slowly moving fields, now (the nvidia-smi-rows stream's state)."""
         for gpu in self.gpus:
@@ -1007,6 +1013,8 @@ class NvmlTicker:
         # Set by the SIGCHLD handler of the nvidia-smi-rows stream: its loop may have ended,
         # so _wait returns (False, with stop unset) for the caller to look now.
         self.interrupted = False
+        # Set by the SIGUSR1 handler of the nvidia-smi-rows stream: read the slow fields now.
+        self.poked = False
         self.sample_cpu_s = 0.0  # the main thread's CPU in the NVML reads, for --report-cpu
         self.encode_cpu_s = 0.0  # and in the tick line's encoding
 
@@ -1026,7 +1034,7 @@ class NvmlTicker:
             return not stop.wait(delay)
         try:
             self.sleeping = True
-            if stop.is_set() or self.interrupted:  # a signal before `sleeping` was set
+            if stop.is_set() or self.interrupted or self.poked:  # a signal before `sleeping`
                 return False
             time.sleep(delay)
         except _Wake:
@@ -1838,7 +1846,11 @@ def _stream_rows(
                 ticker._next = min(ticker._next or started, started + options.duration)
             if not ticker._wait(stop) and stop.is_set():
                 break
-            ticker._advance()
+            if ticker.poked:  # asked for a reading now: the next one an interval from now
+                ticker.poked = False
+                ticker._next = time.monotonic() + ticker.period
+            else:
+                ticker._advance()
             if options.duration is not None and time.monotonic() - started >= options.duration:
                 break
             if options.parent_pid is not None and not _parent_alive(options.parent_pid):
@@ -1998,13 +2010,29 @@ def run_agent(options: argparse.Namespace) -> int:
             if nvml_ticker.sleeping:
                 raise _Wake
 
+    sampler: Any = None
+    rows: SmiTickRows | None = None
+    streaming_rows = False
+
+    def on_poke(*_: Any) -> None:
+        """SIGUSR1 (the console's `supervise` passes on a byte written to its stdin): read
+        the slow fields, memory first of all, now rather than at their next due time. The
+        nvidia-smi-rows stream is woken for it; a ticking agent reads them at its next tick."""
+        if isinstance(sampler, NvmlSampler):
+            sampler.poke()
+        if streaming_rows and nvml_ticker is not None:
+            nvml_ticker.poked = True
+            if nvml_ticker.sleeping:
+                raise _Wake
+
     in_main = threading.current_thread() is threading.main_thread()
     if in_main:
         for signum in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
             if signum is not None:
                 previous_handlers[signum] = signal.signal(signum, on_signal)
-    sampler: Any = None
-    rows: SmiTickRows | None = None
+        poke_signal = getattr(signal, "SIGUSR1", None)
+        if poke_signal is not None:
+            previous_handlers[poke_signal] = signal.signal(poke_signal, on_poke)
     try:
         if options.watch_stdin:
             threading.Thread(
@@ -2034,8 +2062,10 @@ def run_agent(options: argparse.Namespace) -> int:
             if child_signal is not None:
                 previous_handlers[child_signal] = signal.signal(child_signal, on_child)
             watched = child_signal is not None
+            streaming_rows = True
             if _stream_rows(options, sampler, rows, nvml_ticker, notices, stop, watched):
                 return 0
+            streaming_rows = False
             if child_signal is not None:
                 signal.signal(child_signal, previous_handlers.pop(child_signal))
             # nvidia-smi's loop ended under a running agent: tick in Python from here on.

@@ -242,3 +242,66 @@ def test_the_rows_stream_reads_the_links_in_its_own_wake_ups():
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+def _memory_reads(calls_file: Path) -> dict[str, int]:
+    calls = json.loads(calls_file.read_text())
+    return calls.get("nvmlDeviceGetMemoryInfo", {})
+
+
+def _poked_run(args: list[str], env: dict[str, str], wait_s: float, poke: bool) -> dict[str, int]:
+    """The agent from its first rows or ticks for ``wait_s``, sent SIGUSR1 at the start of
+    that time if ``poke``, then stopped: its memory reads per GPU (the fake's call counts)."""
+    process = subprocess.Popen(
+        [sys.executable, str(AGENT), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert process.stdout is not None
+        for _ in range(20):  # header and state lines, then a row or tick
+            line = process.stdout.readline()
+            if line[:1].isdigit() or line.startswith('{"type": "tick"'):
+                break
+        if poke:
+            process.send_signal(signal.SIGUSR1)
+        time.sleep(wait_s)
+        assert process.poll() is None  # SIGUSR1 does not end it
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(TIMEOUT) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+    return _memory_reads(Path(env["FAKE_NVML_CALLS_FILE"]))
+
+
+def test_sigusr1_makes_the_rows_stream_read_memory_at_once(tmp_path: Path):
+    """With slow fields every 30 s, the GPUs' memory is read once in 1.5 s, and twice when
+    the console asks for a reading (supervise passes a byte on as SIGUSR1): a relaunch need
+    not wait for the next wake-up to see the old server's memory released."""
+    args = ["--rate", "4", "--state-interval", "30"]
+    env = rows_env(FAKE_NVML_CALLS_FILE=str(tmp_path / "calm.json"))
+    calm = _poked_run(args, env, 1.5, poke=False)
+    env = rows_env(FAKE_NVML_CALLS_FILE=str(tmp_path / "poked.json"))
+    poked = _poked_run(args, env, 1.5, poke=True)
+    assert calm == {"0": 1, "1": 1}, calm
+    assert poked == {"0": 2, "1": 2}, poked
+
+
+def test_sigusr1_makes_a_ticking_agent_read_memory_at_its_next_tick(tmp_path: Path):
+    """Without nvidia-smi the agent ticks itself and reads memory every 2 s (staggered over
+    the GPUs): asked, it reads both GPUs' at its next tick, and keeps ticking."""
+    env = {k: v for k, v in rows_env().items() if not k.startswith("FAKE_SMI")}
+    env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi
+    args = ["--rate", "4"]
+    calm = _poked_run(args, {**env, "FAKE_NVML_CALLS_FILE": str(tmp_path / "c.json")}, 1.0, False)
+    poked = _poked_run(args, {**env, "FAKE_NVML_CALLS_FILE": str(tmp_path / "p.json")}, 1.0, True)
+    assert calm == {"0": 1, "1": 1}, calm
+    assert poked == {"0": 2, "1": 2}, poked

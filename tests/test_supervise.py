@@ -110,3 +110,34 @@ def _stat(pid: str) -> str:
 def _parent(pid: str) -> int | None:
     stat = _stat(pid)
     return int(stat.rsplit(")", 1)[1].split()[1]) if stat else None
+
+
+# Says it is ready, then answers each SIGUSR1 with a line.
+POKED = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGUSR1, lambda *_: print('usr1', flush=True))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_write_to_stdin_reaches_the_child_as_sigusr1(tmp_path: Path):
+    """How the console asks the GPU agent for a fresh reading (a relaunch waiting for the old
+    server's GPU memory to be released): a byte on the channel, SIGUSR1 to the child, which
+    goes on running."""
+    helper = supervise(tmp_path, POKED)
+    try:
+        assert helper.stdout is not None and helper.stdin is not None
+        assert helper.stdout.readline().strip() == "ready"
+        for _ in range(2):
+            helper.stdin.write("\n")
+            helper.stdin.flush()
+            assert helper.stdout.readline().strip() == "usr1"
+        (child,) = children_of(helper.pid)
+        assert alive(child)
+        helper.stdin.close()
+        assert helper.wait(BOUND_S) == 0
+    finally:
+        if helper.poll() is None:
+            os.killpg(helper.pid, signal.SIGKILL)
+            helper.wait(BOUND_S)

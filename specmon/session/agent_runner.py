@@ -16,7 +16,7 @@ from specmon.events import AgentStatus, Event, GpuSample
 from specmon.gpu_stream import AgentStream
 from specmon.session.helper_client import HelperClient
 from specmon.session.options import GpuAgentKind, SessionOptions
-from specmon.session.transport import ConnectionLost, Transport
+from specmon.session.transport import ConnectionLost, RemoteProcess, Transport
 
 
 class AgentHost(Protocol):
@@ -65,6 +65,7 @@ class GpuAgentRunner:
         self.last_sample: GpuSample | None = None
         self.last_sample_at = 0.0  # time.time() of arrival
         self.last_error: str | None = None
+        self._proc: RemoteProcess | None = None  # the running agent's channel
 
     async def _argv(self, kind: str) -> list[str]:
         s = self.session
@@ -91,7 +92,7 @@ class GpuAgentRunner:
             return
         failures = 0
         while True:
-            proc = await s.transport.start(await self._argv(kind))
+            proc = self._proc = await s.transport.start(await self._argv(kind))
             ticked = False
             stream = AgentStream()
             try:
@@ -110,6 +111,7 @@ class GpuAgentRunner:
                                 self.last_error = event.detail
                         s.publish(event)
             finally:
+                self._proc = None
                 await proc.kill()
             if not s.transport.connected:
                 raise ConnectionLost("connection dropped while the GPU agent ran")
@@ -134,14 +136,29 @@ class GpuAgentRunner:
             )
             await asyncio.sleep(delay)
 
+    async def read_now(self) -> None:
+        """Ask the agent for a fresh reading of the GPUs' slowly moving fields (memory among
+        them), which it otherwise reads every few seconds: `supervise` passes the byte on as
+        SIGUSR1."""
+        proc = self._proc
+        if proc is not None:
+            await proc.write(b"\n")
+
     async def wait_gpu_released(self, since: float) -> tuple[bool, str]:
-        """Wait for a sample taken after ``since`` in which every GPU is back near idle."""
+        """Wait for a sample taken after ``since`` in which every GPU is back near idle. The
+        agent is asked for a fresh reading at once and then every second: its memory
+        readings otherwise come every 4 s (docs/gpu-agent.md), and a sample's memory may be
+        older than the sample (it is then the old server's, so the wait goes on)."""
         opts = self.session.options
         if self.session.agent_kind == "none" or self.state != "started":
             return True, "not checked: no GPU agent running"
         deadline = time.monotonic() + opts.gpu_release_timeout_s
         held: list[str] = []
+        asked = 0.0
         while time.monotonic() < deadline:
+            if time.monotonic() - asked >= 1.0:
+                asked = time.monotonic()
+                await self.read_now()
             sample = self.last_sample
             if sample is not None and self.last_sample_at > since:
                 held = [

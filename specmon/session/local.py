@@ -60,6 +60,13 @@ class LocalProcess(RemoteProcess):
         except (ValueError, asyncio.LimitOverrunError):
             return await self._proc.stdout.read(1 << 20)
 
+    async def write(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        if stdin is not None and not stdin.is_closing():
+            with contextlib.suppress(OSError, BrokenPipeError, ConnectionResetError):
+                stdin.write(data)
+                await stdin.drain()
+
     async def close_stdin(self) -> None:
         if self._proc.stdin is not None and not self._proc.stdin.is_closing():
             self._proc.stdin.close()

@@ -16,7 +16,8 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
               its exit; ends when stdin closes
   annotate    merge keys into a run's meta.json (e.g. the ready time, for later ETAs)
   supervise   run a child (the GPU agent) in its own process group, writing straight to this
-              stdout, and kill the group when stdin closes or the child exits
+              stdout, and kill the group when stdin closes or the child exits; a write to
+              stdin reaches the child as SIGUSR1 (the agent reads its GPUs at once)
 """
 
 from __future__ import annotations
@@ -559,7 +560,7 @@ def cmd_supervise(args):
     process here wakes per line it writes (the GPU agent's nvidia-smi writes a tick row in
     six writes, four times a second). This process only waits, in one select, for the
     channel's stdin to close or the child to exit (a pidfd; where there is none, a 1 s poll),
-    then ends the child's process group."""
+    then ends the child's process group. A write to stdin reaches the child as SIGUSR1."""
     state_dir(args.state_dir)
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
@@ -609,7 +610,9 @@ def die_with_parent():
 
 
 def wait_child_or_eof(child):
-    """The child's exit status once it exits, or None once stdin reaches end of file."""
+    """The child's exit status once it exits, or None once stdin reaches end of file. What
+    arrives on stdin before that is passed on as SIGUSR1, once a read: the GPU agent then
+    reads its GPUs at once (a relaunch waits for the old server's memory to be released)."""
     stdin_fd = sys.stdin.fileno()
     pidfd = None
     with contextlib.suppress(AttributeError, OSError):  # Python < 3.9, Linux < 5.3
@@ -618,8 +621,11 @@ def wait_child_or_eof(child):
     try:
         while True:
             ready, _, _ = select.select(watched, [], [], None if pidfd is not None else 1.0)
-            if stdin_fd in ready and not os.read(stdin_fd, 4096):
-                return None
+            if stdin_fd in ready:
+                if not os.read(stdin_fd, 4096):
+                    return None
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGUSR1)
             if child.poll() is not None:
                 return child.returncode
     finally:

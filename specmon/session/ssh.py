@@ -66,6 +66,11 @@ class SshProcess(RemoteProcess):
         except (asyncssh.Error, OSError, asyncio.IncompleteReadError):
             return b""
 
+    async def write(self, data: bytes) -> None:
+        with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
+            self._process.stdin.write(data)
+            await self._process.stdin.drain()
+
     async def close_stdin(self) -> None:
         with contextlib.suppress(asyncssh.Error, OSError, BrokenPipeError):
             self._process.stdin.write_eof()

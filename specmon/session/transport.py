@@ -56,6 +56,10 @@ class RemoteProcess(ABC):
         """The next line of stdout with its newline; b"" at end of stream."""
 
     @abstractmethod
+    async def write(self, data: bytes) -> None:
+        """Write to the process's stdin (a closed or broken one is ignored)."""
+
+    @abstractmethod
     async def close_stdin(self) -> None:
         """EOF on the process's stdin: our helper subcommands end on it."""
 

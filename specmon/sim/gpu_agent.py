@@ -149,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         print(message_line("error", "--gpus must be between 1 and 64"), flush=True)
         return 2
     signal.signal(signal.SIGTERM, _raise_stop)
+    # A request for a fresh reading (SIGUSR1, as the real agent takes it): every tick here
+    # reads the simulated GPUs afresh already.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     host = socket.gethostname()
     gpus = SimulatedGpus(args.state, args.gpus, host)
     period = 1.0 / args.rate
