@@ -72,6 +72,12 @@ class TimeWindow:
             return events
         return list(compress(events, inside))
 
+    def carry_state(self) -> bool:
+        """What the window carries from one chunk to the next: whether the last stamped line
+        was inside it (a line without a stamp goes with it). `specmon parse` reading a file
+        in parts checks that a part began in the state one pass would have had."""
+        return self._inside
+
     def _stamps(self, events: list[Event]) -> list[str]:
         """Each event's stamp ("" for none) in the bounds' spelling."""
         rows = text_rows(events)

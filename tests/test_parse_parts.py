@@ -62,6 +62,9 @@ FORMS = [
     ("--summary",),
     ("--summary", "--no-events"),
     ("--json", "--kind", "error", "--kind", "shard_progress", "--summary"),
+    # A window whose edges fall inside the shuffled blocks: parts begin inside and outside.
+    ("--json", "--since", "2026-02-10 09:15", "--until", "2026-02-10 10:03", "--summary"),
+    ("--since", "08:31", "--until", "11:01:05", "--summary", "--no-events"),
 ]
 
 

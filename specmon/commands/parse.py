@@ -255,8 +255,10 @@ class _LogReader(PartReader):
             self._out.flush()  # each chunk as it is read: a live pipe sees its events now
 
     def line_state(self) -> Hashable | None:
-        # A time window carries its own state (inside or not) from chunk to chunk.
-        return None if self._window is not None else self.parser.line_state()
+        state = self.parser.line_state()
+        if state is None or self._window is None:
+            return state
+        return state, self._window.carry_state()  # a time window: inside it or not
 
     def begin_part(self, out: IO[str]) -> None:
         self._out = out
