@@ -7,12 +7,14 @@ into the agent's stdout; the console's reader (AgentStream) turns the stream bac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from specmon import agent
@@ -53,6 +55,29 @@ def run(args: list[str], env: dict[str, str]) -> tuple[int, list[str], str]:
     return done.returncode, done.stdout.splitlines(), done.stderr
 
 
+@contextlib.contextmanager
+def agent_process(args: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """The agent as a process of its own group; killed, with its group, if still running at
+    the end, and its pipes closed."""
+    process = subprocess.Popen(
+        [sys.executable, str(AGENT), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
 def read_stream(lines: list[str]) -> list:
     stream = AgentStream()
     return [result for line in lines for result in stream.feed(line)]
@@ -90,15 +115,7 @@ def test_nvidia_smis_rows_are_the_ticks_and_the_agent_writes_state_lines():
 
 
 def test_the_agent_and_its_nvidia_smi_stop_together_on_sigterm():
-    process = subprocess.Popen(
-        [sys.executable, str(AGENT), "--rate", "4"],
-        env=rows_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    with agent_process(["--rate", "4"], rows_env()) as process:
         assert process.stdout is not None
         for _ in range(10):  # header, state lines, then nvidia-smi's first row
             if process.stdout.readline()[:1].isdigit():
@@ -114,13 +131,6 @@ def test_the_agent_and_its_nvidia_smi_stop_together_on_sigterm():
         assert process.wait(5) == 0
         assert time.monotonic() - stopped < 2.0
         assert _parent(smi[0]) is None  # gone (reaped by the agent), not orphaned
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def _parent(pid: int) -> int | None:
@@ -211,15 +221,8 @@ def test_the_rows_stream_reads_the_links_in_its_own_wake_ups():
     """With nvidia-smi's loop writing the ticks, the agent has one thread: its wake-ups read
     the slow fields and, when due, the PCIe/NVLink counters, whose rates reach the state
     lines (a links thread of its own woke apart from them before)."""
-    process = subprocess.Popen(
-        [sys.executable, str(AGENT), *RATE_4, "--state-interval", "0.3", "--pcie-interval", "0.1"],
-        env=rows_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    args = [*RATE_4, "--state-interval", "0.3", "--pcie-interval", "0.1"]
+    with agent_process(args, rows_env()) as process:
         assert process.stdout is not None
         deadline = time.monotonic() + TIMEOUT
         rates = None
@@ -235,13 +238,6 @@ def test_the_rows_stream_reads_the_links_in_its_own_wake_ups():
         assert os.listdir(f"/proc/{process.pid}/task") == [str(process.pid)]
         process.send_signal(signal.SIGTERM)
         assert process.wait(5) == 0
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
 
 
 def _memory_reads(calls_file: Path) -> dict[str, int]:
@@ -252,15 +248,7 @@ def _memory_reads(calls_file: Path) -> dict[str, int]:
 def _poked_run(args: list[str], env: dict[str, str], wait_s: float, poke: bool) -> dict[str, int]:
     """The agent from its first rows or ticks for ``wait_s``, sent SIGUSR1 at the start of
     that time if ``poke``, then stopped: its memory reads per GPU (the fake's call counts)."""
-    process = subprocess.Popen(
-        [sys.executable, str(AGENT), *args],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    with agent_process(args, env) as process:
         assert process.stdout is not None
         for _ in range(20):  # header and state lines, then a row or tick
             line = process.stdout.readline()
@@ -272,13 +260,6 @@ def _poked_run(args: list[str], env: dict[str, str], wait_s: float, poke: bool) 
         assert process.poll() is None  # SIGUSR1 does not end it
         process.send_signal(signal.SIGTERM)
         assert process.wait(TIMEOUT) == 0
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(5)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
     return _memory_reads(Path(env["FAKE_NVML_CALLS_FILE"]))
 
 

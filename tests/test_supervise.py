@@ -4,11 +4,13 @@ process group when the channel's stdin closes, or exits with the child's status.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from specmon.session.helper_client import HELPER_SOURCE
@@ -29,6 +31,30 @@ def supervise(tmp_path: Path, *child: str) -> subprocess.Popen[str]:
     )
 
 
+@contextlib.contextmanager
+def supervised(tmp_path: Path, *child: str) -> Iterator[subprocess.Popen[str]]:
+    """``supervise`` running ``child``; whatever is left of it killed and closed at the end."""
+    helper = supervise(tmp_path, *child)
+    try:
+        yield helper
+    finally:
+        if helper.poll() is None:
+            os.killpg(helper.pid, signal.SIGKILL)
+            helper.wait(BOUND_S)
+        for stream in (helper.stdin, helper.stdout):
+            if stream is not None:
+                with contextlib.suppress(BrokenPipeError):
+                    stream.close()
+
+
+def gone(pid: int) -> bool:
+    """Whether ``pid`` is gone within BOUND_S."""
+    deadline = time.monotonic() + BOUND_S
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not alive(pid)
+
+
 def alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -40,45 +66,26 @@ def alive(pid: int) -> bool:
 def test_the_child_writes_to_the_channel_itself_and_ends_when_stdin_closes(tmp_path: Path):
     """No relay: a relay woke for each of the child's writes (the agent's nvidia-smi makes
     24 a second at 4 Hz; 0.55 ms of CPU a second on an H200, docs/gpu-agent.md)."""
-    helper = supervise(tmp_path, CHILD)
-    try:
+    with supervised(tmp_path, CHILD) as helper:
         assert helper.stdout is not None and helper.stdin is not None
         child_stdout = helper.stdout.readline().strip()
         assert child_stdout == os.readlink(f"/proc/{helper.pid}/fd/1")  # the same pipe
         (child,) = children_of(helper.pid)
         helper.stdin.close()  # the console closed the channel
         assert helper.wait(BOUND_S) == 0
-        deadline = time.monotonic() + BOUND_S
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child)
-    finally:
-        if helper.poll() is None:
-            os.killpg(helper.pid, signal.SIGKILL)
-            helper.wait(BOUND_S)
+        assert gone(child)
 
 
 def test_the_child_ends_when_the_helper_is_killed(tmp_path: Path):
     """SIGKILL to the helper alone (the local transport's kill): the child, which no longer
     writes through the helper, gets SIGTERM from the kernel (PR_SET_PDEATHSIG)."""
-    helper = supervise(tmp_path, CHILD)
-    try:
+    with supervised(tmp_path, CHILD) as helper:
         assert helper.stdout is not None
         helper.stdout.readline()
         (child,) = children_of(helper.pid)
         helper.kill()
         helper.wait(BOUND_S)
-        deadline = time.monotonic() + BOUND_S
-        while alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not alive(child)
-    finally:
-        if helper.poll() is None:
-            os.killpg(helper.pid, signal.SIGKILL)
-            helper.wait(BOUND_S)
-        for stream in (helper.stdin, helper.stdout):
-            if stream is not None:
-                stream.close()
+        assert gone(child)
 
 
 def children_of(pid: int) -> list[int]:
@@ -86,18 +93,10 @@ def children_of(pid: int) -> list[int]:
 
 
 def test_the_helper_exits_with_its_childs_status_at_once(tmp_path: Path):
-    helper = supervise(tmp_path, "import sys, time; time.sleep(0.2); sys.exit(3)")
-    started = time.monotonic()
-    try:
+    with supervised(tmp_path, "import sys, time; time.sleep(0.2); sys.exit(3)") as helper:
+        started = time.monotonic()
         assert helper.wait(BOUND_S) == 3
         assert time.monotonic() - started < 1.0 + 0.2  # a pidfd wakes it, not a 1 s poll
-    finally:
-        if helper.poll() is None:
-            os.killpg(helper.pid, signal.SIGKILL)
-            helper.wait(BOUND_S)
-        assert helper.stdin is not None and helper.stdout is not None
-        helper.stdin.close()
-        helper.stdout.close()
 
 
 def _stat(pid: str) -> str:
@@ -125,8 +124,7 @@ def test_a_write_to_stdin_reaches_the_child_as_sigusr1(tmp_path: Path):
     """How the console asks the GPU agent for a fresh reading (a relaunch waiting for the old
     server's GPU memory to be released): a byte on the channel, SIGUSR1 to the child, which
     goes on running."""
-    helper = supervise(tmp_path, POKED)
-    try:
+    with supervised(tmp_path, POKED) as helper:
         assert helper.stdout is not None and helper.stdin is not None
         assert helper.stdout.readline().strip() == "ready"
         for _ in range(2):
@@ -137,7 +135,3 @@ def test_a_write_to_stdin_reaches_the_child_as_sigusr1(tmp_path: Path):
         assert alive(child)
         helper.stdin.close()
         assert helper.wait(BOUND_S) == 0
-    finally:
-        if helper.poll() is None:
-            os.killpg(helper.pid, signal.SIGKILL)
-            helper.wait(BOUND_S)
