@@ -1,6 +1,7 @@
 """`specmon parse LOGFILE [--json] [--summary [--no-events]] [--kind KIND] [--since/--until TIME]
-[--backend NAME]`: a server log, read offline or from a live pipe, as events. Which server wrote
-it is told by ``--backend`` or detected from its first lines.
+[--backend NAME] [--jobs N]`: a server log, read offline or from a live pipe, plain or gzip-,
+bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend`` or detected
+from its first lines.
 
 Each chunk read is parsed, filtered and written at once (specmon.event_lines writes runs of
 decodes in bulk) and flushed, so a live pipe sees each event as soon as its line arrives.
@@ -156,10 +157,19 @@ def _detect(read: Callable[[int], bytes], source: str) -> tuple[Backend, list[by
 
 
 def _read(read: Callable[[int], bytes], source: str) -> bytes:
+    from specmon.compressed_log import DECOMPRESS_ERRORS
+
     try:
         return read(READ_BYTES)
     except OSError as exc:
         raise UsageError(f"parse: cannot read {source}: {exc.strerror or exc}") from None
+    except EOFError:
+        # A compressed log cut short (still being compressed, or copied half-way): what it
+        # held is read; the end is missing, and that is said.
+        print(f"specmon: parse: {source}: the compressed data ends early", file=sys.stderr)
+        return b""
+    except DECOMPRESS_ERRORS as exc:
+        raise UsageError(f"parse: cannot read {source}: {exc}") from None
 
 
 _KIND = attrgetter("kind")
@@ -293,6 +303,7 @@ def _to_line_boundary(log: IO[bytes], reader: _LogReader) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
+    from specmon.compressed_log import decompressed
     from specmon.log_parts import jobs_available, read_in_parts
     from specmon.log_window import TimeWindow
     from specmon.terminal_text import safe_text
@@ -304,7 +315,13 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"parse: --jobs wants a number of processes from 1 to 64, not {args.jobs}")
     kinds = _chosen_kinds(args.kind)
     window = TimeWindow(args.since, args.until) if args.since or args.until else None
-    log = _open_log(args.logfile)
+    raw = _open_log(args.logfile)
+    try:
+        log, compression = decompressed(raw, args.logfile)  # type: ignore[arg-type]
+    except UsageError:
+        if raw is not sys.stdin.buffer:
+            raw.close()
+        raise
     out = sys.stdout
     # read1 returns what has arrived, so `tail -f server.log | specmon parse -` keeps up.
     read = getattr(log, "read1", log.read)
@@ -322,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
             reader.take(chunk)
         ended = bool(held) and not held[-1]
         jobs = args.jobs or jobs_available()
-        if not ended and jobs > 1 and _is_regular(log):
+        if not ended and jobs > 1 and compression is None and _is_regular(log):
             boundary = _to_line_boundary(log, reader)
             if boundary is not None:
                 log.seek(read_in_parts(log, boundary, reader, out, jobs))
@@ -344,8 +361,10 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if collecting:
             gc.enable()
-        if log is not sys.stdin.buffer:
-            log.close()
+        if log is not raw:
+            log.close()  # the decompressor; it leaves the file it reads open
+        if raw is not sys.stdin.buffer:
+            raw.close()
     events_seen, bytes_read = reader.events_seen, reader.bytes_read
     if events_seen == 0:
         name = "stdin" if args.logfile == "-" else args.logfile
