@@ -34,12 +34,15 @@ EOFError: what it held is still read)."""
 def decompressed(raw: BinaryIO, name: str) -> tuple[IO[bytes], str | None]:
     """``raw`` as it reads uncompressed, and the compression it had (None: none). ``raw``
     must allow ``peek`` (a buffered file or stdin); nothing is consumed from it to tell."""
-    head = raw.peek(10)[:10] if hasattr(raw, "peek") else b""
+    shown = "stdin" if name == "-" else name
+    try:
+        head = raw.peek(10)[:10] if hasattr(raw, "peek") else b""
+    except OSError as exc:
+        raise UsageError(f"parse: cannot read {shown}: {exc.strerror or exc}") from None
     for looks_like, compression, opener in _OPENERS:
         if looks_like(head):
             return opener(raw), compression
     if head.startswith(_ZSTD):
-        shown = "stdin" if name == "-" else name
         raise UsageError(
             f"parse: {shown} is zstd-compressed, which Python cannot read here; "
             f"decompress it first: zstd -dc {name if name != '-' else 'FILE'} | specmon parse -"
