@@ -155,10 +155,12 @@ def read_in_parts(log: IO[bytes], start: int, reader: PartReader, out: IO[str], 
 def _fork_part(fd: int, start: int, end: int, reader: PartReader, out: IO[str]) -> _Part:
     output = _memory_file()
     results_read, results_write = os.pipe()
+    parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # the forked reader: never returns
         code = 1
         try:
+            _die_with(parent)
             os.close(results_read)
             with open(
                 output,
@@ -178,6 +180,20 @@ def _fork_part(fd: int, start: int, end: int, reader: PartReader, out: IO[str]) 
         os._exit(code)
     os.close(results_write)
     return _Part(start, end, pid, output, results_read)
+
+
+def _die_with(parent: int) -> None:
+    """Have Linux kill this forked reader when the process that forked it dies, even by
+    SIGKILL (PR_SET_PDEATHSIG), so no reader outlives `specmon parse`; elsewhere a reader
+    finishes its part (at most PART_BYTES) and exits."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
+    except (ImportError, OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the call
+        os._exit(1)
 
 
 def _memory_file() -> int:

@@ -6,6 +6,7 @@ Parts are made small here (a few KiB) so that small logs are cut into many waves
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import subprocess
@@ -234,3 +235,76 @@ def test_summaries_of_two_parts_merge_into_the_whole(log: Path) -> None:
         second.add_all(events[cut:])
         first.merge(second)
         assert first.finish(parser) == expected, cut
+
+
+def test_no_forked_reader_outlives_a_parse_killed_outright(tmp_path: Path) -> None:
+    """SIGKILL leaves no handler to clean up: the kernel ends the forked readers
+    (PR_SET_PDEATHSIG). The readers are stopped (SIGSTOP) first, so that one that merely
+    finished its part in time cannot pass for one that was ended."""
+    import signal
+    import time
+
+    log = mixed_log(tmp_path / "server.log", copies=1500, seed=13)
+    code = (
+        "import sys; from specmon import log_parts as p; p.PART_BYTES = 8 << 20; "
+        "p.MIN_PART_BYTES = 1 << 20; from specmon.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    parse = subprocess.Popen(
+        [sys.executable, "-c", code, "parse", str(log), "--json", "--jobs", "4"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    readers: list[int] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not readers and time.monotonic() < deadline and parse.poll() is None:
+            readers = [
+                int(pid)
+                for pid in os.listdir("/proc")
+                if pid.isdigit() and _parent_of(int(pid)) == parse.pid
+            ]
+        assert readers, "no forked reader seen"
+        # Stopped only once reading (some CPU spent): past the prctl made first thing.
+        while time.monotonic() < deadline and not all(
+            _cpu_ticks(pid) >= 3 or not _running(pid) for pid in readers
+        ):
+            time.sleep(0.002)
+        for pid in readers:
+            os.kill(pid, signal.SIGSTOP)
+        parse.kill()
+        parse.wait(10)
+        deadline = time.monotonic() + 5
+        while any(_running(pid) for pid in readers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in readers if _running(pid)]
+    finally:
+        for pid in readers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if parse.poll() is None:
+            parse.kill()
+            parse.wait(10)
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def _cpu_ticks(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
