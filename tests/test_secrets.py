@@ -235,8 +235,12 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
             assert TOKEN.encode() in f.read().split(b"\0")
         assert TOKEN not in " ".join(run.argv) and "***" in run.argv
         assert TOKEN not in recorder.kinds("run")[-1].to_json()
+        await recorder.wait_until(  # the server echoes its arguments as it starts
+            "the echoed arguments",
+            lambda: any("***" in line.text for line in recorder.kinds("log")),
+            timeout=30,
+        )
         logged = [line.text for line in recorder.kinds("log")]
-        assert any("***" in text for text in logged)  # the server echoed its arguments
         assert not [text for text in logged if TOKEN in text]
         assert f"SGLANG_MY_VAR={CUSTOM}".encode() in environ
         assert run.env["HF_TOKEN"] == "***" and run.env["SGLANG_MY_VAR"] == "***"

@@ -12,6 +12,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,14 @@ class Recorder:
                 raise AssertionError(f"no {kind!r} event within {timeout}s; saw {seen}")
             await asyncio.sleep(0.02)
         return self.kinds(kind)
+
+    async def wait_until(self, what: str, met: Callable[[], bool], timeout: float) -> None:
+        """Wait, bounded, for `met` to hold over what has arrived (e.g. a given log line)."""
+        deadline = time.monotonic() + timeout
+        while not met():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not seen within {timeout}s")
+            await asyncio.sleep(0.02)
 
     def close(self) -> None:
         """Stop recording; unsubscribed, so an undrained queue never holds the log tail back."""
