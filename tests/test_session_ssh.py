@@ -62,6 +62,7 @@ async def test_launch_shows_every_phase_then_stop_and_relaunch_with_other_flags(
         await session.wait_for(lambda s: s.run_state in ("ready", "failed"), 60)
         store = session.bus.store
         assert store.run_state == "ready", store.failure
+        await recorder.wait_kind("ready", 10)  # the store has it; the recorder's drain may lag
         kinds = [e.kind for _, e in recorder.events]
         order = [first_index(kinds, k) for k in [*PHASE_KINDS, "ready"]]
         assert order == sorted(order), kinds
