@@ -11,7 +11,10 @@ shows each tick, on the agent's own tick-row fields, on the fields the agent use
 every tick, and on the index alone (nvidia-smi's fixed part), plus each agent with every
 real GPU repeated to 8 entries (8 GPUs' NVML reads, state lines and link reads: the agent's
 per-GPU part; nvidia-smi's loop still reads the real GPUs, so its own per-GPU part is
-the row fields' loop less the index loop, added to the agent's). A few seconds after
+the row fields' loop less the index loop, added to the agent's; the loops are also run told
+their GPUs, `--id=0,...`, as the agent runs its own, and the agent's exact loop is run alone,
+as a Python process's child and with stdin at /dev/null, to see where the agent's nvidia-smi
+costs more than the same loop alone). A few seconds after
 the start the benchmark reads each process's CPU time (the sum over its threads of
 /proc/PID/task/*/schedstat, in ns, plus what its finished children used), again after the
 window, and counts the lines each wrote in between: same rate, same window, same machine
@@ -52,20 +55,29 @@ SMI_TICK_FIELDS = "index,utilization.gpu,utilization.memory,power.draw"
 # The agent's own tick rows (specmon/agent.py SMI_TICK_COLUMNS), in the agent's format.
 SMI_ROW_FIELDS = "timestamp,index,utilization.gpu,utilization.memory,power.draw"
 ROW_FORMAT = "csv,noheader,nounits"
+# The same rows without the timestamp column (what that column costs nvidia-smi per row).
+SMI_ROW_FIELDS_NO_TIMESTAMP = "index,utilization.gpu,utilization.memory,power.draw"
 REPEAT_GPUS = 8
 HELPER = REPO / "specmon" / "session" / "remote_helper.py"
 LINK_SHARE_HALF = 0.00005  # half of specmon/agent.py LINK_CPU_SHARE
 TARGET_8_GPUS_CORE_PERCENT = 0.1
 
 
-def smi_loop(fields: str, rate: float, form: str = "csv") -> list[str]:
+def smi_loop(fields: str, rate: float, form: str = "csv", ids: str | None = None) -> list[str]:
     return [
         "nvidia-smi",
         f"--query-gpu={fields}",
         f"--format={form}",
+        *([f"--id={ids}"] if ids else []),
         "-lms",
         str(round(1000 / rate)),
     ]
+
+
+def every_id(real_gpus: int) -> str:
+    """nvidia-smi's `--id` list naming every real GPU once, as the agent's loop does. (A GPU
+    named twice is listed once: the loop cannot be made to read one GPU as 8.)"""
+    return ",".join(str(index) for index in range(real_gpus))
 
 
 # --- the agent with its GPUs repeated, run as a process of its own -----------------------------
@@ -390,7 +402,37 @@ def contenders(args: argparse.Namespace, real_gpus: int = 1) -> dict[str, tuple[
         "smi_row_fields": (smi_loop(SMI_ROW_FIELDS, RATE_HZ, ROW_FORMAT), False),
         "smi_tick_fields": (smi_loop(SMI_TICK_FIELDS, RATE_HZ), False),
         "smi_index_only": (smi_loop("index", RATE_HZ), False),
+        "smi_row_no_timestamp": (smi_loop(SMI_ROW_FIELDS_NO_TIMESTAMP, RATE_HZ, ROW_FORMAT), False),
     }
+    ids = every_id(real_gpus)
+    for name, fields, form in (  # each loop told its GPUs, as the agent tells its own
+        ("smi_console_fields", SMI_CONSOLE_FIELDS, "csv"),
+        ("smi_row_fields", SMI_ROW_FIELDS, ROW_FORMAT),
+        ("smi_row_no_timestamp", SMI_ROW_FIELDS_NO_TIMESTAMP, ROW_FORMAT),
+        ("smi_index_only", "index", "csv"),
+    ):
+        out[f"{name}_id"] = (smi_loop(fields, RATE_HZ, form, ids), False)
+    # exactly the agent's loop, on its own (its environment too): what the agent's nvidia-smi
+    # would cost outside the agent
+    agent_loop = ["env", "TZ=UTC", *smi_loop(SMI_ROW_FIELDS, RATE_HZ, ROW_FORMAT, ids)]
+    out["smi_agent_loop"] = (agent_loop, False)
+    # the same loop started as the agent starts it (a Python parent's subprocess.Popen, stdin
+    # /dev/null), the parent then only waiting; and the agent waking once an hour (its
+    # nvidia-smi with no agent activity around it): where the agent's loop costs more
+    popen = (
+        "import os, subprocess, sys; subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL,"
+        " env=dict(os.environ, TZ='UTC')).wait()"
+    )
+    out["smi_agent_loop_python_child"] = ([python, "-c", popen, *agent_loop[2:]], False)
+    # which of the child's inheritances costs: stdin at /dev/null, or a Python parent
+    devnull = ["sh", "-c", 'exec "$@" </dev/null', "sh", *agent_loop]
+    out["smi_agent_loop_devnull_stdin"] = (devnull, False)
+    piped = popen.replace("stdin=subprocess.DEVNULL", "stdin=subprocess.PIPE")
+    out["smi_agent_loop_python_child_pipe"] = ([python, "-c", piped, *agent_loop[2:]], False)
+    out["agent_quiet"] = (
+        [python, str(AGENT), *rate, "--state-interval", "3600", "--pcie-interval", "3600"],
+        True,
+    )
     if args.baseline is not None:
         base = str(args.baseline.resolve())
         out["baseline"] = ([python, base, *rate], True)
@@ -450,6 +492,13 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
             smi_ms = per_s(smi)
             if smi_ms is not None:
                 parts[smi] = {"fixed": index_ms, "per_gpu": (smi_ms - index_ms) / real_gpus}
+    index_id_ms, row_id_ms = per_s("smi_index_only_id"), per_s("smi_row_fields_id")
+    if index_id_ms is not None and row_id_ms is not None:  # the loop as the agent runs it
+        parts["smi_row_fields_id"] = {
+            "fixed": index_id_ms,
+            "per_gpu": (row_id_ms - index_id_ms) / real_gpus,
+        }
+    row_part = parts.get("smi_row_fields_id", parts.get("smi_row_fields"))
     if real_gpus >= REPEAT_GPUS:
         for agent_name in ("agent", "agent_no_links", "agent_ticking", "baseline"):
             measured = per_s(agent_name)
@@ -465,9 +514,9 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
             continue
         per_gpu = (many - one) / (REPEAT_GPUS - real_gpus)
         if agent_name in ("agent", "agent_state_2s", "agent_no_links"):
-            if "smi_row_fields" not in parts:
+            if row_part is None:
                 continue
-            per_gpu += parts["smi_row_fields"]["per_gpu"]
+            per_gpu += row_part["per_gpu"]
         parts[agent_name] = {"fixed": one - real_gpus * per_gpu, "per_gpu": per_gpu}
     for name, part in parts.items():
         eight = part["fixed"] + REPEAT_GPUS * part["per_gpu"]
@@ -478,6 +527,22 @@ def summarise(window: dict[str, Any], real_gpus: int = 1) -> dict[str, Any]:
             f"{REPEAT_GPUS}_gpus_core_percent": round(eight / 10, 4),
             f"{REPEAT_GPUS}_gpus_target_met": eight / 10 <= TARGET_8_GPUS_CORE_PERCENT,
         }
+    # what naming the GPUs (`--id`) saves each loop, and the agent's nvidia-smi against the
+    # same loop run on its own
+    for smi in ("smi_console_fields", "smi_row_fields", "smi_row_no_timestamp", "smi_index_only"):
+        plain, named = per_s(smi), per_s(f"{smi}_id")
+        if plain and named is not None:
+            out[f"{smi}_id/{smi}"] = round(named / plain, 3)
+    alone = per_s("smi_agent_loop")
+    for agent_name in ("agent", "agent_quiet"):
+        agent_entry = window.get(agent_name, {})
+        if "own_cpu_ms_per_s" in agent_entry and alone is not None:
+            inside = agent_entry["cpu_ms_per_s"] - agent_entry["own_cpu_ms_per_s"]
+            out[f"{agent_name}_nvidia_smi_ms_per_s"] = {
+                "in_the_agent": round(inside, 4),
+                "alone": alone,
+                "python_child": per_s("smi_agent_loop_python_child"),
+            }
     for agent_name in ("agent", "agent_supervised"):
         agent_ms, smi_ms = per_s(agent_name), per_s("smi_console_fields")
         if agent_ms is not None and smi_ms is not None:

@@ -1414,7 +1414,9 @@ class SmiTickRows:
     agent whole lines in writes of at most PIPE_BUF, so the agent's lines stay whole but
     may land inside a row; the console's reader puts such a row back together
     (specmon.gpu_stream.AgentStream). It runs under TZ=UTC, so its timestamp column is the
-    tick's UTC wall time.
+    tick's UTC wall time. Its GPUs are named (`--id=0,1,...`): on one H200 the agent's row
+    loop cost 0.80-0.88x of the same loop listing every GPU itself, in each of four windows
+    (docs/gpu-agent.md, runs 16-17).
     """
 
     def __init__(self, rate_hz: float, executable: str = "nvidia-smi") -> None:
@@ -1422,19 +1424,23 @@ class SmiTickRows:
         self.executable = executable
         self.process: subprocess.Popen[bytes] | None = None
         self._env = dict(os.environ, TZ="UTC")
+        self._ids: list[str] = []  # `--id=...`, every GPU by index, once the probe has passed
 
     def _argv(self, *extra: str) -> list[str]:
         return [self.executable, "--query-gpu=" + ",".join(SMI_TICK_COLUMNS), SMI_FORMAT, *extra]
 
     def unusable(self, uuids: list[str | None]) -> str | None:
         """Why nvidia-smi's rows cannot stand for NVML's GPUs here, or None when they can:
-        one probe row per GPU, in NVML's order (matched by uuid), with readable cells."""
+        one probe row per GPU, in NVML's order (matched by uuid), with readable cells. The
+        probe names the GPUs as the loop will, so what it checks is what the loop writes."""
+        ids = ["--id=" + ",".join(str(index) for index in range(len(uuids)))] if uuids else []
         try:
             probe = subprocess.run(
                 [
                     self.executable,
                     "--query-gpu=uuid," + ",".join(SMI_TICK_COLUMNS),
                     SMI_FORMAT,
+                    *ids,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -1464,12 +1470,13 @@ class SmiTickRows:
                 return f"nvidia-smi's timestamp {row[1]!r} is not {SMI_TIMESTAMP_FORMAT}"
             if skew > SMI_CLOCK_SKEW_MAX_S:
                 return f"nvidia-smi's timestamp is {skew:.0f} s off this host's clock in UTC"
+        self._ids = ids
         return None
 
     def start(self, stdout_fd: int) -> None:
         """Start the loop, writing to `stdout_fd` (the agent's stdout) from now on."""
         self.process = subprocess.Popen(
-            self._argv("-lms", str(self.period_ms)),
+            self._argv(*self._ids, "-lms", str(self.period_ms)),
             stdout=stdout_fd,
             stdin=subprocess.DEVNULL,
             env=self._env,

@@ -114,6 +114,23 @@ def test_nvidia_smis_rows_are_the_ticks_and_the_agent_writes_state_lines():
     assert first.mem_total_mb == 143771.0 and first.temp_c is not None
 
 
+def test_nvidia_smis_probe_and_loop_name_every_gpu(tmp_path: Path):
+    """`--id=0,1`: nvidia-smi's loop costs less when told its GPUs (docs/gpu-agent.md, run
+    16), and the probe is asked alike, so it checks the rows the loop will write."""
+    log = tmp_path / "argv.log"
+    code, lines, stderr = run(
+        ["--rate", "10", "--duration", "1"], rows_env(FAKE_SMI_ARGV_LOG=str(log))
+    )
+    assert code == 0, stderr
+    calls = log.read_text().splitlines()
+    probes = [call for call in calls if "-lms" not in call]
+    loops = [call for call in calls if "-lms" in call]
+    assert len(probes) == 1 and "--query-gpu=uuid," in probes[0] and "--id=0,1" in probes[0]
+    assert len(loops) == 1 and "--id=0,1 -lms 100" in loops[0]
+    ticks = [r for r in read_stream(lines) if isinstance(r, GpuSample)]
+    assert ticks and all([g.index for g in t.gpus] == [0, 1] for t in ticks)
+
+
 def test_the_agent_and_its_nvidia_smi_stop_together_on_sigterm():
     with agent_process(["--rate", "4"], rows_env()) as process:
         assert process.stdout is not None

@@ -104,3 +104,33 @@ def test_agent_cost_on_eight_gpus_is_measured_not_extrapolated():
     names = cost.contenders(Args(), 8)
     assert "agent" in names and not any(name.endswith("_x8") for name in names)
     assert "agent_x8" in cost.contenders(Args(), 1)
+
+
+def test_agent_cost_takes_the_agents_nvidia_smi_part_from_the_loops_told_their_gpus():
+    """The agent runs nvidia-smi with `--id=...`; its per-GPU part comes from those loops."""
+    cost = load("benchmarks/agent_cost.py", "agent_cost_under_test")
+    window = {
+        **WINDOW,
+        "agent": {"cpu_ms_per_s": 6.0, "own_cpu_ms_per_s": 2.5},
+        "agent_x8": {"cpu_ms_per_s": 7.4},
+        "smi_row_fields_id": {"cpu_ms_per_s": 3.0},
+        "smi_index_only_id": {"cpu_ms_per_s": 1.5},
+        "smi_agent_loop": {"cpu_ms_per_s": 3.1},
+    }
+    summary = cost.summarise(window, 1)
+    assert summary["agent_parts_ms_per_s"]["per_gpu"] == round((7.4 - 6.0) / 7 + 1.5, 4)
+    assert summary["smi_index_only_id/smi_index_only"] == 0.75
+    assert summary["agent_nvidia_smi_ms_per_s"] == {
+        "in_the_agent": 3.5,
+        "alone": 3.1,
+        "python_child": None,
+    }
+
+    class Args:
+        baseline = None
+        fallback = False
+        old_helper = None
+
+    names = cost.contenders(Args(), 2)
+    assert "--id=0,1" in names["smi_row_fields_id"][0]
+    assert names["smi_agent_loop"][0][:2] == ["env", "TZ=UTC"]
