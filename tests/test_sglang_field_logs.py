@@ -186,6 +186,21 @@ def test_property_any_prefix_then_a_decode_message_is_that_decode(pieces: list[s
     assert parser.unparsed_decode_like == 0
 
 
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "is allocated. ",  # found by the property above: the KV cache line's marker
+        "[shards-7] ",  # the shard progress bar's marker
+        "job 12 is allocated. 0/64 shards | ",
+    ],
+)
+def test_a_prefix_holding_another_events_marker_still_gives_the_decode(prefix: str) -> None:
+    assert numbers(parse_line(prefix + MESSAGE)) == NUMBERS
+    events, parser = feed_all(f"{prefix}{MESSAGE}\n")
+    assert [numbers(e) for e in events if isinstance(e, Decode)] == [NUMBERS]
+    assert parser.unparsed_decode_like == 0
+
+
 def test_first_line_cut_anywhere_in_its_prefix_still_counts() -> None:
     line = "[2026-02-10 09:19:12.345 DP0 TP3] " + MESSAGE
     body = "\n".join(["[2026-02-10 09:19:13.000 DP0 TP3] " + MESSAGE] * 5) + "\n"

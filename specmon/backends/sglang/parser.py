@@ -377,21 +377,23 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
         event = _started_event(ts, rank, message)
         if event is not None:
             return event
-    elif "is allocated." in message:
-        tokens = _KV_TOKENS.search(message)
-        if tokens is not None:
-            kv = _KV_SIZE.search(message)
-            if kv is not None:
-                size: float | None = float(kv.group(1))
-            else:
-                k_v = _K_V_SIZES.search(message)
-                size = round(float(k_v.group(1)) + float(k_v.group(2)), 4) if k_v else None
-            return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
-    elif not prefixed and "hards" in message:
-        progress = _shard_progress(message)
-        if progress is not None:
-            return progress
     else:
+        # The KV cache and shard markers may also stand in an unrecognised prefix: where
+        # they give no event, the line is searched for an event like any other.
+        if "is allocated." in message:
+            tokens = _KV_TOKENS.search(message)
+            if tokens is not None:
+                kv = _KV_SIZE.search(message)
+                if kv is not None:
+                    size: float | None = float(kv.group(1))
+                else:
+                    k_v = _K_V_SIZES.search(message)
+                    size = round(float(k_v.group(1)) + float(k_v.group(2)), 4) if k_v else None
+                return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
+        elif not prefixed and "hards" in message:
+            progress = _shard_progress(message)
+            if progress is not None:
+                return progress
         anchor = _EVENT_ANCHOR.search(message)
         if anchor is not None:
             # An event behind a prefix not recognised as one (cut off, or an odd format).
