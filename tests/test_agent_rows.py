@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from support.proc_stat import parent_of
+
 from specmon import agent
 from specmon.agent import PIPE_BUF, TICK_ROW_FIELDS, GpuReading, packed_writes, state_lines
 from specmon.events import GpuSample
@@ -140,22 +142,14 @@ def test_the_agent_and_its_nvidia_smi_stop_together_on_sigterm():
         smi = [
             pid
             for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-            if _parent(pid) == process.pid
+            if parent_of(pid) == process.pid
         ]
         assert len(smi) == 1
         process.send_signal(signal.SIGTERM)
         stopped = time.monotonic()
         assert process.wait(5) == 0
         assert time.monotonic() - stopped < 2.0
-        assert _parent(smi[0]) is None  # gone (reaped by the agent), not orphaned
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
+        assert parent_of(smi[0]) is None  # gone (reaped by the agent), not orphaned
 
 
 def test_when_nvidia_smis_loop_dies_the_agent_ticks_itself():

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.proc_stat import cpu_ticks, parent_of, running
 
 from specmon import log_parts
 from specmon.cli import main
@@ -261,12 +262,12 @@ def test_no_forked_reader_outlives_a_parse_killed_outright(tmp_path: Path) -> No
             readers = [
                 int(pid)
                 for pid in os.listdir("/proc")
-                if pid.isdigit() and _parent_of(int(pid)) == parse.pid
+                if pid.isdigit() and parent_of(int(pid)) == parse.pid
             ]
         assert readers, "no forked reader seen"
         # Stopped only once reading (some CPU spent): past the prctl made first thing.
         while time.monotonic() < deadline and not all(
-            _cpu_ticks(pid) >= 3 or not _running(pid) for pid in readers
+            cpu_ticks(pid) >= 3 or not running(pid) for pid in readers
         ):
             time.sleep(0.002)
         for pid in readers:
@@ -274,9 +275,9 @@ def test_no_forked_reader_outlives_a_parse_killed_outright(tmp_path: Path) -> No
         parse.kill()
         parse.wait(10)
         deadline = time.monotonic() + 5
-        while any(_running(pid) for pid in readers) and time.monotonic() < deadline:
+        while any(running(pid) for pid in readers) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [pid for pid in readers if _running(pid)]
+        assert not [pid for pid in readers if running(pid)]
     finally:
         for pid in readers:
             with contextlib.suppress(ProcessLookupError):
@@ -284,27 +285,3 @@ def test_no_forked_reader_outlives_a_parse_killed_outright(tmp_path: Path) -> No
         if parse.poll() is None:
             parse.kill()
             parse.wait(10)
-
-
-def _parent_of(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def _cpu_ticks(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0
-    return int(fields[11]) + int(fields[12])  # utime + stime
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"

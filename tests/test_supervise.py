@@ -13,6 +13,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from support.proc_stat import parent_of, running
+
 from specmon.session.helper_client import HELPER_SOURCE
 
 BOUND_S = 10
@@ -50,17 +52,9 @@ def supervised(tmp_path: Path, *child: str) -> Iterator[subprocess.Popen[str]]:
 def gone(pid: int) -> bool:
     """Whether ``pid`` is gone within BOUND_S."""
     deadline = time.monotonic() + BOUND_S
-    while alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not alive(pid)
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    return not running(pid)
 
 
 def test_the_child_writes_to_the_channel_itself_and_ends_when_stdin_closes(tmp_path: Path):
@@ -89,7 +83,7 @@ def test_the_child_ends_when_the_helper_is_killed(tmp_path: Path):
 
 
 def children_of(pid: int) -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _parent(p) == pid]
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_of(p) == pid]
 
 
 def test_the_helper_exits_with_its_childs_status_at_once(tmp_path: Path):
@@ -97,18 +91,6 @@ def test_the_helper_exits_with_its_childs_status_at_once(tmp_path: Path):
         started = time.monotonic()
         assert helper.wait(BOUND_S) == 3
         assert time.monotonic() - started < 1.0 + 0.2  # a pidfd wakes it, not a 1 s poll
-
-
-def _stat(pid: str) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-
-
-def _parent(pid: str) -> int | None:
-    stat = _stat(pid)
-    return int(stat.rsplit(")", 1)[1].split()[1]) if stat else None
 
 
 # Says it is ready, then answers each SIGUSR1 with a line.
@@ -132,6 +114,6 @@ def test_a_write_to_stdin_reaches_the_child_as_sigusr1(tmp_path: Path):
             helper.stdin.flush()
             assert helper.stdout.readline().strip() == "usr1"
         (child,) = children_of(helper.pid)
-        assert alive(child)
+        assert running(child)
         helper.stdin.close()
         assert helper.wait(BOUND_S) == 0
