@@ -22,6 +22,7 @@ from specmon.events import (
     Event,
     GpuSample,
     HealthStatus,
+    LoadBegin,
     LogLine,
     MetricsSnapshot,
     ProbeTiming,
@@ -239,6 +240,11 @@ def until_reached(until: str | None, event: Event, store: Any) -> bool | None:
     return None
 
 
+# How long `--until ready` goes on printing once the health endpoint said ready before the
+# log's own ready line was read: the log's last loading lines and that ready line follow.
+READY_LOG_GRACE_S = 5.0
+
+
 async def stream_events(
     session: Any,
     *,
@@ -250,20 +256,33 @@ async def stream_events(
     queue: asyncio.Queue[tuple[float, Event]] | None = None,
     run_id: str | None = None,
     host: str | None = None,
+    ready_log_grace_s: float = READY_LOG_GRACE_S,
 ) -> int:
     """Print the session's events until ``until`` or ``duration``; the exit code says which
     (0 reached or ran for the duration, 1 the run failed or ended first, or the session gave
     up on the host: a refused host key, or reconnecting ran out of attempts). With ``run_id``,
     only that run's events count (and are printed): a relaunch's queue also holds the
-    previous run's replayed ``ready`` and its ``stopped``, which say nothing of the new run."""
+    previous run's replayed ``ready`` and its ``stopped``, which say nothing of the new run.
+
+    Watching a start (a ``load_begin`` printed), ``--until ready`` met by the health endpoint
+    (a ``run_state`` ready) still prints the log's lines up to its ``ready``, for at most
+    ``ready_log_grace_s``: the log tail can be behind the health poll, and its last loading
+    events would otherwise never be printed."""
     queue = queue if queue is not None else session.bus.subscribe()
     deadline = time.monotonic() + duration if duration is not None else None
     in_run = run_id is None
+    loading_seen = False
+    grace_end: float | None = None
     try:
         while True:
-            timeout = None if deadline is None else deadline - time.monotonic()
+            now = time.monotonic()
+            if grace_end is not None and now >= grace_end:
+                return 0
+            timeout = None if deadline is None else deadline - now
             if timeout is not None and timeout <= 0:
                 return 0 if until is None else 1
+            if grace_end is not None:
+                timeout = grace_end - now if timeout is None else min(timeout, grace_end - now)
             try:
                 at, event = await asyncio.wait_for(queue.get(), timeout)
             except asyncio.TimeoutError:
@@ -277,7 +296,13 @@ async def stream_events(
             print_event(at, event, as_json=as_json, with_log=with_log, out=out, host=host)
             if isinstance(event, ConnectionState) and event.state == "disconnected":
                 return 1  # the session gave up on the host (a host key refused, or no reconnect)
+            loading_seen = loading_seen or isinstance(event, LoadBegin)
             reached = until_reached(until, event, session.bus.store)
+            health_first = until == "ready" and isinstance(event, RunState)
+            if reached and loading_seen and health_first:
+                if grace_end is None:  # the health endpoint told first: the log follows
+                    grace_end = time.monotonic() + ready_log_grace_s
+                continue
             if reached is not None:
                 return 0 if reached else 1
     finally:
