@@ -178,7 +178,7 @@ def run_connect_child(args: argparse.Namespace) -> int:
     from specmon.session import SessionOptions, open_session
     from specmon.tui.fleet_app import FleetApp
 
-    config = load_config(None)
+    config = load_config(None, skip_untrusted=True)  # built-in local host; run from anywhere
     root = Path(args.state_root)
     hosts = [
         (

@@ -29,6 +29,11 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("advise", "advise", "predict the best draft step count from the running server (headless)"),
     ("export", "export", "serve hosts' metrics to Prometheus (headless)"),
     ("serve", "serve", "serve the console as a web page"),
+    (
+        "trust",
+        "trust",
+        "trust ./specmon.toml (a config in the working directory is used only then)",
+    ),
 )
 
 

@@ -2,8 +2,10 @@
 
 The file is found in a documented order (``--config PATH``, ``./specmon.toml``, the user
 config dir) and every mistake in it is reported as ``file:line: key: message`` before
-anything connects or launches. A built-in ``local`` host and ``demo`` profile are always
-available, so ``specmon demo`` works from any directory; a file may redefine either.
+anything connects or launches. A ./specmon.toml found implicitly is used only once its
+content is trusted (``specmon trust``, specmon.trust): a checkout must not get to run commands.
+A built-in ``local`` host and ``demo`` profile are always available, so ``specmon demo`` works
+from any directory; a file may redefine either.
 
 Imports stay light (no tomllib, platformdirs or difflib at import time): ``specmon --help``
 must stay fast.
@@ -266,6 +268,42 @@ def user_config_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_config_dir("specmon"))
 
 
+@dataclass(frozen=True)
+class FoundConfig:
+    """A config file and how it was found: ``in_working_dir`` means ./specmon.toml found
+    implicitly, which is used only once trusted (specmon.trust); ``--config`` and the user
+    config dir's file are the user's own choice."""
+
+    path: Path
+    in_working_dir: bool = False
+
+
+def find_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    cwd: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    skip_working_dir: bool = False,
+) -> FoundConfig | None:
+    """``path`` (must exist), else ./specmon.toml (unless ``skip_working_dir``), else the
+    user config dir's specmon.toml, else None (only the built-in defaults apply)."""
+    if path is not None:
+        explicit = Path(path).expanduser()
+        if not explicit.is_file():
+            reason = "is a directory" if explicit.is_dir() else "does not exist"
+            raise ConfigError(f"config file {reason}", path=str(explicit))
+        return FoundConfig(explicit)
+    user = user_config_dir(environ) / CONFIG_FILE_NAME
+    local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
+    if not skip_working_dir and local.is_file():
+        # The user config dir's own file, reached through the working directory, is the user's.
+        is_users = user.is_file() and local.resolve() == user.resolve()
+        return FoundConfig(local, in_working_dir=not is_users)
+    if user.is_file():
+        return FoundConfig(user)
+    return None
+
+
 def find_config_path(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -274,19 +312,8 @@ def find_config_path(
 ) -> Path | None:
     """``path`` (must exist), else ./specmon.toml, else the user config dir's specmon.toml,
     else None (only the built-in defaults apply)."""
-    if path is not None:
-        explicit = Path(path).expanduser()
-        if not explicit.is_file():
-            reason = "is a directory" if explicit.is_dir() else "does not exist"
-            raise ConfigError(f"config file {reason}", path=str(explicit))
-        return explicit
-    local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
-    if local.is_file():
-        return local
-    user = user_config_dir(environ) / CONFIG_FILE_NAME
-    if user.is_file():
-        return user
-    return None
+    found = find_config(path, cwd=cwd, environ=environ)
+    return found.path if found is not None else None
 
 
 def load_config(
@@ -294,25 +321,39 @@ def load_config(
     *,
     cwd: Path | None = None,
     environ: Mapping[str, str] | None = None,
+    skip_untrusted: bool = False,
 ) -> Config:
     """Find, read and check the config; ConfigError (file:line: key: message) on any mistake.
 
-    ``environ`` (default os.environ) supplies $SPECMON_SIM_TIME_SCALE, which overrides the
-    time scale of every profile that sets one (the simulator profiles).
+    A ./specmon.toml found implicitly is used only if its content is trusted (``specmon
+    trust``); otherwise UntrustedConfigError, or with ``skip_untrusted`` the search goes on
+    past it (the user config dir, then the built-in defaults). ``environ`` (default
+    os.environ) supplies $SPECMON_SIM_TIME_SCALE, which overrides the time scale of every
+    profile that sets one (the simulator profiles), and the user config dir.
     """
     environ = os.environ if environ is None else environ
-    found = find_config_path(path, cwd=cwd, environ=environ)
+    found = find_config(path, cwd=cwd, environ=environ)
+    data = _read_config_bytes(found.path) if found is not None else b""
+    if found is not None and found.in_working_dir:
+        from specmon.trust import UntrustedConfigError, trust_state
+
+        state = trust_state(found.path, data, environ)
+        if state != "trusted":
+            if not skip_untrusted:
+                shown = f"./{CONFIG_FILE_NAME}" if cwd is None else str(found.path)
+                raise UntrustedConfigError(_printable(shown), state)
+            found = find_config(path, cwd=cwd, environ=environ, skip_working_dir=True)
+            data = _read_config_bytes(found.path) if found is not None else b""
     builtin = parse_config_text(builtin_config_toml(), None, environ=environ)
     if found is None:
         config = builtin
     else:
         try:
-            text = found.read_text(encoding="utf-8")
+            text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ConfigError(f"not UTF-8 text ({exc.reason})", path=str(found)) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot read: {exc.strerror}", path=str(found)) from None
-        config = parse_config_text(text, found, environ=environ)
+            raise ConfigError(f"not UTF-8 text ({exc.reason})", path=str(found.path)) from None
+        text = text.replace("\r\n", "\n").replace("\r", "\n")  # as read_text() reads it
+        config = parse_config_text(text, found.path, environ=environ)
         hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
         profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
         config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
@@ -320,6 +361,21 @@ def load_config(
 
     set_configured_patterns(config.secret_env)
     return _apply_environment(config, environ)
+
+
+def _read_config_bytes(path: Path) -> bytes:
+    """The file's bytes, read once: what is trusted (hashed) is exactly what is parsed."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", path=str(path)) from None
+
+
+def _printable(text: str) -> str:
+    """A path fit for a one-line message: no control characters."""
+    from specmon.terminal_text import safe_text
+
+    return safe_text(text).replace("\n", " ").replace("\t", " ")
 
 
 def _missing_from(builtin: Mapping[str, Any], defined: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ def sims(tmp_path: Path):
 def specmon(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SPECMON_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-m", "specmon", *args],
+        [sys.executable, "-m", "specmon", "--config", str(REPO / "specmon.toml"), *args],
         capture_output=True,
         text=True,
         env=env,

@@ -22,6 +22,8 @@ from specmon.session.demo import DemoSession
 from specmon.session.local import LocalTransport
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# The shipped config, named: a ./specmon.toml is used only once trusted (docs/config.md).
+SHIPPED_CONFIG = ("--config", str(REPO_ROOT / "specmon.toml"))
 GRAFANA_VARIABLES = {"$__rate_interval": "5s", "$host": ".*", "$gpu": ".*"}
 
 
@@ -41,7 +43,8 @@ def dashboard_expressions() -> list[str]:
 def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    argv = [sys.executable, "-m", "specmon", "export", "local", "--state-dir", str(state_dir)]
+    argv = [sys.executable, "-m", "specmon", *SHIPPED_CONFIG, "export", "local"]
+    argv += ["--state-dir", str(state_dir)]
     argv += ["--gpu-agent", "sim", "--listen", f"127.0.0.1:{port}"]
     with log.open("wb") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -133,7 +136,7 @@ async def test_connect_export_serves_beside_the_event_stream(tmp_path: Path) -> 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    argv = [sys.executable, "-m", "specmon", "connect", "local", "--headless"]
+    argv = [sys.executable, "-m", "specmon", *SHIPPED_CONFIG, "connect", "local", "--headless"]
     argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
     argv += ["--export", f"127.0.0.1:{port}", "--duration", "20"]
     log = tmp_path / "connect.log"
@@ -174,7 +177,7 @@ async def test_an_unreachable_host_is_exported_as_down_and_retried(tmp_path: Pat
     unreachable = f"nobody@127.0.0.1:{closed}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    argv = [sys.executable, "-m", "specmon", "export", "local", unreachable]
+    argv = [sys.executable, "-m", "specmon", *SHIPPED_CONFIG, "export", "local", unreachable]
     argv += ["--state-dir", str(tmp_path / "state"), "--gpu-agent", "none"]
     argv += ["--known-hosts", str(tmp_path / "known_hosts"), "--listen", f"127.0.0.1:{port}"]
     log = tmp_path / "export.log"

@@ -255,6 +255,8 @@ async def test_status_events_and_the_host_record_mask_secrets_the_server_gets_th
                     sys.executable,
                     "-m",
                     "specmon",
+                    "--config",  # the shipped one, which a test run's working dir holds
+                    str(REPO / "specmon.toml"),
                     "status",
                     "local",
                     "--state-dir",

@@ -425,8 +425,9 @@ ROOT_GUARD = REPO_ROOT / "tests" / "support" / "root_guard"
 
 
 def _specmon(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    shipped = ("--config", str(REPO_ROOT / "specmon.toml"))  # ./specmon.toml needs trust
     return subprocess.run(
-        [sys.executable, "-m", "specmon", *args],
+        [sys.executable, "-m", "specmon", *shipped, *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -541,7 +542,9 @@ def test_two_live_runs_in_one_state_dir_can_be_stopped_as_the_refusal_says(
     message = refused.stderr.strip()
     assert first["run_id"] in message and "\n" not in message
     advice = message.split("Stop it with: ", 1)[1].split("  (", 1)[0]
-    assert advice.startswith("specmon stop local ") and f"--run-id {first['run_id']}" in advice
+    # --config (given by _specmon) is an option of specmon, so it comes before `stop`.
+    assert advice.startswith("specmon --config ") and " stop local " in advice
+    assert f"--run-id {first['run_id']}" in advice
     words = shlex.split(advice)[1:]  # run exactly what it said, as `specmon ...`
     done = _specmon(*words, "--gpu-agent", "none")
     assert done.returncode == 0 and f"stopped {first['run_id']}" in done.stdout, done.stderr

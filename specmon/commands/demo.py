@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from specmon.session.host import HostSession
+    from specmon.trust import UntrustedConfigError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from specmon.errors import UsageError
-    from specmon.session.cli import load_config_from, watch_headless
+    from specmon.session.cli import watch_headless
     from specmon.tempdirs import owned_tempdir
 
     if args.time_scale is not None:
@@ -51,10 +52,18 @@ def run(args: argparse.Namespace) -> int:
         os.environ["SPECMON_SIM_TIME_SCALE"] = repr(args.time_scale)
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
-    config = load_config_from(args)
+    config, ignored = _demo_config(args)
     if args.profile not in config.profiles:
+        if ignored is not None:
+            raise ignored  # the profile may be the ignored file's: say how to trust it
         known = ", ".join(sorted(config.profiles)) or "none"
         raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
+    if ignored is not None:
+        print(
+            f"specmon demo: ignoring {ignored.shown}: it {ignored.reason} (found in the working "
+            f"directory); to use it, review it, then run: {ignored.trust_command}",
+            file=sys.stderr,
+        )
     run_console = None
     headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
@@ -79,6 +88,20 @@ def run(args: argparse.Namespace) -> int:
             asyncio.run(_stop_leftovers(config, args.profile, state_dir))
         finally:
             shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _demo_config(args: argparse.Namespace) -> tuple[Any, UntrustedConfigError | None]:
+    """The config, and the untrusted ./specmon.toml passed over, if any: the demo needs no
+    trust step, so such a file is ignored rather than refused, and its profiles, which could
+    run anything, are never read."""
+    from specmon.config import load_config
+    from specmon.session.cli import load_config_from
+    from specmon.trust import UntrustedConfigError
+
+    try:
+        return load_config_from(args), None
+    except UntrustedConfigError as exc:
+        return load_config(getattr(args, "config", None), skip_untrusted=True), exc
 
 
 def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession:

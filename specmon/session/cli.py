@@ -84,9 +84,10 @@ def sessions_from_args(
 def stop_command(args: argparse.Namespace) -> str:
     """The `specmon stop` command line that reaches the same host and state dir as ``args``
     (for advice in refusals)."""
-    words = ["specmon", "stop", args.host]
+    words = ["specmon"]
     if getattr(args, "config", None):
-        words += ["--config", str(args.config)]
+        words += ["--config", str(args.config)]  # an option of specmon, before the subcommand
+    words += ["stop", args.host]
     for option, values in (
         ("--known-hosts", [args.known_hosts] if args.known_hosts else []),
         ("--ssh-config", args.ssh_config or []),
