@@ -13,6 +13,7 @@ must stay fast.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -268,6 +269,12 @@ def user_config_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(platformdirs.user_config_dir("specmon"))
 
 
+def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
+    """The user's own specmon.toml (it may not exist yet): where a profile saved without a
+    config file in use goes."""
+    return user_config_dir(environ) / CONFIG_FILE_NAME
+
+
 @dataclass(frozen=True)
 class FoundConfig:
     """A config file and how it was found: ``in_working_dir`` means ./specmon.toml found
@@ -293,7 +300,7 @@ def find_config(
             reason = "is a directory" if explicit.is_dir() else "does not exist"
             raise ConfigError(f"config file {reason}", path=str(explicit))
         return FoundConfig(explicit)
-    user = user_config_dir(environ) / CONFIG_FILE_NAME
+    user = user_config_path(environ)
     local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
     if not skip_working_dir and local.is_file():
         # The user config dir's own file, reached through the working directory, is the user's.
@@ -1074,9 +1081,15 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
     """
     path = Path(config_path).expanduser()
     try:
-        existing = path.read_text(encoding="utf-8") if path.exists() else ""
+        existing_bytes = path.read_bytes() if path.exists() else b""
+        existing = existing_bytes.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=str(path)) from None
+    from specmon.trust import trust, trust_state
+
+    # A trusted file specmon itself appends to at the user's request stays trusted; one that
+    # was not trusted (or changed behind specmon's back) is not made trusted by a save.
+    was_trusted = bool(existing_bytes) and trust_state(path, existing_bytes) == "trusted"
     if existing.strip():
         current = parse_config_text(existing, path)
         if profile.name in current.profiles:
@@ -1093,6 +1106,7 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
     parse_config_text(combined, path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
+        make_private_dirs(path.parent)
         temporary.write_text(combined, encoding="utf-8")
         if path.exists():
             os.chmod(temporary, path.stat().st_mode & 0o7777)
@@ -1100,3 +1114,16 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
     except OSError as exc:
         temporary.unlink(missing_ok=True)
         raise ConfigError(f"cannot write: {exc.strerror}", path=str(path)) from None
+    if was_trusted:
+        trust(path, combined.encode("utf-8"))
+
+
+def make_private_dirs(directory: Path) -> None:
+    """Create ``directory`` and its missing parents 0700; those that exist keep their mode."""
+    missing: list[Path] = []
+    while not directory.is_dir():
+        missing.append(directory)
+        directory = directory.parent
+    for entry in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            entry.mkdir(mode=0o700)

@@ -126,19 +126,13 @@ def trust_state(path: Path, data: bytes, environ: Mapping[str, str] | None = Non
 def _write_records(records: Mapping[str, str], environ: Mapping[str, str] | None) -> Path:
     """Replace the trust file atomically, created 0600; its directory is made 0700 when
     missing (one that exists keeps its mode)."""
-    import contextlib
     import json
 
+    from specmon.config import make_private_dirs
+
     path = trust_file(environ)
-    missing: list[Path] = []
-    parent = path.parent
-    while not parent.is_dir():
-        missing.append(parent)
-        parent = parent.parent
     try:
-        for directory in reversed(missing):
-            with contextlib.suppress(FileExistsError):
-                directory.mkdir(mode=0o700)
+        make_private_dirs(path.parent)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         text = json.dumps(
             {"version": TRUST_FORMAT_VERSION, "trusted": dict(sorted(records.items()))},

@@ -10,6 +10,7 @@ command ran.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -228,3 +229,27 @@ def test_trust_refuses_a_config_that_does_not_load(
     out_of_range = "hosts.a.port: 70000 is out of range [1, 65535]"
     assert result.stderr == f"specmon.toml:2: {out_of_range}\n"  # as every config error
     assert not (tmp_path / "xdg" / "specmon" / "trusted.json").exists()
+
+
+def test_a_profile_saved_into_a_trusted_config_keeps_it_trusted_and_an_untrusted_one_stays_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """specmon's own append (the relaunch form's save) re-records a file that was trusted
+    before it; it never makes an untrusted or changed file trusted."""
+    from specmon.config import save_profile
+    from specmon.trust import trust, trust_state
+
+    monkeypatch.setenv("SPECMON_CONFIG_DIR", str(tmp_path / "config"))
+    shipped = load_config(REPO / "specmon.toml")
+    profile = next(iter(shipped.profiles.values()))
+    trusted = tmp_path / "trusted" / "specmon.toml"
+    untrusted = tmp_path / "untrusted" / "specmon.toml"
+    for path in (trusted, untrusted):
+        path.parent.mkdir()
+        path.write_bytes((REPO / "specmon.toml").read_bytes())
+    trust(trusted, trusted.read_bytes())
+    save_profile(trusted, dataclasses.replace(profile, name="saved-here"))
+    save_profile(untrusted, dataclasses.replace(profile, name="saved-here"))
+    assert trust_state(trusted, trusted.read_bytes()) == "trusted"
+    assert trust_state(untrusted, untrusted.read_bytes()) == "untrusted"
+    assert "saved-here" in load_config(trusted).profiles

@@ -309,6 +309,48 @@ async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
     assert spec.flag("model-path") == "moonshotai/Kimi-K2.5"
 
 
+async def test_a_profile_saved_without_a_config_file_in_use_goes_to_the_users_own_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Built-in profiles only (./specmon.toml passed over as untrusted): the save goes to the
+    user config dir's specmon.toml (its directory made 0700), never into the ignored file."""
+    import dataclasses
+
+    ignored = tmp_path / "checkout" / "specmon.toml"
+    ignored.parent.mkdir()
+    ignored.write_text("# an untrusted file the console passed over\n")
+    user_dir = tmp_path / "config" / "specmon"
+    monkeypatch.setenv("SPECMON_CONFIG_DIR", str(user_dir))
+    monkeypatch.chdir(ignored.parent)
+    shipped = load_config(REPO / "specmon.toml")
+    # The user's new file holds the saved profile alone: it may name no other profile.
+    profiles = {
+        name: dataclasses.replace(profile, baseline_profile=None)
+        for name, profile in shipped.profiles.items()
+    }
+    config = dataclasses.replace(shipped, source=None, profiles=profiles)
+    controller = ReplayController(recorded_session(ready=True))
+    app = SpecmonApp(controller, config, clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        form = app.screen
+        form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
+        form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
+        form.query_one("#save-name", Input).value = "kimi-steps2"
+        await pilot.pause(0.1)
+        form.query_one("#save", Button).press()
+        await pilot.pause(0.2)
+    assert ignored.read_text() == "# an untrusted file the console passed over\n"
+    saved = load_config(user_dir / "specmon.toml").profiles["kimi-steps2"]
+    assert saved.speculative is not None and saved.speculative.num_steps == 2
+    assert (user_dir.stat().st_mode & 0o777, user_dir.parent.stat().st_mode & 0o777) == (
+        0o700,
+        0o700,
+    )
+
+
 async def test_tab_walks_the_panels_and_the_palette_runs_actions():
     from specmon.tui.screens.gpu_detail import GpuDetailScreen
     from specmon.tui.widgets.throughput import ThroughputPanel

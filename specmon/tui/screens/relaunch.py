@@ -315,7 +315,7 @@ class RelaunchScreen(ModalScreen[None]):
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
-        from specmon.config import find_config_path, save_profile
+        from specmon.config import save_profile, user_config_path
 
         name = self.query_one("#save-name", Input).value.strip()
         if not name:
@@ -326,7 +326,9 @@ class RelaunchScreen(ModalScreen[None]):
         try:
             values = restore_form_secrets(self.values(), self.secret_values)
             new_profile = profile_from_form(profile, name, values, self.backend)
-            path = self.config.source if self.config.source is not None else find_config_path()
+            # Without a config file in use (built-in profiles only, or ./specmon.toml passed over
+            # as untrusted) the profile goes to the user's own file, never to an ignored one.
+            path = self.config.source if self.config.source is not None else user_config_path()
             save_profile(path, new_profile)
         except SpecmonError as exc:
             self.notify(str(exc), title="Not saved", severity="error", timeout=15)
