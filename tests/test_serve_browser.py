@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -282,7 +283,10 @@ def run_serve(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_bad_serve_options_are_refused_in_one_line() -> None:
+    taken = socket.create_server(("127.0.0.1", 0))
+    taken_port = taken.getsockname()[1]
     for argv, said in (
+        (["--listen", f"127.0.0.1:{taken_port}"], "address already in use"),
         (["--listen", "0.0.0.0:8765"], "--public"),
         (["--public", "--no-token", "--listen", "127.0.0.1:8765"], "--no-token"),
         (["--public", "--no-token", "--listen", "0.0.0.0:8765"], "--no-token"),
@@ -293,6 +297,7 @@ def test_bad_serve_options_are_refused_in_one_line() -> None:
         refused = run_serve(*argv)
         assert refused.returncode == 2 and said in refused.stderr, (argv, refused.stderr)
         assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    taken.close()
 
 
 def test_public_address_page_follows_the_host_asked_for(tmp_path: Path) -> None:

@@ -31,7 +31,8 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 from yarl import URL
 
-from specmon.listen import is_loopback
+from specmon.errors import UsageError
+from specmon.listen import is_loopback, url_host
 from specmon.terminal_text import safe_text
 
 log = logging.getLogger("textual-serve")
@@ -150,15 +151,19 @@ class ConsoleServer(Server):
         asyncio.set_event_loop(loop)
         loop.add_signal_handler(signal.SIGINT, self.request_exit)
         loop.add_signal_handler(signal.SIGTERM, self.request_exit)
-        web.run_app(
-            self._make_app(),
-            host=self.host,
-            port=self.port,
-            handle_signals=False,
-            loop=loop,
-            print=lambda *args: None,
-            access_log_class=PathOnlyAccessLogger,
-        )
+        try:
+            web.run_app(
+                self._make_app(),
+                host=self.host,
+                port=self.port,
+                handle_signals=False,
+                loop=loop,
+                print=lambda *args: None,
+                access_log_class=PathOnlyAccessLogger,
+            )
+        except OSError as exc:  # the address is taken or not this machine's: one line
+            where = f"{url_host(self.host)}:{self.port}"
+            raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
 
     def request_exit(self) -> None:
         raise GracefulExit()
