@@ -267,6 +267,8 @@ class ConsoleServer(Server):
     async def _end_when_idle(
         self, websocket: web.WebSocketResponse, service: ConsoleProcess
     ) -> None:
+        """Close the websocket once its browser sent no keystroke for ``idle_timeout``; the
+        handler then ends the console's process."""
         while (left := service.last_input + self.idle_timeout - time.monotonic()) > 0:
             await asyncio.sleep(left)
         log.info("ending a console idle for %g s (--idle-timeout)", self.idle_timeout)
