@@ -14,6 +14,7 @@ from specmon.tui.commands import ConsoleCommands
 from specmon.tui.messages import RelaunchRequested
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.screens.relaunch import RelaunchScreen
+from specmon.tui.widgets.header import HeaderBar
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,6 +67,48 @@ async def test_read_only_refuses_relaunch_stop_and_sweeps() -> None:
         assert "gpu_detail" in shown
         offered = {item[2] for item in ConsoleCommands(app.screen)._offered()}
         assert {"relaunch", "stop", "experiments"}.isdisjoint(offered) and "history" in offered
+
+
+def refusals(app: SpecmonApp) -> int:
+    return sum(n.message == READ_ONLY_REFUSAL for n in app._notifications)
+
+
+async def test_read_only_shows_a_badge_and_a_refused_key_says_why() -> None:
+    """Before: `r` in read-only did nothing, silently, and no badge was drawn."""
+    app, controller = make_app(read_only=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert "READ-ONLY" in str(app.main.query_one(HeaderBar).render())
+        for count, key in enumerate(("r", "s", "e"), start=1):
+            await pilot.press(key)
+            await pilot.pause()
+            assert refusals(app) == count, key  # a toast for every refused key
+            assert app.screen is app.main
+        assert controller.launches == 0 and controller.stops == 0
+        await pilot.press("question_mark")  # other keys are not refused ...
+        await pilot.pause()
+        await pilot.press("r")  # ... nor are the help's own keys
+        await pilot.pause()
+        assert refusals(app) == 3
+
+
+async def test_the_fleet_console_shows_the_badge_and_says_why() -> None:
+    from support.tui_replay import ReplayController as Replay
+
+    from specmon.tui.fleet_app import FleetApp
+    from specmon.tui.screens.fleet import FleetScreen
+
+    hosts = [("alpha", Replay(recorded_session(), host_label="root@alpha:22"))]
+    app = FleetApp(hosts, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+    app.read_only = True
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, FleetScreen)
+        assert "READ-ONLY" in str(app.screen.query_one("#fleet-title").render())
+        await pilot.press("r")
+        await pilot.pause()
+        assert any(n.message == READ_ONLY_REFUSAL for n in app._notifications)
+        assert isinstance(app.screen, FleetScreen)
 
 
 async def test_without_read_only_the_same_keys_act() -> None:

@@ -93,11 +93,17 @@ def metrics_server(
     listen: str, sessions: list[tuple[str, HostController]], config: Any
 ) -> MetricsServer:
     """The exporter for these hosts, served beside the console on its event loop."""
+    from specmon.errors import UsageError
     from specmon.exporter.collector import WatchedHost
     from specmon.exporter.hosts import backend_of_profile
     from specmon.exporter.server import MetricsServer, build_registry
-    from specmon.listen import parse_listen
+    from specmon.listen import is_loopback, parse_listen
 
     host, port = parse_listen(listen, option="--export")
+    if not is_loopback(host):
+        raise UsageError(
+            f"--export {listen}: not a loopback address; to serve metrics to other machines "
+            "use `specmon export --public` with --bearer-token-file or --basic-auth-file"
+        )
     watched = [WatchedHost(name, session.bus) for name, session in sessions]
     return MetricsServer(build_registry(lambda: watched, backend_of_profile(config)), host, port)

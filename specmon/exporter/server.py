@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from specmon.errors import UsageError
+from specmon.exporter.auth import ScrapeAuth
 from specmon.exporter.collector import SpecmonCollector, WatchedHost
 from specmon.listen import url_host
 
@@ -26,10 +27,14 @@ def build_registry(
 
 
 class MetricsServer:
-    """An HTTP server for one registry at ``/metrics``; ``start`` binds, ``close`` unbinds."""
+    """An HTTP server for one registry at ``/metrics``; ``start`` binds, ``close`` unbinds.
+    With ``auth``, every request must carry its credentials (401 otherwise)."""
 
-    def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+    def __init__(
+        self, registry: CollectorRegistry, host: str, port: int, auth: ScrapeAuth | None = None
+    ) -> None:
         self.registry = registry
+        self.auth = auth
         self.host = host
         self.port = port
         self._runner: web.AppRunner | None = None
@@ -39,7 +44,7 @@ class MetricsServer:
         return f"http://{url_host(self.host)}:{self.port}/metrics"
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self.auth.middleware] if self.auth else [])
         app.router.add_get("/metrics", make_aiohttp_handler(self.registry))
         app.router.add_get("/", _index)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
@@ -295,6 +295,25 @@ class SpecmonApp(App[int]):
         """Read-only: the server-changing actions are hidden from the footer and never run."""
         return not (self.read_only and action in SERVER_CHANGING_ACTIONS)
 
+    def _say_read_only(self, event: events.Key) -> None:
+        """Read-only: the key of a hidden server-changing action says why nothing happens (its
+        binding is hidden and refused, so the key would otherwise do nothing, silently)."""
+        if self.read_only and self._on_console_screen() and event.key in self._refused_keys():
+            event.stop()
+            self._refused_read_only()
+
+    def _refused_keys(self) -> set[str]:
+        return {
+            b.key
+            for b in self.BINDINGS
+            if isinstance(b, Binding) and b.action in SERVER_CHANGING_ACTIONS
+        }
+
+    def _on_console_screen(self) -> bool:
+        """On the console itself (not a dialog, a form or the help, which have keys of their
+        own)."""
+        return self.screen is self.main
+
     def _refused_read_only(self) -> bool:
         if self.read_only:
             self.notify(READ_ONLY_REFUSAL, severity="warning")
@@ -488,7 +507,8 @@ class SpecmonApp(App[int]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         self.main.query_one(LogPane).close_filter(keep=True)
 
-    def on_key(self, event: Any) -> None:
+    def on_key(self, event: events.Key) -> None:
+        self._say_read_only(event)
         if event.key == "escape" and self.screen is self.main:
             pane = self.main.query_one(LogPane)
             if pane.has_class("-filtering"):

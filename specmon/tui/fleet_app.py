@@ -174,6 +174,9 @@ class FleetApp(SpecmonApp):
 
     # --- moving between the overview and the hosts -------------------------------------------
 
+    def _on_console_screen(self) -> bool:
+        return self.screen is self.overview or any(self.screen is v.main for v in self.views)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         on_overview = self.screen is self.overview
         if action in HOST_ONLY_ACTIONS and on_overview:

@@ -59,7 +59,11 @@ class Prometheus:
 
 
 @contextlib.contextmanager
-def run_prometheus(workdir: Path, targets: list[str]) -> Iterator[Prometheus]:
+def run_prometheus(
+    workdir: Path, targets: list[str], *, extra_jobs: str = "", job_settings: str = ""
+) -> Iterator[Prometheus]:
+    """``job_settings``: YAML lines added to the `specmon` job (indented 4, e.g. its
+    ``authorization``); ``extra_jobs``: further jobs (list items indented 2)."""
     binary = require_binary("prometheus", "prometheus")
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
@@ -67,7 +71,7 @@ def run_prometheus(workdir: Path, targets: list[str]) -> Iterator[Prometheus]:
     config.write_text(
         "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         "scrape_configs:\n  - job_name: specmon\n"
-        f"    static_configs:\n      - targets: [{listed}]\n"
+        f"    static_configs:\n      - targets: [{listed}]\n{job_settings}{extra_jobs}"
     )
     port = free_port()
     log_path = workdir / "prometheus.log"

@@ -75,7 +75,8 @@ class FleetScreen(Screen[None]):
         self.table.show(shown, self.selected)
         connected = sum(1 for row in rows if row.state not in ("connecting", "unreachable"))
         title = (
-            f"fleet · hosts: {len(self.hosts)}, connected: {connected}"
+            ("READ-ONLY · " if getattr(self.app, "read_only", False) else "")
+            + f"fleet · hosts: {len(self.hosts)}, connected: {connected}"
             f" · sorted by {self.sort_column} (o)"
         )
         if self.filter_text:

@@ -81,6 +81,9 @@ class HeaderBar(Static):
         text = Text(no_wrap=True, overflow="ellipsis")
         text.append(self.host_label, style="bold")
         text.append("  ")
+        if getattr(self.app, "read_only", False):  # `specmon serve --read-only`: said at once
+            text.append(" READ-ONLY ", style=f"bold reverse {colours['$warning']}")
+            text.append("  ")
         text.append(safe_text(run.profile or "-") if run else "no run", style="italic")
         text.append("  ")
         text.append(f" {label} ", style=style + " reverse")
