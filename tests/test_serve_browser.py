@@ -300,6 +300,27 @@ def test_bad_serve_options_are_refused_in_one_line() -> None:
     taken.close()
 
 
+def test_serve_refuses_an_untrusted_config_before_it_serves(tmp_path: Path) -> None:
+    """A host's console reads the config: an untrusted ./specmon.toml is refused at start, in
+    one line, not later inside each browser tab (and nothing is served meanwhile)."""
+    (tmp_path / "specmon.toml").write_text('[hosts.gpu-box]\naddress = "127.0.0.1"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env |= {"PYTHONPATH": str(REPO_ROOT), "SPECMON_CONFIG_DIR": str(tmp_path / "config")}
+    port = socket.create_server(("127.0.0.1", 0))
+    free = port.getsockname()[1]
+    port.close()
+    argv = [sys.executable, "-m", "specmon", "serve", "gpu-box", "--listen", f"127.0.0.1:{free}"]
+    refused = subprocess.run(
+        argv, capture_output=True, text=True, timeout=30, cwd=tmp_path, env=env
+    )
+    assert refused.returncode == 2, refused
+    assert refused.stderr == (
+        "specmon: ./specmon.toml is not trusted (found in the working directory): "
+        "review it, then run: specmon trust ./specmon.toml\n"
+    )
+    assert "open http" not in refused.stdout
+
+
 def test_public_address_page_follows_the_host_asked_for(tmp_path: Path) -> None:
     with serve(tmp_path, "--public") as (url, _):
         port = url.rsplit(":", 1)[1].strip("/")

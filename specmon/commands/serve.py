@@ -82,6 +82,12 @@ def run(args: argparse.Namespace) -> int:
     if args.max_sessions < 1:
         raise UsageError(f"--max-sessions {args.max_sessions}: must be at least 1")
     idle_timeout = parse_duration(args.idle_timeout, option="--idle-timeout")
+    if args.hosts:
+        # Each tab's console reads the config: one that is untrusted or wrong is told here,
+        # once, instead of inside every browser tab.
+        from specmon.config import load_config
+
+        load_config(args.config)
     token = None if args.no_token else secrets.token_urlsafe(24)
     server = ConsoleServer(
         shlex.split(console_command(args)),
