@@ -26,7 +26,8 @@ from support.hosts import kill_everything_under
 from support.sshd import SshdServer, start_sshd, stop_sshd
 
 from specmon.session.agent_runner import AGENT_SOURCE
-from specmon.session.helper_client import HELPER_SOURCE
+from specmon.session.helper_client import HELPER_SOURCE, HelperClient
+from specmon.session.local import LocalTransport
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 AS_ROOT = os.geteuid() == 0
@@ -232,3 +233,30 @@ def test_a_lock_planted_in_a_shared_state_dir_is_refused_and_its_target_untouche
     result = _specmon("stop", "local", "--state-dir", str(shared), "--all", "--gpu-agent", "none")
     assert victim.read_text() == "precious\n", "the lock's target was overwritten"
     _assert_refused(result, shared / "lock", "nobody", 0o777)
+
+
+async def test_the_bootstrap_imports_nothing_from_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``python3 -c`` puts the working directory first on sys.path (running the helper file
+    put bin/ there instead): a console started in an untrusted checkout must not import its
+    ``hashlib.py``. A guard for the bootstrap's design; the old code never used -c."""
+    marker = tmp_path / "imported-from-cwd"
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for module in ("hashlib", "json", "types", "argparse", "contextlib"):
+        (checkout / f"{module}.py").write_text(
+            f"open({str(marker)!r}, 'a').write({module!r} + '\\n')\n"
+        )
+    monkeypatch.chdir(checkout)
+    transport = LocalTransport()
+    await transport.connect()
+    client = HelperClient(
+        transport, python=sys.executable, state_dir=str(tmp_path / "state"), call_timeout_s=30
+    )
+    try:
+        assert await client.install() == []  # installs, then runs from the installed file
+        assert await client.install() == []
+    finally:
+        await transport.close()
+    assert not marker.exists(), marker.read_text()
