@@ -99,7 +99,10 @@ class HelperClient:
             reply = await self.call(["hello", "--with-status"], state_dir=base)
         except NotInstalled:
             self._helper = self._bootstrap("install", digest, name, base)
-            reply = await self.call(["hello", "--with-status"], state_dir=base, input=source)
+            try:
+                reply = await self.call(["hello", "--with-status"], state_dir=base, input=source)
+            finally:  # later commands never run in install mode, even after a failure
+                self._helper = self._bootstrap("run", digest, name, base)
         self.state_dir = str(reply["state_dir"])
         self._helper = self._bootstrap("run", digest, name, self.state_dir)
         return list(reply.get("runs", []))
