@@ -76,11 +76,10 @@ class GpuAgentRunner:
             command = [*python, "-m", "specmon.sim.gpu_agent", "--state", s.sim_gpu_state_path]
             command += ["--rate", rate]
         else:
-            remote = f"{s.helper.state_dir}/bin/agent.py"
-            await s.transport.write_file(
-                remote, AGENT_SOURCE.read_bytes(), timeout=opts.call_timeout_s
-            )
-            command = [*python, remote, "--rate", rate]
+            # Installed into bin/ and run through the helper's bootstrap, which checks the
+            # state dir and runs only the bytes whose digest this console asked for.
+            agent = await s.helper.install_file("agent", AGENT_SOURCE.read_bytes())
+            command = [*agent, "--rate", rate]
         return s.helper.argv("supervise", "--", *command)
 
     async def run(self) -> None:

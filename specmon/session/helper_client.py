@@ -1,6 +1,17 @@
 """The client of the remote helper (``remote_helper.py``, uploaded to the host): installing it,
 one-shot JSON calls with a timeout, the host-wide launch/stop lock, and the argv of its
-streaming commands (follow, stop, supervise)."""
+streaming commands (follow, stop, supervise).
+
+Nothing in the state dir runs on its own say-so. Every command starts as
+``python3 -c BOOTSTRAP MODE SHA256 STATE_DIR NAME ...``: the bootstrap (``host_bootstrap.py``)
+is part of the command line, so the host's files cannot change it; it checks the state dir,
+``bin/`` and ``runs/`` (ours, not writable by group or others), hashes ``bin/NAME`` and runs
+the bytes it hashed, or refuses in one line. That keeps a connect to one round trip when the
+helper is installed (as before) and costs one more hash of 30 KB per call; feeding the helper
+over stdin instead would take stdin from the commands that read it (launch, follow, the lock).
+Files are named after their digest (``specmon_helper-0123456789abcdef.py``), so consoles of
+two specmon versions on one host each keep their own instead of replacing each other's.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +26,35 @@ from typing import Any
 
 from specmon.errors import SpecmonError
 from specmon.session.state_dir import checked_state_dir
-from specmon.session.transport import Transport
+from specmon.session.transport import CommandResult, Transport
 
-HELPER_NAME = "specmon_helper.py"
 HELPER_SOURCE = Path(__file__).with_name("remote_helper.py")
+BOOTSTRAP_SOURCE = Path(__file__).with_name("host_bootstrap.py")
+
+
+def _bootstrap_program() -> str:
+    """The bootstrap as one ``python3 -c`` argument: one line (a newline breaks csh's quoting)
+    without '!' (csh's history), both written as escapes inside the string literal."""
+    literal = repr(BOOTSTRAP_SOURCE.read_text()).replace("!", "\\x21")
+    return f"exec({literal})"
+
+
+BOOTSTRAP = _bootstrap_program()
+
+
+def digest_name(stem: str, source: bytes) -> tuple[str, str]:
+    """(the sha256 of ``source``, the name it has in the state dir's bin/)."""
+    digest = hashlib.sha256(source).hexdigest()
+    return digest, f"{stem}-{digest[:16]}.py"
 
 
 class RemoteCallError(SpecmonError):
     """The helper on the host failed or answered nonsense."""
+
+
+class NotInstalled(RemoteCallError):
+    """The file to run is missing from the state dir's bin/ or is another version (nothing of
+    it ran): upload it."""
 
 
 class LockBusyError(SpecmonError):
@@ -40,7 +72,7 @@ class HelperClient:
         self.state_dir = state_dir  # the resolved state dir once installed
         self._requested_state_dir = state_dir
         self.call_timeout_s = call_timeout_s
-        self._helper: list[str] = []
+        self._helper: list[str] = []  # the bootstrap's argv that runs the helper
 
     @property
     def host_label(self) -> str:
@@ -50,29 +82,39 @@ class HelperClient:
         """The argv of a helper command, e.g. ``argv("follow", "--run-id", rid)``."""
         return [*self._helper, command, "--state-dir", self.state_dir, *args]
 
-    async def install(self) -> list[dict[str, Any]]:
-        """Make sure the host runs this exact helper (uploading it only when it differs) and
-        return the runs' records, all in one round trip when the helper is already there."""
-        source = HELPER_SOURCE.read_bytes()
-        digest = hashlib.sha256(source).hexdigest()
-        base = checked_state_dir(self._requested_state_dir)
-        remote = f"{base}/bin/{HELPER_NAME}"
+    def _bootstrap(self, mode: str, digest: str, name: str, state_dir: str) -> list[str]:
+        """The argv that checks ``state_dir`` and runs (or installs) its ``bin/name``."""
         python = self.transport.python_argv(self.python)
-        self._helper = [*python, remote]
-        reply: dict[str, Any] | None = None
-        with contextlib.suppress(RemoteCallError):
+        return [*python, "-c", BOOTSTRAP, mode, digest, state_dir, name]
+
+    async def install(self) -> list[dict[str, Any]]:
+        """Make sure the host runs this exact helper (uploading it only when it is missing or
+        another version) and return the runs' records, all in one round trip when the helper
+        is already there."""
+        source = HELPER_SOURCE.read_bytes()
+        digest, name = digest_name("specmon_helper", source)
+        base = checked_state_dir(self._requested_state_dir)
+        self._helper = self._bootstrap("run", digest, name, base)
+        try:
             reply = await self.call(["hello", "--with-status"], state_dir=base)
-        if reply is None or reply.get("sha256") != digest:
-            await self.transport.write_file(remote, source, timeout=self.call_timeout_s)
-            reply = await self.call(["hello", "--with-status"], state_dir=base)
-            if reply.get("sha256") != digest:
-                raise RemoteCallError(
-                    f"the helper on {self.host_label} does not match what was sent "
-                    f"(sha256 {reply.get('sha256')} != {digest})"
-                )
+        except NotInstalled:
+            self._helper = self._bootstrap("install", digest, name, base)
+            try:
+                reply = await self.call(["hello", "--with-status"], state_dir=base, input=source)
+            finally:  # later commands never run in install mode, even after a failure
+                self._helper = self._bootstrap("run", digest, name, base)
         self.state_dir = str(reply["state_dir"])
-        self._helper = [*python, f"{self.state_dir}/bin/{HELPER_NAME}"]
+        self._helper = self._bootstrap("run", digest, name, self.state_dir)
         return list(reply.get("runs", []))
+
+    async def install_file(self, stem: str, source: bytes) -> list[str]:
+        """Put ``source`` in the state dir's bin/ (checked and hashed on the host, written only
+        when it is missing or differs) and return the argv that runs it, verified again."""
+        digest, name = digest_name(stem, source)
+        argv = self._bootstrap("install", digest, name, self.state_dir)
+        result = await self.transport.run(argv, input=source, timeout=self.call_timeout_s)
+        self._reply(result, f"install {stem}")
+        return self._bootstrap("run", digest, name, self.state_dir)
 
     async def call(
         self,
@@ -85,6 +127,10 @@ class HelperClient:
         """Run one helper command and return its last JSON line; RemoteCallError else."""
         argv = [*self._helper, args[0], "--state-dir", state_dir or self.state_dir, *args[1:]]
         result = await self.transport.run(argv, input=input, timeout=timeout or self.call_timeout_s)
+        return self._reply(result, args[0])
+
+    def _reply(self, result: CommandResult, what: str) -> dict[str, Any]:
+        """The last JSON line of a call; RemoteCallError (NotInstalled) for a failure."""
         lines = [ln for ln in result.stdout.decode(errors="replace").splitlines() if ln.strip()]
         try:
             reply = json.loads(lines[-1]) if lines else None
@@ -93,11 +139,12 @@ class HelperClient:
         if not isinstance(reply, dict):
             err = result.stderr.decode(errors="replace").strip().splitlines()
             raise RemoteCallError(
-                f"helper {args[0]} on {self.host_label} failed (exit {result.returncode}): "
+                f"helper {what} on {self.host_label} failed (exit {result.returncode}): "
                 f"{err[-1] if err else 'no output'}"
             )
         if reply.get("ok") is False and "error" in reply:
-            raise RemoteCallError(f"{self.host_label}: {reply['error']}")
+            kind = NotInstalled if reply.get("install") is True else RemoteCallError
+            raise kind(f"{self.host_label}: {reply['error']}")
         return reply
 
     @contextlib.asynccontextmanager

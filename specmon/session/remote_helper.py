@@ -1,5 +1,6 @@
 """specmon's supervisor on the host: one stdlib-only script, uploaded on connect and run with
-the host's python3 (3.8+). Every subcommand prints JSON; nothing here imports specmon.
+the host's python3 (3.8+) through host_bootstrap.py, which checks the state dir and this
+file's digest first. Every subcommand prints JSON; nothing here imports specmon.
 
 Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   hello       make the state dir (0700 if it creates it); print this file's sha256, python, host, user
@@ -37,7 +38,7 @@ import subprocess
 import sys
 import time
 import zlib
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISREG
 
 RUN_ID_CHARS = set("0123456789abcdefghijklmnopqrstuvwxyz-_")
 # A follow chunk at least this long (a reattach's replay, a burst) goes zlib-compressed: log
@@ -53,7 +54,9 @@ def emit(obj):
 def state_dir(path):
     """The state dir, made private when this creates it. A directory that exists already
     (a shared /tmp-like one, a home) keeps its mode: only specmon's own entries in it are
-    created private, and one of them owned by someone else is refused."""
+    created private, and one of them owned by someone else is refused. The console runs this
+    helper through its bootstrap (host_bootstrap.py), which has checked the whole tree
+    before this runs; these checks hold for a helper run by hand."""
     raw = os.path.expanduser(path or "").strip()
     if not raw or os.path.normpath(os.path.abspath(raw)) in ("/", "//"):
         raise SystemExit(fail(f"state dir {path!r} refused: never the root or an empty path"))
@@ -71,9 +74,12 @@ def own_dir(path):
     except FileExistsError:
         pass
     info = os.lstat(path)
-    if not S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+    if not S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
         raise SystemExit(
-            fail(f"{path} exists but is not a directory of this user; choose another state dir")
+            fail(
+                f"{path} exists but is not a directory of this user that only it can write; "
+                "choose another state dir"
+            )
         )
 
 
@@ -443,10 +449,49 @@ def cmd_stop(args):
 # --- lock -----------------------------------------------------------------------------------
 
 
+def open_own_lock(path):
+    """The lock file, opened without following a link and refused unless it is a regular
+    file of this user with one link that group and others cannot write: in a shared state dir
+    anyone may have put a ``lock`` there first (a link to a file of ours would be truncated)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.EACCES, errno.EPERM):
+            raise
+        info = os.lstat(path)
+        raise SystemExit(fail(untrusted(path, info, "not a regular file of this user"))) from None
+    info = os.fstat(fd)
+    if (
+        not S_ISREG(info.st_mode)
+        or info.st_uid != os.geteuid()
+        or info.st_nlink != 1
+        or info.st_mode & 0o022
+    ):
+        os.close(fd)
+        raise SystemExit(
+            fail(untrusted(path, info, "not a regular file of this user that only it can write"))
+        )
+    return fd
+
+
+def untrusted(path, info, why):
+    """One line naming the path, its owner and its mode."""
+    try:
+        import pwd
+
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except (ImportError, KeyError):
+        owner = str(info.st_uid)
+    return (
+        f"refused {path} (owner {owner}, mode {info.st_mode & 0o7777:04o}): {why}; "
+        "remove it or choose another state dir"
+    )
+
+
 def cmd_hold_lock(args):
     state = state_dir(args.state_dir)
     path = os.path.join(state, "lock")
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_own_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:

@@ -1,8 +1,9 @@
 """Which host state dirs specmon accepts: a directory of its own, never the root or nothing.
 
 specmon creates what it needs inside the state dir (``bin/``, ``runs/``, the lock) and never
-changes the mode of a directory it did not create; the helper on the host applies the same
-rule (``remote_helper.state_dir``). This check runs before anything is written to the host.
+changes the mode of a directory it did not create; the bootstrap that runs everything on the
+host (``host_bootstrap.py``) applies the same rule and refuses a ``bin/`` or ``runs/`` that is
+not the user's own. This check runs before anything is written to the host.
 """
 
 from __future__ import annotations
