@@ -112,6 +112,7 @@ def _specmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
         text=True,
         timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT / "tests",  # not the repo root, whose ./specmon.toml is not trusted
     )
 
 
