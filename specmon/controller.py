@@ -60,6 +60,12 @@ class HostController(ABC):
         when the operator wants all hosts or none. A controller that cannot tell accepts."""
         return None
 
+    async def check_listener(self) -> None:
+        """Raise the SpecmonError that says why the current run's port is not the run's (its
+        leader ended, another process listens there), before a benchmark trusts it. A
+        controller that cannot tell (recorded events, no host) accepts."""
+        return None
+
     @abstractmethod
     async def stop(self) -> StopReport | None:
         """SIGTERM the run's process group, escalate to SIGKILL, verify it is gone."""

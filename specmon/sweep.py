@@ -882,7 +882,10 @@ def _same_value(wanted: str, served: Any) -> bool:
 
 
 async def session_base_url(controller: HostController) -> str:
-    """The running server's HTTP base URL as reachable from here (SSH forward or localhost)."""
+    """The running server's HTTP base URL as reachable from here (SSH forward or localhost),
+    once the host confirms the run itself listens there (ForeignListenerError else: another
+    server's numbers must never be stored under this run's settings)."""
+    await controller.check_listener()
     url = await controller.http_base_url()
     if not url:
         raise PointFailed("the host session knows no HTTP port for the running server")

@@ -42,6 +42,7 @@ from specmon.session.failure import exit_text, failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
+from specmon.session.listener import ForeignListenerError, ListenerCheck
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.run_status import RunStatus, StopReport
@@ -55,6 +56,9 @@ if TYPE_CHECKING:
 # Seconds without a decode line in the log after which a server's /metrics speaks for it
 # (vLLM logs its stats every 10 s, and at DEBUG only while idle).
 LOG_STATS_QUIET_S = 25.0
+# After the port was found not the run's (the server still loading, or another process on
+# it), how long before the health endpoint's next "ready" is looked into again.
+LISTENER_RECHECK_S = 2.0
 
 __all__ = [
     "HostSession",
@@ -80,6 +84,11 @@ class _Follow:
     ended: bool = False
     failed_reported: bool = False
     ready_known: bool = False
+    # Who listens on the run's port, asked of the helper once the health endpoint first says
+    # ready (and on reattach): a health answer alone may come from another server.
+    listener_checking: bool = False
+    listener_next_check: float = 0.0  # time.monotonic() before which no new check starts
+    listener_warned: str | None = None  # the last problem published (said once)
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -653,6 +662,8 @@ class HostSession(HostController):
         )
         if reattached:
             self._publish(RunState(run_id=run.run_id, state="ready" if run.ready_at else "loading"))
+            if run.ready_at:  # its port looked into again: another process may hold it now
+                self._spawn_listener_check(follow)
         self._start_follow()
         self._restart_task("http", self.http.run)
 
@@ -743,12 +754,61 @@ class HostSession(HostController):
         """The health endpoint said ready: a run whose ready line nobody saw (it became
         ready while no console watched, or its log was cut) is recorded as ready."""
         follow = self._follow
-        if follow is None or follow.run.run_id != run_id or follow.ready_known:
+        if follow is None or follow.run.run_id != run_id or follow.ready_known or follow.ended:
             return
         if follow.log.replaying:
             return  # the replayed log may still hold the ready line
-        self._record_ready(follow, time.time(), late=True)
-        self._publish(RunState(run_id=run_id, state="ready"))
+        self._spawn_listener_check(follow)
+
+    def _spawn_listener_check(self, follow: _Follow) -> None:
+        """Ask the host, in the background, whether the run's port is the run's own; at most
+        one question at a time, and not again within LISTENER_RECHECK_S of a "no"."""
+        if follow.listener_checking or time.monotonic() < follow.listener_next_check:
+            return
+        follow.listener_checking = True
+        task = asyncio.get_running_loop().create_task(self._confirm_ready(follow))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _confirm_ready(self, follow: _Follow) -> None:
+        """Ready only when the run's leader lives and every socket listening on its port is
+        held by a process of the run's session: an unrelated server on the port answers the
+        health check while the launched one dies of "Address already in use"."""
+        try:
+            check: ListenerCheck | None = await self.listener_check(follow.run.run_id)
+        except SpecmonError:
+            check = None  # the host did not answer: asked again on the next health "ready"
+        finally:
+            follow.listener_checking = False
+        if follow is not self._follow or follow.ended:
+            return
+        if check is not None and check.ours:
+            if not follow.ready_known:
+                self._record_ready(follow, time.time(), late=True)
+                self._publish(RunState(run_id=follow.run.run_id, state="ready"))
+            return
+        follow.listener_next_check = time.monotonic() + LISTENER_RECHECK_S
+        problem = check.problem() if check is not None else None
+        if check is not None and check.foreign and problem != follow.listener_warned:
+            follow.listener_warned = problem
+            self._publish(ServerError(category="other", message=f"specmon: {problem}; not ready"))
+
+    async def listener_check(self, run_id: str) -> ListenerCheck:
+        """Who listens on ``run_id``'s port on the host now (one helper call; the helper
+        reads /proc/net/tcp{,6} and maps the sockets to processes)."""
+        reply = await self.helper.call(["listener", "--run-id", run_id])
+        return ListenerCheck.from_helper(run_id, reply)
+
+    async def check_listener(self) -> None:
+        """Refuse (ForeignListenerError) unless the followed run's leader lives and its port
+        is held by the run's own processes: bench and sweep measure the run, not whatever
+        answers on the port."""
+        follow = self._follow
+        if follow is None:
+            raise ForeignListenerError(f"no run is followed on {self.host_label}")
+        problem = (await self.listener_check(follow.run.run_id)).problem()
+        if problem is not None:
+            raise ForeignListenerError(f"{self.host_label}: {problem}; not benchmarking it")
 
     def _record_ready(self, follow: _Follow, now: float, *, late: bool) -> None:
         """Note on the host that the run is ready (and, seen live, its load time)."""

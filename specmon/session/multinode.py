@@ -224,6 +224,10 @@ class MultiNodeController(HostController):
     async def http_base_url(self) -> str | None:
         return await self.nodes[0].session.http_base_url()
 
+    async def check_listener(self) -> None:
+        """Node 0 serves HTTP: its port must be its run's."""
+        await self.nodes[0].session.check_listener()
+
     @property
     def connected(self) -> bool:
         return all(node.session.connected for node in self.nodes)
