@@ -42,6 +42,7 @@ from specmon.secrets import redact_params
 if TYPE_CHECKING:
     from specmon.config import Config
     from specmon.launch import LaunchSpec
+    from specmon.session.sweep_lease import SweepLease
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # underscores: a backend's named settings
@@ -511,7 +512,13 @@ class SweepRunner:
         self._emit(kind(index, point, self._results[index], self._baseline))
 
     async def run(self) -> SweepFinished:
-        """Run every unfinished point; returns the final results (resumed points included)."""
+        """Run every unfinished point; returns the final results (resumed points included).
+        The host's sweep lease is held throughout: a second sweep on the host is refused
+        (SweepBusyError naming this one) instead of replacing this sweep's server."""
+        async with self.controller.sweep_lease(f"of profile {self.plan.profile}") as lease:
+            return await self._run_leased(lease)
+
+    async def _run_leased(self, lease: SweepLease) -> SweepFinished:
         existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
         if existing is not None:
             sweep_id = existing.id
@@ -524,6 +531,7 @@ class SweepRunner:
             rows = {}
             self._record_prediction(sweep_id)
         self.sweep_id = sweep_id
+        await lease.name(f"s{sweep_id} (profile {self.plan.profile})")
         self._task = asyncio.current_task()
         self._emit(
             SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))

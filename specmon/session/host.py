@@ -46,6 +46,7 @@ from specmon.session.listener import ForeignListenerError, ListenerCheck
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.run_status import RunStatus, StopReport
+from specmon.session.sweep_lease import SweepLease, hold_sweep_lease
 from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
@@ -792,6 +793,12 @@ class HostSession(HostController):
         if check is not None and check.foreign and problem != follow.listener_warned:
             follow.listener_warned = problem
             self._publish(ServerError(category="other", message=f"specmon: {problem}; not ready"))
+
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self, sweep: str) -> AsyncIterator[SweepLease]:
+        """The host's sweep lease (sweep_lease.py), in this console's name."""
+        async with hold_sweep_lease(self.helper, owner=self.options.owner, sweep=sweep) as lease:
+            yield lease
 
     async def listener_check(self, run_id: str) -> ListenerCheck:
         """Who listens on ``run_id``'s port on the host now (one helper call; the helper
