@@ -833,7 +833,19 @@ class HostSession(HostController):
 
     async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
         with contextlib.suppress(SpecmonError):
-            await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+            await self.note_run(run_id, notes)
+
+    async def note_run(self, run_id: str, notes: Mapping[str, Any]) -> None:
+        """Merge ``notes`` into the run's annotations on the host (meta.json)."""
+        await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+
+    async def mark_nodes_launched(self, run_id: str) -> None:
+        """Every node of this multi-node run is launched: noted on the host, so `status`
+        stops calling this node's part incomplete."""
+        await self.note_run(run_id, {"nodes_launched": True})
+        follow = self._follow
+        if follow is not None and follow.run.run_id == run_id:
+            follow.run = replace(follow.run, multinode_incomplete=False)
 
     def _on_probe_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
         now = time.time()

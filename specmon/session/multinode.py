@@ -300,11 +300,18 @@ class MultiNodeController(HostController):
                         "nnodes": len(self.nodes),
                         "nodes": labels,
                         "init_addr": f"{address}:{port}",
+                        # Until every node is launched (then noted on each): a launcher
+                        # killed between nodes leaves a node that says it is a part.
+                        "launch_complete": False,
                     }
                     await node.session.replace_run(
                         spec, profile=profile, run_id=run_id, node=record
                     )
                     launched.append(node)
+                await asyncio.gather(
+                    *(node.session.mark_nodes_launched(run_id) for node in launched),
+                    return_exceptions=True,  # unnoted, a node is only shown as incomplete
+                )
             except BaseException:
                 self._stopping = True
                 try:
