@@ -516,7 +516,9 @@ class SweepRunner:
         The host's sweep lease is held throughout: a second sweep on the host is refused
         (SweepBusyError naming this one) instead of replacing this sweep's server."""
         async with self.controller.sweep_lease(f"of profile {self.plan.profile}") as lease:
-            return await self._run_leased(lease)
+            finished = await self._run_leased(lease)
+        self._emit(finished)  # the lease released first: a console then sees it ended
+        return finished
 
     async def _run_leased(self, lease: SweepLease) -> SweepFinished:
         existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
@@ -556,9 +558,7 @@ class SweepRunner:
         self.ledger.set_sweep_status(sweep_id, "finished")
         baseline = self._baseline_for(results)
         final = tuple(r.with_baseline(baseline) for r in results)
-        finished = SweepFinished(sweep_id, final, baseline)
-        self._emit(finished)
-        return finished
+        return SweepFinished(sweep_id, final, baseline)
 
     def _record_prediction(self, sweep_id: int) -> None:
         """Store the advisor's prediction for a sweep over step counts before it measures

@@ -156,56 +156,81 @@ stop_grace_s = 2.0
 
 [profiles.elsewhere.env]
 SPECMON_TEST_FOREIGN_PID = "{pid_file}"
+SPECMON_TEST_HAND_OVER = "{hand_over}"
 """
 
 
-def test_bench_and_sweep_refuse_a_run_whose_port_another_process_holds(
-    tmp_path: Path, state: Path
-) -> None:
-    """A run that says it is ready while its port is held by a process outside its session
-    (tests/support/ready_elsewhere.py): before, bench and sweep measured whatever answered
-    there and stored the numbers under the run's settings."""
-    port = free_port()
-    pid_file = tmp_path / "foreign.pid"
+def elsewhere_config(tmp_path: Path, state: Path, pid_file: Path, hand_over: str) -> Path:
     config = tmp_path / "specmon.toml"
     config.write_text(
         READY_ELSEWHERE_TOML.format(
-            state=state, script=SUPPORT / "ready_elsewhere.py", port=port, pid_file=pid_file
+            state=state,
+            script=SUPPORT / "ready_elsewhere.py",
+            port=free_port(),
+            pid_file=pid_file,
+            hand_over=hand_over,
         )
     )
+    return config
+
+
+def test_a_ready_line_while_another_process_holds_the_port_fails_the_run(
+    tmp_path: Path, state: Path
+) -> None:
+    """The server's own ready line is not enough: printed while a process outside the run's
+    session holds its port (tests/support/ready_elsewhere.py), the run fails at once, the
+    listener named, and a sweep records its point as failed without numbers."""
+    pid_file = tmp_path / "foreign.pid"
+    config = elsewhere_config(tmp_path, state, pid_file, "start")
     try:
         launched = specmon(config, "launch", "box", "-p", "elsewhere", "--wait", "ready")
-        assert launched.returncode == 0, launched.stderr
+        assert launched.returncode != 0, launched.stdout
         foreign_pid = int(pid_file.read_text())
-        ledger = tmp_path / "ledger.sqlite"
-        bench = specmon(config, "bench", "box", "--requests", "2", "--ledger", str(ledger))
-        assert bench.returncode != 0, bench.stdout
-        assert f"pid {foreign_pid}" in bench.stderr and "not by run" in bench.stderr, bench.stderr
-        assert "Traceback" not in bench.stderr
+        assert "run state   ready" not in launched.stdout, launched.stdout
+        failed = [line for line in launched.stdout.splitlines() if "FAILED" in line]
+        assert failed and f"pid {foreign_pid}" in failed[0] and "not by run" in failed[0], failed
+        assert all(r["ready_at"] is None for r in runs_of(config)), runs_of(config)
+        specmon(config, "stop", "box")
         kill_foreign(pid_file)  # the sweep's launch would be refused while it holds the port
 
         sweep = specmon(
             config,
-            "sweep",
-            "box",
-            "--profile",
-            "elsewhere",
-            "--grid",
-            "mem-fraction-static=0.8",
-            "--requests",
-            "2",
-            "--warmup",
-            "0",
-            "--ready-timeout",
-            "30",
-            "--ledger",
-            str(ledger),
-            "--json",
+            *("sweep", "box", "--profile", "elsewhere", "--grid", "mem-fraction-static=0.8"),
+            *("--requests", "2", "--warmup", "0", "--ready-timeout", "30"),
+            *("--ledger", str(tmp_path / "ledger.sqlite"), "--json"),
         )
         points = [json.loads(line) for line in sweep.stdout.splitlines()]
         assert points and all(p["status"] == "failed" for p in points), sweep.stderr
         assert all("not by run" in p["error"] for p in points), points
         assert all(p.get("tok_s") is None for p in points), points
+    finally:
+        kill_foreign(pid_file)
+
+
+def test_bench_refuses_a_ready_run_whose_port_another_process_took(
+    tmp_path: Path, state: Path
+) -> None:
+    """A run that was ready on its own port, which another process then took: `bench`
+    reattaches, asks who listens, and refuses naming the listener (before, it measured
+    whatever answered there and stored the numbers under the run's settings)."""
+    pid_file = tmp_path / "foreign.pid"
+    config = elsewhere_config(tmp_path, state, pid_file, "on-signal")
+    try:
+        launched = specmon(config, "launch", "box", "-p", "elsewhere", "--wait", "ready")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        (run,) = runs_of(config)
+        assert run["ready_at"] is not None, run
+        os.kill(run["pid"], signal.SIGUSR1)
+        deadline = time.monotonic() + 30
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        foreign_pid = int(pid_file.read_text())
+        bench = specmon(
+            config, "bench", "box", "--requests", "2", "--ledger", str(tmp_path / "l.sqlite")
+        )
+        assert bench.returncode != 0, bench.stdout
+        assert f"pid {foreign_pid}" in bench.stderr and "not by run" in bench.stderr, bench.stderr
+        assert "Traceback" not in bench.stderr
     finally:
         kill_foreign(pid_file)
 

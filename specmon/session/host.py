@@ -90,6 +90,9 @@ class _Follow:
     listener_checking: bool = False
     listener_next_check: float = 0.0  # time.monotonic() before which no new check starts
     listener_warned: str | None = None  # the last problem published (said once)
+    listener_confirmed: bool = False  # the port was found the run's own
+    held_ready: tuple[Event, float] | None = None  # the log's ready line, until confirmed
+    listener_recheck: bool = False  # asked again while a question was in flight
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -740,6 +743,17 @@ class HostSession(HostController):
         )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
+        if (
+            isinstance(event, Ready)
+            and self.serves_http
+            and not follow.listener_confirmed
+            and not follow.log.replaying
+        ):
+            # The server's own ready line is shown once its port is found its own.
+            if follow.held_ready is None:
+                follow.held_ready = (event, now)
+                self._spawn_listener_check(follow, force=True)
+            return
         self._publish(event, now)
         if not isinstance(event, Ready):
             return
@@ -761,10 +775,16 @@ class HostSession(HostController):
             return  # the replayed log may still hold the ready line
         self._spawn_listener_check(follow)
 
-    def _spawn_listener_check(self, follow: _Follow) -> None:
+    def _spawn_listener_check(self, follow: _Follow, *, force: bool = False) -> None:
         """Ask the host, in the background, whether the run's port is the run's own; at most
-        one question at a time, and not again within LISTENER_RECHECK_S of a "no"."""
-        if follow.listener_checking or time.monotonic() < follow.listener_next_check:
+        one question at a time, and (unless ``force``) not again within LISTENER_RECHECK_S
+        of a "no"."""
+        if follow.listener_checking:
+            if force:
+                follow.listener_next_check = 0.0  # the question in flight is asked again
+                follow.listener_recheck = True
+            return
+        if not force and time.monotonic() < follow.listener_next_check:
             return
         follow.listener_checking = True
         task = asyncio.get_running_loop().create_task(self._confirm_ready(follow))
@@ -781,16 +801,31 @@ class HostSession(HostController):
             check = None  # the host did not answer: asked again on the next health "ready"
         finally:
             follow.listener_checking = False
-        if follow is not self._follow or follow.ended:
+        if follow is not self._follow or follow.ended or follow.failed_reported:
             return
         if check is not None and check.ours:
-            if not follow.ready_known:
+            follow.listener_confirmed = True
+            held, follow.held_ready = follow.held_ready, None
+            if held is not None:  # the ready line, seen live: it gives the load time
+                self._on_server_event(follow, *held)
+            elif not follow.ready_known:
                 self._record_ready(follow, time.time(), late=True)
                 self._publish(RunState(run_id=follow.run.run_id, state="ready"))
             return
+        if follow.listener_recheck:  # the ready line came while this question was asked
+            follow.listener_recheck = False
+            self._spawn_listener_check(follow, force=True)
+            return
         follow.listener_next_check = time.monotonic() + LISTENER_RECHECK_S
-        problem = check.problem() if check is not None else None
-        if check is not None and check.foreign and problem != follow.listener_warned:
+        if check is None or not check.leader_alive:
+            return  # the host did not answer (asked again later), or the exit is on its way
+        problem = check.problem()
+        if check.foreign and follow.held_ready is not None:
+            # The server says it is ready, yet another process answers on its port: it can
+            # never serve there. Failed, with the listener named.
+            self._report_failure(follow, reason=f"specmon: {problem}")
+            return
+        if check.foreign and problem != follow.listener_warned:
             follow.listener_warned = problem
             self._publish(ServerError(category="other", message=f"specmon: {problem}; not ready"))
 
