@@ -8,9 +8,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,3 +249,47 @@ def kill_foreign(pid_file: Path) -> None:
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     pid_file.unlink()
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/setpriv").exists() or not Path(SYSTEM_PYTHON).exists(),
+    reason="needs root, setpriv and a system python3 to run the helper as nobody",
+)
+def test_a_listener_of_another_user_is_named_by_its_user_and_its_pid_said_unreadable(
+    foreign_servers: list[subprocess.Popen[str]],
+) -> None:
+    """The helper as it runs on a host, as `nobody` (via setpriv), asked to launch on a port
+    that root's server holds: /proc/PID/fd of root's process cannot be read, so the refusal
+    names the user from /proc/net/tcp and says the pid is unreadable."""
+    helper_source = REPO / "specmon" / "session" / "remote_helper.py"
+    home = Path(tempfile.mkdtemp(prefix="specmon-port-owner-"))
+    try:
+        shutil.copy(helper_source, home / "specmon_helper.py")
+        os.chmod(home, 0o755)
+        (home / "state").mkdir(mode=0o700)
+        os.chown(home / "state", 65534, 65534)
+        port = free_port()
+        start_foreign(port, foreign_servers)
+        spec = {"argv": ["sleep", "60"], "port": port, "port_must_be_free": True}
+        refused = subprocess.run(
+            [
+                *("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"),
+                *(SYSTEM_PYTHON, str(home / "specmon_helper.py"), "launch"),
+                *("--state-dir", str(home / "state")),
+            ],
+            input=json.dumps(spec),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "HOME": str(home)},
+        )
+        assert refused.returncode != 0, refused.stdout
+        error = json.loads(refused.stdout.splitlines()[-1])["error"]
+        assert f"port {port}" in error, error
+        assert "a process of user root (its pid is not readable by this user)" in error, error
+        assert not any((home / "state" / "runs").iterdir())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
