@@ -5,8 +5,9 @@ console, the sweep runner and the Experiments screen use nothing else of it.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from specmon.store import EventBus
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from specmon.config import Profile
     from specmon.launch import FlagValue, LaunchSpec
     from specmon.session.run_status import RunStatus, StopReport
+    from specmon.session.sweep_lease import SweepLease
 
 
 class Traffic(Protocol):
@@ -58,6 +60,21 @@ class HostController(ABC):
         """Raise the SpecmonError a launch would meet now (the host's lock busy, a live run
         that another console owns), changing nothing: a fleet relaunch asks every host first
         when the operator wants all hosts or none. A controller that cannot tell accepts."""
+        return None
+
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self, sweep: str) -> AsyncIterator[SweepLease]:
+        """Hold the host's sweep lease for the block (SweepBusyError naming the sweep that
+        holds it): a second sweep would replace the first's server. A controller that
+        cannot tell holds nothing."""
+        from specmon.session.sweep_lease import SweepLease
+
+        yield SweepLease()
+
+    async def check_listener(self) -> None:
+        """Raise the SpecmonError that says why the current run's port is not the run's (its
+        leader ended, another process listens there), before a benchmark trusts it. A
+        controller that cannot tell (recorded events, no host) accepts."""
         return None
 
     @abstractmethod

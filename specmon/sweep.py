@@ -42,6 +42,7 @@ from specmon.secrets import redact_params
 if TYPE_CHECKING:
     from specmon.config import Config
     from specmon.launch import LaunchSpec
+    from specmon.session.sweep_lease import SweepLease
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _FLAG_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]*$")  # underscores: a backend's named settings
@@ -511,7 +512,15 @@ class SweepRunner:
         self._emit(kind(index, point, self._results[index], self._baseline))
 
     async def run(self) -> SweepFinished:
-        """Run every unfinished point; returns the final results (resumed points included)."""
+        """Run every unfinished point; returns the final results (resumed points included).
+        The host's sweep lease is held throughout: a second sweep on the host is refused
+        (SweepBusyError naming this one) instead of replacing this sweep's server."""
+        async with self.controller.sweep_lease(f"of profile {self.plan.profile}") as lease:
+            finished = await self._run_leased(lease)
+        self._emit(finished)  # the lease released first: a console then sees it ended
+        return finished
+
+    async def _run_leased(self, lease: SweepLease) -> SweepFinished:
         existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
         if existing is not None:
             sweep_id = existing.id
@@ -524,6 +533,7 @@ class SweepRunner:
             rows = {}
             self._record_prediction(sweep_id)
         self.sweep_id = sweep_id
+        await lease.name(f"s{sweep_id} (profile {self.plan.profile})")
         self._task = asyncio.current_task()
         self._emit(
             SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))
@@ -548,9 +558,7 @@ class SweepRunner:
         self.ledger.set_sweep_status(sweep_id, "finished")
         baseline = self._baseline_for(results)
         final = tuple(r.with_baseline(baseline) for r in results)
-        finished = SweepFinished(sweep_id, final, baseline)
-        self._emit(finished)
-        return finished
+        return SweepFinished(sweep_id, final, baseline)
 
     def _record_prediction(self, sweep_id: int) -> None:
         """Store the advisor's prediction for a sweep over step counts before it measures
@@ -882,7 +890,10 @@ def _same_value(wanted: str, served: Any) -> bool:
 
 
 async def session_base_url(controller: HostController) -> str:
-    """The running server's HTTP base URL as reachable from here (SSH forward or localhost)."""
+    """The running server's HTTP base URL as reachable from here (SSH forward or localhost),
+    once the host confirms the run itself listens there (ForeignListenerError else: another
+    server's numbers must never be stored under this run's settings)."""
+    await controller.check_listener()
     url = await controller.http_base_url()
     if not url:
         raise PointFailed("the host session knows no HTTP port for the running server")

@@ -345,6 +345,9 @@ SPECMON_SIM_SHARDS = "8"
     assert launched.returncode == 0, launched.stderr
     run_id = json.loads(launched.stdout)["run_id"]
     assert [len(node_runs(path)) for path in state_dirs] == [1, 1]
+    whole = specmon("status", "--profile", "two", config=config)
+    assert f"run {run_id} over 2 nodes is complete: node 0 node-a: running" in whole.stdout
+    assert "incomplete" not in whole.stdout, whole.stdout
     watched = specmon(
         "watch",
         "node-b",
@@ -532,3 +535,93 @@ def test_the_console_groups_gpus_by_node_and_shows_a_lagging_node() -> None:
     assert "node0 gpu-a ready" in line and "node1 gpu-b 5/8 target weights" in line
     store.apply(NodeStatus(node_rank=1, host="gpu-b", connection="reconnecting"))
     assert "node1 gpu-b reconnecting" in node_line(store).plain
+
+
+def test_a_launch_killed_between_nodes_leaves_a_node_marked_part_of_an_incomplete_run(
+    state_dirs: tuple[Path, Path], tmp_path: Path, sshd_server: SshdServer
+) -> None:
+    """`specmon launch --profile P` SIGKILLed after node 0 was launched and before node 1 was:
+    node 0 runs alone. Before, plain `status node-a` showed it as `running`; now it says it
+    is a part of an incomplete 2-node run, and `status --profile P` shows the whole.
+    node-b is reached over the test sshd with a python that holds its `launch` call, so the
+    kill lands between the nodes every time."""
+    held = tmp_path / "python-holding-launch"
+    held.write_text(
+        f'#!/bin/sh\ncase " $* " in *" launch "*) sleep 120 ;; esac\nexec {sys.executable} "$@"\n'
+    )
+    held.chmod(0o755)
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(
+        f"Host ssh-node-b\n  HostName 127.0.0.1\n  Port {sshd_server.port}\n"
+        f"  User {sshd_server.user}\n  IdentityFile {sshd_server.client_key}\n"
+    )
+    config = tmp_path / "specmon.toml"
+    config.write_text(
+        f"""
+[hosts.node-a]
+transport = "local"
+state_dir = "{state_dirs[0]}"
+
+[hosts.node-b]
+address = "ssh-node-b"
+known_hosts = "{sshd_server.known_hosts}"
+python = "{held}"
+state_dir = "{state_dirs[1]}"
+
+[profiles.two]
+command = ["{{python}}", "-m", "specmon.sim"]
+model_path = "moonshotai/Kimi-K2.5"
+tp = 16
+port = {free_port()}
+gpu_agent = "none"
+stop_grace_s = 5.0
+nodes = ["node-a", "node-b"]
+
+[profiles.two.env]
+SPECMON_SIM_TIME_SCALE = "0.003"
+SPECMON_SIM_SHARDS = "8"
+SPECMON_SIM_PEER_LOST_S = "600"
+"""
+    )
+    ssh = ("--ssh-config", str(ssh_config))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "specmon", "--config", str(config), "launch", "-p", "two", *ssh],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline:
+            holding = [
+                cmd
+                for _, cmd in hosts.processes_mentioning(str(state_dirs[1]))
+                if " launch " in f" {cmd} " and "sleep" not in cmd
+            ]
+            if node_runs(state_dirs[0]) and holding:
+                break
+            assert launcher.poll() is None, "the launch ended before node 1's launch"
+            time.sleep(0.05)
+        else:
+            raise AssertionError("node 1's launch never started")
+        launcher.kill()
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.wait(10)
+    assert [len(node_runs(path)) for path in state_dirs] == [1, 0]
+    run_id = node_runs(state_dirs[0])[0]["run_id"]
+
+    plain = specmon("status", "node-a", *ssh, config=config)
+    assert plain.returncode == 0, plain.stderr
+    head = next(line for line in plain.stdout.splitlines() if line.startswith(run_id))
+    assert "running as node 0 of an incomplete 2-node run" in head, plain.stdout
+    as_json = specmon("status", "node-a", "--json", *ssh, config=config)
+    run = json.loads(as_json.stdout)["runs"][0]
+    assert run["alive"] and run["multinode_incomplete"] and run["nnodes"] == 2, run
+
+    whole = specmon("status", "--profile", "two", *ssh, config=config)
+    assert whole.returncode == 0, whole.stderr
+    assert (
+        f"run {run_id} over 2 nodes is incomplete: node 0 node-a: running, "
+        "node 1 node-b: missing" in whole.stdout
+    ), whole.stdout

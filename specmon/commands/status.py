@@ -1,7 +1,9 @@
 """`specmon status HOST [HOST ...]`: the runs on hosts, their state, argv and load time.
 
 Several hosts are asked in parallel; one that cannot be reached is reported on its own and the
-others still answer (exit code 1 then).
+others still answer (exit code 1 then). `status --profile P` asks every node of a multi-node
+profile and says, per run, which nodes run their part (a launch killed between nodes leaves
+node 0 running alone).
 """
 
 from __future__ import annotations
@@ -17,18 +19,32 @@ def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import add_hosts_arguments
 
     add_hosts_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "hosts":
+            action.nargs = "*"  # none with --profile: its nodes
+    parser.add_argument(
+        "--profile",
+        "-p",
+        metavar="P",
+        help="a multi-node profile: ask each of its nodes and show each run as a whole",
+    )
     parser.add_argument("--json", action="store_true", help="print the runs as JSON")
     parser.add_argument("--all", action="store_true", help="list ended runs too (default: last 5)")
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.errors import SpecmonError
+    from specmon.errors import SpecmonError, UsageError
     from specmon.fleet import fleet_names
     from specmon.session.cli import load_config_from, run_async, sessions_from_args
+    from specmon.session.nodes_cli import nodes_profile
     from specmon.terminal_text import safe_text
 
     config = load_config_from(args)
-    sessions = sessions_from_args(args, config, fleet_names(args.hosts, config, every=False))
+    spanning = nodes_profile(args, config)
+    if args.profile and spanning is None:
+        raise UsageError(f"profile {args.profile!r} has no nodes; give its HOST instead")
+    names = list(spanning.nodes) if spanning is not None else args.hosts
+    sessions = sessions_from_args(args, config, fleet_names(names, config, every=False))
     several = len(sessions) > 1
 
     async def runs_of(session: Any) -> list[Any]:
@@ -59,6 +75,14 @@ def run(args: argparse.Namespace) -> int:
                     print(safe_text(f"== {name}: unreachable: {answer}"))
                 continue
             print_runs(name if several else None, session.host_label, answer, as_json=args.json)
+        if spanning is not None:
+            reached = {
+                name: answer
+                for (name, _), answer in zip(sessions, answers, strict=True)
+                if not isinstance(answer, BaseException)
+            }
+            for line in whole_runs(list(spanning.nodes), reached, as_json=args.json):
+                print(safe_text(line))
         return code
 
     return run_async(main)
@@ -87,3 +111,34 @@ def print_runs(name: str | None, label: str, runs: list[Any], *, as_json: bool) 
         if r.env:
             env = " ".join(f"{k}={v}" for k, v in sorted(r.env.items()))
             print(safe_text(f"    env: {env}"))
+
+
+def whole_runs(nodes: list[str], runs_by_node: dict[str, list[Any]], *, as_json: bool) -> list[str]:
+    """Each live multi-node run as a whole: which node runs which part, and whether every
+    node of it runs (a part missing on a node not reached is unknown, not missing)."""
+    live: dict[str, dict[str, Any]] = {}
+    for node, runs in runs_by_node.items():
+        for run in runs:
+            if run.alive and (run.nnodes or 1) > 1:
+                live.setdefault(run.run_id, {})[node] = run
+    lines = []
+    for run_id, parts in sorted(live.items()):
+        nnodes = max(r.nnodes or 0 for r in parts.values())
+        rows = []
+        for rank, node in enumerate(nodes):
+            run = parts.get(node)
+            if run is not None:
+                rows.append({"node": node, "rank": run.node_rank, "state": "running"})
+            elif node in runs_by_node:
+                rows.append({"node": node, "rank": rank, "state": "missing"})
+            else:
+                rows.append({"node": node, "rank": rank, "state": "unreachable"})
+        whole = len(parts) == nnodes and not any(r.multinode_incomplete for r in parts.values())
+        verdict = "complete" if whole else "incomplete"
+        if as_json:
+            lines.append(json.dumps({"run_id": run_id, "nodes": rows, "whole": verdict}))
+            continue
+        shown = ", ".join(f"node {r['rank']} {r['node']}: {r['state']}" for r in rows)
+        advice = "" if whole else "; stop it with `specmon stop --profile P` and relaunch"
+        lines.append(f"run {run_id} over {nnodes} nodes is {verdict}: {shown}{advice}")
+    return lines

@@ -42,9 +42,11 @@ from specmon.session.failure import exit_text, failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
+from specmon.session.listener import ForeignListenerError, ListenerCheck
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.run_status import RunStatus, StopReport
+from specmon.session.sweep_lease import SweepLease, hold_sweep_lease
 from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
 from specmon.store import EventBus, StateStore
 
@@ -55,6 +57,9 @@ if TYPE_CHECKING:
 # Seconds without a decode line in the log after which a server's /metrics speaks for it
 # (vLLM logs its stats every 10 s, and at DEBUG only while idle).
 LOG_STATS_QUIET_S = 25.0
+# After the port was found not the run's (the server still loading, or another process on
+# it), how long before the health endpoint's next "ready" is looked into again.
+LISTENER_RECHECK_S = 2.0
 
 __all__ = [
     "HostSession",
@@ -80,6 +85,14 @@ class _Follow:
     ended: bool = False
     failed_reported: bool = False
     ready_known: bool = False
+    # Who listens on the run's port, asked of the helper once the health endpoint first says
+    # ready (and on reattach): a health answer alone may come from another server.
+    listener_checking: bool = False
+    listener_next_check: float = 0.0  # time.monotonic() before which no new check starts
+    listener_warned: str | None = None  # the last problem published (said once)
+    listener_confirmed: bool = False  # the port was found the run's own
+    held_ready: tuple[Event, float] | None = None  # the log's ready line, until confirmed
+    listener_recheck: bool = False  # asked again while a question was in flight
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -653,6 +666,8 @@ class HostSession(HostController):
         )
         if reattached:
             self._publish(RunState(run_id=run.run_id, state="ready" if run.ready_at else "loading"))
+            if run.ready_at:  # its port looked into again: another process may hold it now
+                self._spawn_listener_check(follow)
         self._start_follow()
         self._restart_task("http", self.http.run)
 
@@ -728,6 +743,17 @@ class HostSession(HostController):
         )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
+        if (
+            isinstance(event, Ready)
+            and self.serves_http
+            and not follow.listener_confirmed
+            and not follow.log.replaying
+        ):
+            # The server's own ready line is shown once its port is found its own.
+            if follow.held_ready is None:
+                follow.held_ready = (event, now)
+                self._spawn_listener_check(follow, force=True)
+            return
         self._publish(event, now)
         if not isinstance(event, Ready):
             return
@@ -743,12 +769,88 @@ class HostSession(HostController):
         """The health endpoint said ready: a run whose ready line nobody saw (it became
         ready while no console watched, or its log was cut) is recorded as ready."""
         follow = self._follow
-        if follow is None or follow.run.run_id != run_id or follow.ready_known:
+        if follow is None or follow.run.run_id != run_id or follow.ready_known or follow.ended:
             return
         if follow.log.replaying:
             return  # the replayed log may still hold the ready line
-        self._record_ready(follow, time.time(), late=True)
-        self._publish(RunState(run_id=run_id, state="ready"))
+        self._spawn_listener_check(follow)
+
+    def _spawn_listener_check(self, follow: _Follow, *, force: bool = False) -> None:
+        """Ask the host, in the background, whether the run's port is the run's own; at most
+        one question at a time, and (unless ``force``) not again within LISTENER_RECHECK_S
+        of a "no"."""
+        if follow.listener_checking:
+            if force:
+                follow.listener_next_check = 0.0  # the question in flight is asked again
+                follow.listener_recheck = True
+            return
+        if not force and time.monotonic() < follow.listener_next_check:
+            return
+        follow.listener_checking = True
+        task = asyncio.get_running_loop().create_task(self._confirm_ready(follow))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _confirm_ready(self, follow: _Follow) -> None:
+        """Ready only when the run's leader lives and every socket listening on its port is
+        held by a process of the run's session: an unrelated server on the port answers the
+        health check while the launched one dies of "Address already in use"."""
+        try:
+            check: ListenerCheck | None = await self.listener_check(follow.run.run_id)
+        except SpecmonError:
+            check = None  # the host did not answer: asked again on the next health "ready"
+        finally:
+            follow.listener_checking = False
+        if follow is not self._follow or follow.ended or follow.failed_reported:
+            return
+        if check is not None and check.ours:
+            follow.listener_confirmed = True
+            held, follow.held_ready = follow.held_ready, None
+            if held is not None:  # the ready line, seen live: it gives the load time
+                self._on_server_event(follow, *held)
+            elif not follow.ready_known:
+                self._record_ready(follow, time.time(), late=True)
+                self._publish(RunState(run_id=follow.run.run_id, state="ready"))
+            return
+        if follow.listener_recheck:  # the ready line came while this question was asked
+            follow.listener_recheck = False
+            self._spawn_listener_check(follow, force=True)
+            return
+        follow.listener_next_check = time.monotonic() + LISTENER_RECHECK_S
+        if check is None or not check.leader_alive:
+            return  # the host did not answer (asked again later), or the exit is on its way
+        problem = check.problem()
+        if check.foreign and follow.held_ready is not None:
+            # The server says it is ready, yet another process answers on its port: it can
+            # never serve there. Failed, with the listener named.
+            self._report_failure(follow, reason=f"specmon: {problem}")
+            return
+        if check.foreign and problem != follow.listener_warned:
+            follow.listener_warned = problem
+            self._publish(ServerError(category="other", message=f"specmon: {problem}; not ready"))
+
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self, sweep: str) -> AsyncIterator[SweepLease]:
+        """The host's sweep lease (sweep_lease.py), in this console's name."""
+        async with hold_sweep_lease(self.helper, owner=self.options.owner, sweep=sweep) as lease:
+            yield lease
+
+    async def listener_check(self, run_id: str) -> ListenerCheck:
+        """Who listens on ``run_id``'s port on the host now (one helper call; the helper
+        reads /proc/net/tcp{,6} and maps the sockets to processes)."""
+        reply = await self.helper.call(["listener", "--run-id", run_id])
+        return ListenerCheck.from_helper(run_id, reply)
+
+    async def check_listener(self) -> None:
+        """Refuse (ForeignListenerError) unless the followed run's leader lives and its port
+        is held by the run's own processes: bench and sweep measure the run, not whatever
+        answers on the port."""
+        follow = self._follow
+        if follow is None:
+            raise ForeignListenerError(f"no run is followed on {self.host_label}")
+        problem = (await self.listener_check(follow.run.run_id)).problem()
+        if problem is not None:
+            raise ForeignListenerError(f"{self.host_label}: {problem}; not benchmarking it")
 
     def _record_ready(self, follow: _Follow, now: float, *, late: bool) -> None:
         """Note on the host that the run is ready (and, seen live, its load time)."""
@@ -766,7 +868,19 @@ class HostSession(HostController):
 
     async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
         with contextlib.suppress(SpecmonError):
-            await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+            await self.note_run(run_id, notes)
+
+    async def note_run(self, run_id: str, notes: Mapping[str, Any]) -> None:
+        """Merge ``notes`` into the run's annotations on the host (meta.json)."""
+        await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+
+    async def mark_nodes_launched(self, run_id: str) -> None:
+        """Every node of this multi-node run is launched: noted on the host, so `status`
+        stops calling this node's part incomplete."""
+        await self.note_run(run_id, {"nodes_launched": True})
+        follow = self._follow
+        if follow is not None and follow.run.run_id == run_id:
+            follow.run = replace(follow.run, multinode_incomplete=False)
 
     def _on_probe_chunk(self, follow: _Follow, offset: int, data: bytes) -> None:
         now = time.time()

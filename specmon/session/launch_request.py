@@ -59,6 +59,9 @@ def launch_payload(
         "record_argv": list(redact_argv(argv)),  # likewise secret flag values
         "profile": profile,
         "port": port_of(spec, chosen),
+        # The helper refuses the launch while anything listens there: what holds the port
+        # would answer for the server. Not for a multi-node server's other nodes (no HTTP).
+        "port_must_be_free": node is None or not node.get("rank"),
         "meta": {"owner": owner, "backend": spec.backend, "spec": spec.shown().to_json()},
         "run_id": run_id,
         "run_env": {"SPECMON_PROBE_FILE": PROBE_FILE},

@@ -46,6 +46,7 @@ from specmon.events import (
 )
 from specmon.flag_grammar import parse_flags
 from specmon.session.run_status import RunStatus, StopReport
+from specmon.session.sweep_lease import SweepLease
 from specmon.store import EventBus, StateStore
 
 if TYPE_CHECKING:
@@ -224,6 +225,20 @@ class MultiNodeController(HostController):
     async def http_base_url(self) -> str | None:
         return await self.nodes[0].session.http_base_url()
 
+    @contextlib.asynccontextmanager
+    async def sweep_lease(self, sweep: str) -> AsyncIterator[SweepLease]:
+        """Every node's sweep lease, taken in the order of their labels (as the locks)."""
+        async with contextlib.AsyncExitStack() as stack:
+            leases = [
+                await stack.enter_async_context(node.session.sweep_lease(sweep))
+                for node in sorted(self.nodes, key=lambda n: n.label)
+            ]
+            yield _Leases(leases)
+
+    async def check_listener(self) -> None:
+        """Node 0 serves HTTP: its port must be its run's."""
+        await self.nodes[0].session.check_listener()
+
     @property
     def connected(self) -> bool:
         return all(node.session.connected for node in self.nodes)
@@ -285,11 +300,18 @@ class MultiNodeController(HostController):
                         "nnodes": len(self.nodes),
                         "nodes": labels,
                         "init_addr": f"{address}:{port}",
+                        # Until every node is launched (then noted on each): a launcher
+                        # killed between nodes leaves a node that says it is a part.
+                        "launch_complete": False,
                     }
                     await node.session.replace_run(
                         spec, profile=profile, run_id=run_id, node=record
                     )
                     launched.append(node)
+                await asyncio.gather(
+                    *(node.session.mark_nodes_launched(run_id) for node in launched),
+                    return_exceptions=True,  # unnoted, a node is only shown as incomplete
+                )
             except BaseException:
                 self._stopping = True
                 try:
@@ -526,6 +548,18 @@ class MultiNodeController(HostController):
         if status != node.shown or self.bus.store.loading.nodes.get(node.rank) != status:
             node.shown = status
             self.bus.publish(status, now)
+
+
+class _Leases(SweepLease):
+    """Every node's sweep lease, named together."""
+
+    def __init__(self, leases: Sequence[SweepLease]) -> None:
+        super().__init__()
+        self._leases = tuple(leases)
+
+    async def name(self, sweep: str) -> None:
+        for lease in self._leases:
+            await lease.name(sweep)
 
 
 def _exited(event: RunState) -> ServerFailed:

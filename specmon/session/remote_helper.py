@@ -19,6 +19,10 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   supervise   run a child (the GPU agent) in its own process group, writing straight to this
               stdout, and kill the group when stdin closes or the child exits; a write to
               stdin reaches the child as SIGUSR1 (the agent reads its GPUs at once)
+  listener    who listens on a run's port: whether every listening socket there belongs to a
+              process of the run's session, and the others named (pid, user, command)
+  hold-sweep  take the host's sweep lease (one sweep at a time) and hold it until stdin
+              closes; a JSON line on stdin adds to the lease's record (the sweep's id)
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import pwd
 import select
 import signal
 import socket
@@ -218,6 +223,148 @@ def run_alive(run, exit_info=None):
     return leader_alive(run) or bool(group_left(run))
 
 
+# --- who listens on a port ------------------------------------------------------------------
+
+TCP_LISTEN = "0A"  # the state column of /proc/net/tcp{,6} for a listening socket
+COMMAND_CHARS = 200  # how much of a foreign listener's command line a refusal quotes
+
+
+def listening_sockets(port):
+    """The listening TCP sockets on ``port`` in this network namespace, IPv4 and IPv6:
+    [{"inode", "uid", "address"}] from /proc/net/tcp and /proc/net/tcp6."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) < 10 or fields[3] != TCP_LISTEN:
+                continue
+            address, _, port_hex = fields[1].rpartition(":")
+            if int(port_hex, 16) != port:
+                continue
+            found.append({"inode": int(fields[9]), "uid": int(fields[7]), "address": address})
+    return found
+
+
+def socket_owners(inodes, pids):
+    """{inode: pid} for the sockets among ``inodes`` that one of ``pids`` holds open (its
+    /proc/PID/fd links read "socket:[INODE]"); a process of another user cannot be read and
+    is left out."""
+    wanted = {f"socket:[{inode}]": inode for inode in inodes}
+    owners = {}
+    for pid in pids:
+        try:
+            names = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for name in names:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{name}")
+            except OSError:
+                continue
+            inode = wanted.get(target)
+            if inode is not None:
+                owners.setdefault(inode, pid)
+        if len(owners) == len(wanted):
+            break
+    return owners
+
+
+def all_pids():
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def printable(text):
+    """``text`` with every character outside printable ASCII as "?" (a command line is the
+    listener's to choose; it must not reach a terminal as escape bytes)."""
+    return "".join(c if " " <= c <= "~" else "?" for c in text)
+
+
+def describe_listener(sock, pid):
+    """One listener as a refusal names it: pid, user and command where readable."""
+    try:
+        user = pwd.getpwuid(sock["uid"]).pw_name
+    except KeyError:
+        user = f"uid {sock['uid']}"
+    info = {"uid": sock["uid"], "user": user, "pid": pid, "command": None}
+    if pid is not None:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                words = f.read().split(b"\0")
+            command = " ".join(w.decode(errors="replace") for w in words if w)
+            info["command"] = printable(command)[:COMMAND_CHARS]
+        except OSError:
+            pass
+    if pid is None:
+        info["text"] = f"a process of user {user} (its pid is not readable by this user)"
+    else:
+        info["text"] = f"pid {pid} (user {user}" + (
+            f": {info['command']})" if info["command"] else ")"
+        )
+    return info
+
+
+def port_listeners(port):
+    """Every listener on ``port``, named (a full scan of /proc: only before a launch)."""
+    sockets = listening_sockets(port)
+    if not sockets:
+        return []
+    owners = socket_owners([s["inode"] for s in sockets], all_pids())
+    return [describe_listener(s, owners.get(s["inode"])) for s in sockets]
+
+
+def session_members(sid):
+    """Pids whose session or process group is ``sid`` (the run's leader started both)."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if fields[0] != "Z" and sid in (int(fields[2]), int(fields[3])):
+            members.append(int(name))
+    return members
+
+
+def run_listener(run):
+    """Whether the run serves its port: its leader alive and every listening socket on the
+    port held by a process of its session. The run's own processes are looked at first (a
+    cheap scan); /proc as a whole only to name a listener that is not the run's."""
+    port = run.get("port")
+    leader = leader_alive(run)
+    sockets = listening_sockets(int(port)) if port else []
+    reply = {"port": port, "leader_alive": leader, "listening": bool(sockets), "foreign": []}
+    if not sockets or not run.get("pgid"):
+        reply["ours"] = False
+        return reply
+    inodes = [s["inode"] for s in sockets]
+    ours = socket_owners(inodes, session_members(run["pgid"])) if leader else {}
+    others = [s for s in sockets if s["inode"] not in ours]
+    if others:
+        owners = socket_owners([s["inode"] for s in others], all_pids())
+        reply["foreign"] = [describe_listener(s, owners.get(s["inode"])) for s in others]
+    reply["ours"] = leader and not others
+    return reply
+
+
+def cmd_listener(args):
+    state = state_dir(args.state_dir)
+    rdir = run_dir(state, args.run_id)
+    run = read_record(os.path.join(rdir, "run.json"))
+    if run is None:
+        return fail(f"no run {args.run_id}")
+    emit(dict(run_listener(run), ok=True))
+    return 0
+
+
 # --- launch ---------------------------------------------------------------------------------
 
 
@@ -233,6 +380,16 @@ def cmd_launch(args):
         time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-%04x" % (os.getpid() & 0xFFFF)
     )
     rdir = run_dir(state, run_id)
+    if spec.get("port_must_be_free") and spec.get("port"):
+        # A server that cannot bind its port dies, and whatever holds the port would answer
+        # for it: refused before anything starts, naming the listener.
+        taken = port_listeners(int(spec["port"]))
+        if taken:
+            names = "; ".join(t["text"] for t in taken)
+            return fail(
+                f"port {spec['port']} on {socket.gethostname()} is already in use by {names}; "
+                "not launching (stop it, or give the profile another port)"
+            )
     os.makedirs(rdir, mode=0o700)
     for key, value in (spec.get("run_env") or {}).items():
         env[str(key)] = str(value).replace("{run_dir}", rdir)
@@ -489,8 +646,21 @@ def untrusted(path, info, why):
 
 
 def cmd_hold_lock(args):
+    return hold_flock(args, "lock", {"owner": args.owner})
+
+
+def cmd_hold_sweep(args):
+    """The host's sweep lease: a sweep relaunches the server point after point, so a second
+    sweep on the host would replace the first's server under it."""
+    return hold_flock(args, "sweep.lock", {"owner": args.owner, "sweep": args.sweep})
+
+
+def hold_flock(args, name, record):
+    """Take the flock of ``name`` in the state dir and hold it until stdin closes (or the
+    connection drops), its record (who, since when, the holder's pid) in the file; a JSON
+    object on a line of stdin is merged into the record. Busy: who holds it."""
     state = state_dir(args.state_dir)
-    path = os.path.join(state, "lock")
+    path = os.path.join(state, name)
     fd = open_own_lock(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -501,25 +671,41 @@ def cmd_hold_lock(args):
         with contextlib.suppress(ValueError):
             holder = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
         emit(
-            {
-                "ok": False,
-                "owner": holder.get("owner"),
-                "since": holder.get("since"),
-                "pid": holder.get("pid"),
-            }
+            dict(
+                {k: v for k, v in holder.items() if k != "ok"},
+                ok=False,
+                owner=holder.get("owner"),
+                since=holder.get("since"),
+                pid=holder.get("pid"),
+            )
         )
         return 4
-    os.ftruncate(fd, 0)
-    os.pwrite(
-        fd, json.dumps({"owner": args.owner, "since": time.time(), "pid": os.getpid()}).encode(), 0
-    )
+    record = dict(record, since=time.time(), pid=os.getpid())
+
+    def write_record_now():
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(record).encode(), 0)
+
+    write_record_now()
     emit({"ok": True})
     # Held until the console closes stdin or its connection drops (EOF): flock dies with us.
     deadline = time.time() + args.max_hold
+    pending = b""
     while time.time() < deadline:
         ready, _, _ = select.select([sys.stdin], [], [], 1.0)
-        if ready and not os.read(sys.stdin.fileno(), 4096):
+        if not ready:
+            continue
+        data = os.read(sys.stdin.fileno(), 4096)
+        if not data:
             break
+        pending += data
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            with contextlib.suppress(ValueError):
+                update = json.loads(line.decode(errors="replace"))
+                if isinstance(update, dict):
+                    record.update({k: v for k, v in update.items() if k not in ("since", "pid")})
+                    write_record_now()
     os.ftruncate(fd, 0)
     return 0
 
@@ -731,10 +917,12 @@ def main(argv=None):
         "annotate",
         "supervise",
         "free-port",
+        "listener",
+        "hold-sweep",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
-        if name in ("stop", "follow", "annotate"):
+        if name in ("stop", "follow", "annotate", "listener"):
             p.add_argument("--run-id", required=True)
     sub.choices["status"].add_argument("--limit", type=int, default=200)
     sub.choices["hello"].add_argument("--with-status", action="store_true")
@@ -742,6 +930,9 @@ def main(argv=None):
     sub.choices["stop"].add_argument("--kill-wait", type=float, default=10.0)
     sub.choices["hold-lock"].add_argument("--owner", required=True)
     sub.choices["hold-lock"].add_argument("--max-hold", type=float, default=3600.0)
+    sub.choices["hold-sweep"].add_argument("--owner", required=True)
+    sub.choices["hold-sweep"].add_argument("--sweep", default="")
+    sub.choices["hold-sweep"].add_argument("--max-hold", type=float, default=7 * 24 * 3600.0)
     sub.choices["follow"].add_argument("--log-offset", type=int, default=0)
     sub.choices["follow"].add_argument("--probe-offset", type=int, default=0)
     sub.choices["follow"].add_argument("--interval", type=float, default=0.05)
@@ -758,6 +949,8 @@ def main(argv=None):
         "annotate": cmd_annotate,
         "supervise": cmd_supervise,
         "free-port": cmd_free_port,
+        "listener": cmd_listener,
+        "hold-sweep": cmd_hold_sweep,
     }[args.cmd]
     try:
         return handler(args)

@@ -35,6 +35,9 @@ class RunStatus:
     group_left: int = 0  # live processes of the group once the leader has exited
     node_rank: int | None = None  # a node of a multi-node server: its rank (0 serves HTTP)
     nnodes: int | None = None
+    # A node whose multi-node launch never finished (the launcher was killed between nodes):
+    # it runs, but as part of a server whose other nodes may never have started.
+    multinode_incomplete: bool = False
 
     @property
     def load_seconds(self) -> float | None:
@@ -50,6 +53,11 @@ class RunStatus:
             else:
                 ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
             return f"leader {ended}, {self.group_left} processes of its group still alive"
+        if self.alive and self.multinode_incomplete:
+            return (
+                f"running as node {self.node_rank} of an incomplete {self.nnodes}-node run "
+                "(its launch did not finish; see status --profile)"
+            )
         if self.alive:
             return "ready" if self.ready_at is not None else "running"
         if self.exit_signal is not None:
@@ -81,6 +89,7 @@ class RunStatus:
             "group_left": self.group_left,
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
+            "multinode_incomplete": self.multinode_incomplete,
         }
 
     @classmethod
@@ -111,6 +120,9 @@ class RunStatus:
             group_left=int(data.get("group_left") or 0),
             node_rank=node.get("rank"),
             nnodes=node.get("nnodes"),
+            multinode_incomplete=(
+                node.get("launch_complete") is False and not notes.get("nodes_launched")
+            ),
         )
 
 

@@ -231,6 +231,8 @@ _OTHER_FATAL = re.compile(
     r"|set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN|Health check failed"
     r"|Capture cuda graph failed|CUDA error: |AcceleratorError|CUDA driver error"
     r"|device-side assert triggered|Triton Error \[CUDA\]|CUBLAS_STATUS_|CUDNN_STATUS_"
+    # uvicorn when the port is taken: the server cannot serve, whatever answers there
+    r"|error while attempting to bind on address|[Aa]ddress already in use"
 )
 _FRAME_STARTS = ('File "', "[Previous line repeated", "...")
 _CARETS = re.compile(r"[\^~ ]+")
