@@ -235,3 +235,33 @@ def test_a_million_positions_in_a_log_line_are_cut_in_parse(tmp_path: Path) -> N
     specs = [e for e in events if e["kind"] == "spec_decode"]
     assert len(specs) == 3 and all(e["per_position"] == [0.5] * 64 for e in specs)
     assert [e["kind"] for e in events].count("notice") == 1
+
+
+async def test_the_console_shows_the_notice_as_a_toast(tmp_path: Path) -> None:
+    from support.console import local_console, wait_until
+
+    from specmon.config import parse_config_text
+
+    text = hostile_profile_toml("http:endless,serve", port=free_port(), backend="vllm")
+    config = parse_config_text(text, None, environ={})
+    state = tmp_path / "state"
+    try:
+        with local_console(config, state, gpu_agent="none") as app:
+            async with app.run_test(size=(140, 40)) as pilot:
+                await wait_until(
+                    pilot,
+                    lambda: (
+                        getattr(app.controller.bus.store.connection, "state", "") == "connected"
+                    ),
+                    10,
+                    "connect",
+                )
+                await app.controller.launch("hostile")
+                await wait_until(
+                    pilot,
+                    lambda: any("8 MiB cap" in n.message for n in app._notifications),
+                    30,
+                    "the notice's toast",
+                )
+    finally:
+        kill_everything_under(state)
