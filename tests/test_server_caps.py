@@ -27,7 +27,7 @@ from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.events import GpuSample, ProbeTiming, RunInfo, SpecDecode
 from specmon.exporter.collector import MAX_SERIES_PER_HOST, SpecmonCollector, WatchedHost
 from specmon.http_body import BodyTooLarge, capped_lines, request_capped
-from specmon.session.http import MAX_SNAPSHOT_SAMPLES, metrics_values
+from specmon.session.http import MAX_SNAPSHOT_CHARS, MAX_SNAPSHOT_SAMPLES, metrics_values
 from specmon.store import EventBus, StateStore
 
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
@@ -116,6 +116,9 @@ def test_a_snapshot_keeps_at_most_its_cap_of_samples() -> None:
     values = metrics_values(page, backend, left_out)
     assert len(values) == MAX_SNAPSHOT_SAMPLES
     assert left_out == [50_001 - MAX_SNAPSHOT_SAMPLES]
+    wide = "".join(f'vllm:wide{{n="{n}",pad="{"p" * 400}"}} 1\n' for n in range(2000))
+    kept = metrics_values(wide, backend)
+    assert sum(len(key) for key, _ in kept) <= MAX_SNAPSHOT_CHARS < 2000 * 400
 
 
 def test_the_exporter_bounds_the_series_of_one_host() -> None:

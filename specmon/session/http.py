@@ -4,7 +4,8 @@ requests up), and /metrics scraped with prometheus-client's parser when the serv
 
 The server is not trusted: every answer is read up to a cap (specmon/http_body.py: 8 MiB for
 /metrics, 1 MiB for the rest), and a snapshot keeps at most MAX_SNAPSHOT_SAMPLES samples of
-at most MAX_SAMPLE_KEY characters; what is left out is said once per endpoint (a ``notice``).
+at most MAX_SAMPLE_KEY characters, MAX_SNAPSHOT_CHARS in all (so a `watch --json` line stays
+small); what is left out is said once per run and endpoint (a ``notice``).
 """
 
 from __future__ import annotations
@@ -57,27 +58,34 @@ METRICS_EVERY = 2  # polls between /metrics scrapes
 # A real server's page holds a few hundred kept samples (vLLM with 8 engines: about 400).
 MAX_SNAPSHOT_SAMPLES = 2000
 MAX_SAMPLE_KEY = 512  # characters of ``name{labels}``; a longer key is a label stuffed
+MAX_SNAPSHOT_CHARS = 256 * 1024  # of all keys together (that server's: about 40,000)
 
 
 def metrics_values(
     text: str, backend: Backend, left_out: list[int] | None = None
 ) -> tuple[tuple[str, float], ...]:
     """The backend's samples from a Prometheus text page, histogram buckets left out, at
-    most MAX_SNAPSHOT_SAMPLES of them with keys of at most MAX_SAMPLE_KEY characters; the
-    count of samples left out past those is added to ``left_out[0]`` when given."""
+    most MAX_SNAPSHOT_SAMPLES of them with keys of at most MAX_SAMPLE_KEY characters and
+    MAX_SNAPSHOT_CHARS in all; the count of samples left out past those is added to
+    ``left_out[0]`` when given."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: list[tuple[str, float]] = []
-    dropped = 0
+    dropped = chars = 0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not backend.metric_sample_kept(sample.name):
                 continue
             labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
             key = f"{sample.name}{{{labels}}}" if labels else sample.name
-            if len(values) >= MAX_SNAPSHOT_SAMPLES or len(key) > MAX_SAMPLE_KEY:
+            if (
+                len(values) >= MAX_SNAPSHOT_SAMPLES
+                or len(key) > MAX_SAMPLE_KEY
+                or chars + len(key) > MAX_SNAPSHOT_CHARS
+            ):
                 dropped += 1
                 continue
+            chars += len(key)
             values.append((key, sample.value))
     if left_out is not None:
         left_out[0] += dropped
@@ -218,7 +226,7 @@ class HttpPoller:
                 what + " samples",
                 f"{what}: {left_out[0]} samples left out (a snapshot keeps "
                 f"{MAX_SNAPSHOT_SAMPLES}, with names and labels of at most "
-                f"{MAX_SAMPLE_KEY} characters)",
+                f"{MAX_SAMPLE_KEY} characters, {MAX_SNAPSHOT_CHARS // 1024} KiB in all)",
             )
         if values:
             self.host.publish(MetricsSnapshot(values=values))
