@@ -6,7 +6,7 @@ scrape never races the store. Names follow Prometheus conventions (base units, `
 ``_seconds``, ``_bytes``, ``_total``); every family carries a ``host`` label.
 
 A host's series are bounded whatever its server or agent sends: at most MAX_SERIES_PER_HOST
-per scrape (the fixed families take about 150, draft positions at most 64, each GPU 6), the
+per scrape (the fixed families take about 130, draft positions at most 64, each GPU 6), the
 families in the order below with the per-GPU ones last, a family's labelled series (a
 histogram with its buckets) kept or left out whole; ``specmon_exporter_series_dropped`` says
 how many were left out.
@@ -36,8 +36,9 @@ RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
 ERROR_CATEGORIES = ("oom", "nccl", "other")
 SPEC_PHASES = ("draft", "verify", "extend")
 MB = 1024 * 1024
-# Series one host may add to a scrape: room for 600 GPUs (a 64-node run of 8 each needs 3100
-# series), while a host reporting a million GPUs or positions costs a bounded 300 KB scrape.
+# Series one host may add to a scrape: room for 650 GPUs (a 64-node run of 8 each needs about
+# 3300 series), while a host reporting a million GPUs or positions costs a bounded scrape
+# (some 75 bytes a series: about 300 KB).
 MAX_SERIES_PER_HOST = 4096
 
 # Run-info label -> the launch flag it is read from.
