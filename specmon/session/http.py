@@ -207,9 +207,9 @@ class HttpPoller:
         what = _path(url)
         try:
             response = await request_capped(client, "GET", url, limit=METRICS_BODY_LIMIT, what=what)
-        except BodyTooLarge as exc:
-            self._notice_once(what, str(exc))
-            return None
+        except BodyTooLarge as exc:  # a page that size will not shrink: not read again
+            self._notice_once(what, f"{exc}; not scraped again for this run")
+            return False
         except httpx.HTTPError:
             return None
         if response.status_code == 404:
