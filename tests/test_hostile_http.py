@@ -239,6 +239,19 @@ def test_a_million_positions_in_a_log_line_are_cut_in_parse(tmp_path: Path) -> N
     assert [e["kind"] for e in events].count("notice") == 1
 
 
+def test_a_million_positions_in_a_log_line_are_cut_in_watch(
+    box_factory: list[HostileBox], tmp_path: Path
+) -> None:
+    box = _launched(box_factory, tmp_path, "specpos:1000000,specpos:1000000,serve")
+    watched = box.finish(box.start("watch", "--json", "--duration", "4"))
+    assert watched.returncode == 0, watched.stderr[-2000:]
+    events = _events(watched.stdout)
+    specs = [e for e in events if e["kind"] == "spec_decode"]
+    assert [len(e["per_position"]) for e in specs] == [64, 64]
+    assert [e["source"] for e in events if e["kind"] == "notice"] == ["log"]
+    assert max(map(len, watched.stdout.splitlines())) < 4096
+
+
 async def test_the_console_shows_the_notice_as_a_toast(tmp_path: Path) -> None:
     from support.console import local_console, wait_until
 
