@@ -93,17 +93,16 @@ async def request_capped(
                 f"{size_text(limit)} cap; not read",
                 response.status_code,
             )
-        chunks: list[bytes] = []
-        size = 0
+        # One growing buffer: a list of a server's 1-byte chunks would cost 40 bytes each.
+        body = bytearray()
         async for chunk in response.aiter_raw():
-            size += len(chunk)
-            if size > limit:
+            if len(body) + len(chunk) > limit:
                 raise BodyTooLarge(
                     f"{what}: the answer ran past the {size_text(limit)} cap; cut there",
                     response.status_code,
                 )
-            chunks.append(chunk)
-        return CappedResponse(response.status_code, b"".join(chunks), response.encoding or "utf-8")
+            body += chunk
+        return CappedResponse(response.status_code, bytes(body), response.encoding or "utf-8")
 
 
 async def head_text(response: httpx.Response, limit: int = 4096) -> str:
@@ -124,21 +123,23 @@ async def capped_lines(
     raises BodyTooLarge at a line that runs past it, before it is held whole. The stream as
     a whole has no cap: each line is let go once read."""
     _refuse_encoding(response, what)
-    pending = b""
+    # The newline is looked for in each new chunk alone, and the line grows in place: a
+    # server's 1-byte chunks cost linear time, not a rescan of the line at every byte.
+    pending = bytearray()
     async for chunk in response.aiter_raw():
-        pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if len(line) > limit:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            pending += chunk[start:] if end < 0 else chunk[start:end]
+            if len(pending) > limit:
                 raise BodyTooLarge(
                     f"{what}: a line ran past the {size_text(limit)} cap; cut there",
                     response.status_code,
                 )
-            yield line.rstrip(b"\r").decode("utf-8", "replace")
-        if len(pending) > limit:
-            raise BodyTooLarge(
-                f"{what}: a line ran past the {size_text(limit)} cap; cut there",
-                response.status_code,
-            )
+            if end < 0:
+                break
+            yield pending.rstrip(b"\r").decode("utf-8", "replace")
+            pending.clear()
+            start = end + 1
     if pending:
         yield pending.rstrip(b"\r").decode("utf-8", "replace")

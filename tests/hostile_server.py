@@ -21,6 +21,7 @@ step by step (comma-separated):
                              carrying U+202E)
                  endless     /metrics that never ends (chunks of valid samples, forever)
                  bigline     /metrics of one line growing forever, no newline
+                 drip        /metrics that never ends, in chunks of one byte
 """
 
 from __future__ import annotations
@@ -101,15 +102,18 @@ def serve_http(what: str, port: int) -> None:
                 self._answer(b"")
             elif self.path == "/metrics" and what.startswith("position="):
                 self._answer(metrics_page(next(scrapes), int(what.partition("=")[2])))
-            elif self.path == "/metrics" and what in ("endless", "bigline"):
+            elif self.path == "/metrics" and what in ("endless", "bigline", "drip"):
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                chunk = CHUNK if what == "endless" else b"x" * len(CHUNK)
+                chunk = {"endless": CHUNK, "bigline": b"x" * len(CHUNK)}.get(what, b"x")
+                framed = b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                if what == "drip":  # many one-byte chunks to a write
+                    framed *= 4096
                 try:
                     while True:  # until the reader hangs up
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                        self.wfile.write(framed)
                 except OSError:
                     self.close_connection = True
             else:

@@ -180,6 +180,28 @@ async def test_an_endless_body_stops_at_the_cap(hostile_http: str) -> None:
     assert peak[0] < 4 << 20, f"peak {peak[0]} bytes"
 
 
+@pytest.mark.parametrize("hostile_http", ["drip"], indirect=True)
+async def test_one_byte_chunks_cost_no_more_than_the_bytes(hostile_http: str) -> None:
+    with traced_peak() as peak:
+        async with httpx.AsyncClient() as client:
+            with pytest.raises(BodyTooLarge, match="ran past the 64 KiB cap"):
+                await request_capped(client, "GET", hostile_http + "/metrics", limit=64 << 10)
+    assert peak[0] < 1 << 20, f"peak {peak[0]} bytes for a 64 KiB cap"
+
+
+@pytest.mark.parametrize("hostile_http", ["drip"], indirect=True)
+async def test_a_line_in_one_byte_chunks_is_read_in_linear_time(hostile_http: str) -> None:
+    started = time.monotonic()
+    async with (
+        httpx.AsyncClient() as client,
+        client.stream("GET", hostile_http + "/metrics") as response,
+    ):
+        with pytest.raises(BodyTooLarge, match="a line ran past the 256 KiB cap"):
+            async for _line in capped_lines(response, limit=256 << 10, what="/metrics"):
+                pass
+    assert time.monotonic() - started < 20
+
+
 @pytest.mark.parametrize("hostile_http", ["bigline"], indirect=True)
 async def test_a_streamed_line_that_never_ends_stops_at_the_cap(hostile_http: str) -> None:
     async with (
