@@ -21,6 +21,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from specmon.nccl_bench import DONE_PREFIX, RANK_PREFIX, RESULT_PREFIX
@@ -141,6 +142,9 @@ def _read_nccl_line(line: str, log: CollectiveLog) -> None:
         log.nccl_choices[key] = log.nccl_choices.get(key, 0) + 1
 
 
+SHOWN_MISSING = 16  # missing ranks named in a problem; the rest are counted
+
+
 @dataclass(frozen=True, slots=True)
 class SettingCheck:
     """Whether a point's NCCL settings reached every rank: ``problems`` empty when they did;
@@ -167,9 +171,14 @@ def check_settings(log: CollectiveLog, wanted: Mapping[str, str | None]) -> Sett
     world = log.world_size
     if world is None or not log.ranks:
         return SettingCheck(("no rank reported its environment (did the ranks start?)",), ())
-    missing = sorted(set(range(world)) - set(log.ranks))
+    # The world size is the log's word: the missing ranks are found lazily, never as a set
+    # of ``world`` numbers (a record claiming 10^12 ranks would take the memory).
+    reported = sum(1 for rank in log.ranks if 0 <= rank < world)
+    missing = list(islice((r for r in range(world) if r not in log.ranks), SHOWN_MISSING))
     if missing:
-        problems.append(f"ranks {missing} did not report their environment")
+        more = world - reported - len(missing)
+        extra = f" and {more} more" if more > 0 else ""
+        problems.append(f"ranks {missing}{extra} did not report their environment")
     for name, value in wanted.items():
         seen = {rank: env.get(name) for rank, env in log.ranks.items()}
         wrong = sorted(rank for rank, got in seen.items() if got != value)

@@ -501,6 +501,17 @@ class ServerInfo(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Notice(Event):
+    """Something a server sent that specmon left out, said once per source (not at every
+    scrape): draft positions past the backend's maximum, an HTTP answer past its cap, more
+    metric samples than a snapshot keeps. ``source`` names where (``/metrics``, ``log``)."""
+
+    kind: ClassVar[str] = "notice"
+    source: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeTiming(Event):
     """One speculative cycle from the draft/verify probe (or the simulator writing its schema)."""
 

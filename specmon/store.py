@@ -468,11 +468,14 @@ class StateStore:
             self.accept_len.append(Point(now, e.mean_accept_len))
         if not e.per_position:
             return
+        # The server's list, never longer than the deepest draft read (its parser cuts it
+        # already; any other source is cut here, so no list or series is sized by a server).
+        rates = e.per_position[: self._backend().max_draft_positions]
         if e.drafted:  # the run's counts, weighted by drafts (vLLM counts k tokens per draft)
             drafts = e.drafted // len(e.per_position)
             if drafts > 0:
-                self.accept_by_position.observe_rates(e.per_position, drafts)
-        self.set_accept_by_position(list(e.per_position), now)
+                self.accept_by_position.observe_rates(rates, drafts)
+        self.set_accept_by_position(list(rates), now)
 
     def _on_spec_params(self, e: SpecParams, now: float) -> None:
         self.spec_steps = e.steps
@@ -507,9 +510,10 @@ class StateStore:
         if not e.batch_size or not e.draft_tokens:
             return
         # what draft_tokens counts is the server's (SGLang adds each request's root, vLLM not)
-        positions = self._backend().probe_draft_positions(e.draft_tokens, e.batch_size)
-        if positions < 1:
-            return
+        backend = self._backend()
+        positions = backend.probe_draft_positions(e.draft_tokens, e.batch_size)
+        if not 1 <= positions <= backend.max_draft_positions:
+            return  # a record claiming deeper drafts is not a real cycle: no tally sized by it
         if e.accepted_per_request is not None and len(e.accepted_per_request) == e.batch_size:
             for accepted in e.accepted_per_request:
                 self.accept_by_position.observe(accepted, positions)

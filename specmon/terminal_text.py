@@ -7,6 +7,10 @@ clipboard. ``safe_text`` removes every escape sequence (CSI, OSC, DCS, SOS, PM, 
 newline. A clean line, the usual case, costs one scan for a control character (a single
 character class, which the regex engine scans fast; the full pattern's alternation it cannot).
 
+Unicode's bidirectional controls (U+202A-202E embeddings and overrides, U+2066-2069 isolates,
+U+200E-200F and U+061C marks) go too: they print nothing yet reorder what follows on the
+terminal, so ``rm -rf \u202e/ tmp`` could show as something else (the "Trojan Source" trick).
+
 JSON output needs none of this: ``json.dumps`` escapes C0 controls and, with its default
 ``ensure_ascii``, every C1 one (``\\u009b``), so no raw control byte is ever printed.
 """
@@ -15,21 +19,25 @@ from __future__ import annotations
 
 import re
 
+# Single characters removed wherever they stand: the C0 and C1 controls (tab and newline
+# kept), and the bidi controls (marks, embeddings, overrides, isolates).
+_SINGLES = r"\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
 # String sequences (OSC, DCS, SOS, PM, APC) run to BEL or ST; an unterminated one to the end
-# of its line. Longest forms first, single controls last.
+# of its line. Longest forms first, single characters last.
 _UNSAFE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]?"  # CSI
     r"|\x9b[0-?]*[ -/]*[@-~]?"  # 8-bit CSI
     r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
     r"|\x1b[ -/]*[0-~]?"  # other ESC sequences (charset selection, keypad modes, ...)
-    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"  # the remaining C0 and C1 controls: tab, newline kept
+    rf"|[{_SINGLES}]"
 )
 # Every match of _UNSAFE begins with one of these.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(rf"[{_SINGLES}]")
 
 
 def safe_text(text: str) -> str:
-    """``text`` without escape sequences or control characters (tab and newline kept)."""
+    """``text`` without escape sequences, control characters (tab and newline kept) or
+    bidirectional controls."""
     if _CONTROL.search(text) is None:
         return text
     return _UNSAFE.sub("", text)

@@ -12,6 +12,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -345,3 +346,17 @@ def test_ledger_show_prints_a_collective_sweep_as_latencies(tmp_path, capsys):
         "note",
     ]
     assert lines[4].split() == ["1", "LL", "ok", "20.0", "25.0", "30.0"]
+
+
+def test_a_claimed_world_of_a_trillion_ranks_costs_nothing():
+    """The world size is the log's word (issue 24, item 3: no number read from a host sizes
+    an allocation): the missing ranks are named up to 16 and counted past them."""
+    env = {"NCCL_PROTO": "LL"}
+    line = rank_line(0, env, world=10**12, backend="gloo")
+    started = time.monotonic()
+    check = check_settings(read_log([line, DONE]), {"NCCL_PROTO": "LL"})
+    assert time.monotonic() - started < 1.0
+    assert (
+        f"ranks {list(range(1, 17))} and {10**12 - 17} more did not report their environment"
+        in check.problems
+    )

@@ -239,6 +239,10 @@ class Backend(ABC):
     metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
     accept_length_metric: str | None = None  # the mean acceptance length gauge
     generate_path: str = ""  # the generation endpoint the benchmark sends prompts to
+    # The deepest draft specmon reads acceptance for (positions 1..64): past what either
+    # server launches (SGLang's num-steps <= 32), so a larger position is a hostile or broken
+    # server's, and a list sized by it would be sized by the server.
+    max_draft_positions: int = 64
 
     # --- logs (parser, summary, detection) ---------------------------------------------
 

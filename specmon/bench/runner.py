@@ -323,12 +323,20 @@ async def _one_request(
     RequestResult, never an exception."""
     import httpx
 
+    from specmon.http_body import (
+        IDENTITY,
+        BodyTooLarge,
+        capped_lines,
+        head_text,
+        request_capped,
+    )
+
     body = server.generate_body(prompt.text, settings.max_tokens, settings.stream)
     path = server.generate_path
     sent = time.perf_counter()
     try:
         if not settings.stream:
-            response = await client.post(path, json=body)
+            response = await request_capped(client, "POST", path, json=body)
             latency = time.perf_counter() - sent
             if response.status_code != 200:
                 return _http_failure(prompt, latency, response.status_code, response.text)
@@ -336,11 +344,11 @@ async def _one_request(
             return _result_from_meta(prompt, meta or {}, latency, None)
         ttft: float | None = None
         last_meta: dict[str, Any] | None = None
-        async with client.stream("POST", path, json=body) as response:
+        async with client.stream("POST", path, json=body, headers=IDENTITY) as response:
             if response.status_code != 200:
-                text = (await response.aread()).decode("utf-8", "replace")
+                text = await head_text(response)
                 return _http_failure(prompt, time.perf_counter() - sent, response.status_code, text)
-            async for line in response.aiter_lines():
+            async for line in capped_lines(response, what=path):
                 if not line.startswith("data:"):
                     continue
                 payload = line[len("data:") :].strip()
@@ -364,6 +372,13 @@ async def _one_request(
                 error="stream ended without any completion counts",
             )
         return _result_from_meta(prompt, last_meta, latency, ttft)
+    except BodyTooLarge as exc:
+        return RequestResult(
+            prompt_id=prompt.id,
+            ok=False,
+            latency_s=time.perf_counter() - sent,
+            error=str(exc)[:ERROR_TEXT_LIMIT],
+        )
     except (httpx.HTTPError, OSError, ValueError) as exc:
         return RequestResult(
             prompt_id=prompt.id,
@@ -421,11 +436,13 @@ async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | N
     answering endpoint's fields (``bench_info``) merged, the first answer winning per key."""
     import httpx
 
+    from specmon.http_body import request_capped
+
     merged: dict[str, Any] = {}
     for path in backend.info_paths:
         try:
-            response = await client.get(path)
-        except httpx.HTTPError:
+            response = await request_capped(client, "GET", path)
+        except (httpx.HTTPError, SpecmonError):  # a body past its cap too
             return merged or None
         if response.status_code == 200:
             try:
@@ -443,9 +460,12 @@ async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | N
 async def fetch_metrics_text(client: Any, backend: Backend) -> str | None:
     import httpx
 
+    from specmon.http_body import METRICS_BODY_LIMIT, request_capped
+
     try:
-        response = await client.get(backend.metrics_path)
-    except httpx.HTTPError:
+        path = backend.metrics_path
+        response = await request_capped(client, "GET", path, limit=METRICS_BODY_LIMIT)
+    except (httpx.HTTPError, SpecmonError):  # a body past its cap too
         return None
     return response.text if response.status_code == 200 else None
 

@@ -4,6 +4,12 @@ Nothing is computed between scrapes: every family is built from the stores' late
 their cumulative counters and histograms) in ``collect``, on the event loop's thread, so a
 scrape never races the store. Names follow Prometheus conventions (base units, ``_ratio``,
 ``_seconds``, ``_bytes``, ``_total``); every family carries a ``host`` label.
+
+A host's series are bounded whatever its server or agent sends: at most MAX_SERIES_PER_HOST
+per scrape (the fixed families take about 130, draft positions at most 64, each GPU 6), the
+families in the order below with the per-GPU ones last, a family's labelled series (a
+histogram with its buckets) kept or left out whole; ``specmon_exporter_series_dropped`` says
+how many were left out.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from prometheus_client.core import (
     Metric,
 )
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from specmon.launch import parse_flags
 from specmon.store import CycleHistogram, EventBus, StateStore
@@ -29,6 +36,10 @@ RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
 ERROR_CATEGORIES = ("oom", "nccl", "other")
 SPEC_PHASES = ("draft", "verify", "extend")
 MB = 1024 * 1024
+# Series one host may add to a scrape: room for 650 GPUs (a 64-node run of 8 each needs about
+# 3300 series), while a host reporting a million GPUs or positions costs a bounded scrape
+# (some 75 bytes a series: about 300 KB).
+MAX_SERIES_PER_HOST = 4096
 
 # Run-info label -> the launch flag it is read from.
 RUN_INFO_FLAGS: tuple[tuple[str, str], ...] = (
@@ -78,7 +89,10 @@ class SpecmonCollector(Collector):
         families = self._families()
         now = self._clock()
         for host in self._hosts():
-            self._add_host(families, host, now)
+            own = self._families()
+            self._add_host(own, host, now)
+            dropped = _merge_within(families, own, MAX_SERIES_PER_HOST)
+            families.series_dropped.add_metric([host.name], float(dropped))
         return list(families.values())
 
     # --- building ------------------------------------------------------------------------
@@ -194,6 +208,11 @@ class SpecmonCollector(Collector):
                 "specmon_server_errors",
                 "Error lines the server logged, by category, since specmon started",
                 labels=[*host, "category"],
+            ),
+            series_dropped=g(
+                "specmon_exporter_series_dropped",
+                f"Series of the host left out of this scrape: past {MAX_SERIES_PER_HOST} a host",
+                labels=host,
             ),
         )
 
@@ -341,10 +360,34 @@ class _Families:
     gpu_temp: GaugeMetricFamily
     gpu_sm_clock: GaugeMetricFamily
     errors: CounterMetricFamily
+    series_dropped: GaugeMetricFamily  # outside the cap: says what the cap left out
 
     def values(self) -> Iterator[Metric]:
         for name in self.__dataclass_fields__:
             yield getattr(self, name)
+
+
+def _merge_within(into: _Families, host: _Families, limit: int) -> int:
+    """Move ``host``'s samples into ``into``, family by family, while they fit in ``limit``
+    samples; a series (one label set, a histogram's buckets, sum and count together) is kept
+    or left out whole. Returns how many samples were left out."""
+    room, dropped = limit, 0
+    pairs = zip(into.values(), host.values(), strict=True)
+    # Per-GPU families last: a host reporting thousands of GPUs keeps its fixed series.
+    for target, source in sorted(pairs, key=lambda pair: pair[1].name.startswith("specmon_gpu_")):
+        if source is host.series_dropped:
+            continue
+        series: dict[tuple[tuple[str, str], ...], list[Sample]] = {}
+        for sample in source.samples:
+            key = tuple(sorted((k, v) for k, v in sample.labels.items() if k != "le"))
+            series.setdefault(key, []).append(sample)
+        for samples in series.values():
+            if len(samples) <= room:
+                target.samples.extend(samples)
+                room -= len(samples)
+            else:
+                dropped += len(samples)
+    return dropped
 
 
 def _maybe(family: GaugeMetricFamily, labels: list[str], value: float | None) -> None:

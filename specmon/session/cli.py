@@ -25,6 +25,7 @@ from specmon.events import (
     LoadBegin,
     LogLine,
     MetricsSnapshot,
+    Notice,
     ProbeTiming,
     Ready,
     RunInfo,
@@ -180,6 +181,8 @@ def describe_event(event: Event) -> str | None:
         return f"gpu agent   {event.state}" + (f": {event.detail}" if event.detail else "")
     if isinstance(event, HealthStatus):
         return f"health      {event.status if event.status is not None else 'no answer'}"
+    if isinstance(event, Notice):
+        return f"notice      {event.message}"
     if isinstance(event, (GpuSample, ProbeTiming, MetricsSnapshot, LogLine)):
         return None
     name = type(event).__name__

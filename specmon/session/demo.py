@@ -50,6 +50,7 @@ class DemoTraffic:
 
         from specmon.backends import DEFAULT_BACKEND, get_backend
         from specmon.bench.prompts import load_prompt_set
+        from specmon.http_body import BodyTooLarge, request_capped
 
         prompts = itertools.cycle(load_prompt_set().schedule(48))
         lengths = itertools.cycle(DEMO_MAX_TOKENS)
@@ -65,10 +66,11 @@ class DemoTraffic:
                 run = store.run
                 backend = get_backend((run.backend if run else None) or DEFAULT_BACKEND)
                 body = backend.generate_body(next(prompts).text, next(lengths), stream=False)
+                url = base_url + backend.generate_path
                 try:
-                    response = await client.post(base_url + backend.generate_path, json=body)
+                    response = await request_capped(client, "POST", url, json=body)
                     ok = response.status_code == 200
-                except httpx.HTTPError:
+                except (httpx.HTTPError, BodyTooLarge):
                     ok = False
                 if ok:
                     self.requests_ok += 1

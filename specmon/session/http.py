@@ -1,6 +1,12 @@
 """HTTP to the server's port (through an SSH port forward, or plain localhost): health and
 server info (the run's backend names the endpoints) on a self-paced loop (one request at a time, so a slow answer never piles
-requests up), and /metrics scraped with prometheus-client's parser when the server has it."""
+requests up), and /metrics scraped with prometheus-client's parser when the server has it.
+
+The server is not trusted: every answer is read up to a cap (specmon/http_body.py: 8 MiB for
+/metrics, 1 MiB for the rest), and a snapshot keeps at most MAX_SNAPSHOT_SAMPLES samples of
+at most MAX_SAMPLE_KEY characters, MAX_SNAPSHOT_CHARS in all (so a `watch --json` line stays
+small); what is left out is said once per run and endpoint (a ``notice``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from specmon.events import Event, HealthStatus, MetricsSnapshot, ServerInfo
+from specmon.events import Event, HealthStatus, MetricsSnapshot, Notice, ServerInfo
+from specmon.http_body import METRICS_BODY_LIMIT, BodyTooLarge, request_capped
 
 if TYPE_CHECKING:
     from specmon.backends import Backend, MetricsReader
@@ -48,19 +55,41 @@ class PolledHost(Protocol):
 
 INFO_EVERY = 10  # polls between server-info refreshes once the server answers
 METRICS_EVERY = 2  # polls between /metrics scrapes
+# The simulator's vLLM page keeps 24 samples (2.2 KB of keys); a real server's grows with its
+# engines and labels.
+MAX_SNAPSHOT_SAMPLES = 2000
+MAX_SAMPLE_KEY = 512  # characters of ``name{labels}``; a longer key is a label stuffed
+MAX_SNAPSHOT_CHARS = 256 * 1024  # of all keys together
 
 
-def metrics_values(text: str, backend: Backend) -> tuple[tuple[str, float], ...]:
-    """The backend's samples from a Prometheus text page, histogram buckets left out."""
+def metrics_values(
+    text: str, backend: Backend, left_out: list[int] | None = None
+) -> tuple[tuple[str, float], ...]:
+    """The backend's samples from a Prometheus text page, histogram buckets left out, at
+    most MAX_SNAPSHOT_SAMPLES of them with keys of at most MAX_SAMPLE_KEY characters and
+    MAX_SNAPSHOT_CHARS in all; the count of samples left out past those is added to
+    ``left_out[0]`` when given."""
     from prometheus_client.parser import text_string_to_metric_families
 
     values: list[tuple[str, float]] = []
+    dropped = chars = 0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if not backend.metric_sample_kept(sample.name):
                 continue
             labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
-            values.append((f"{sample.name}{{{labels}}}" if labels else sample.name, sample.value))
+            key = f"{sample.name}{{{labels}}}" if labels else sample.name
+            if (
+                len(values) >= MAX_SNAPSHOT_SAMPLES
+                or len(key) > MAX_SAMPLE_KEY
+                or chars + len(key) > MAX_SNAPSHOT_CHARS
+            ):
+                dropped += 1
+                continue
+            chars += len(key)
+            values.append((key, sample.value))
+    if left_out is not None:
+        left_out[0] += dropped
     return tuple(values)
 
 
@@ -85,6 +114,14 @@ class HttpPoller:
         self._answers: dict[str, float] = {}
         self.base_url: str | None = None  # where the poller reaches the current run now
         self.run_id: str | None = None
+        self._noticed: set[tuple[str | None, str]] = set()  # (run, source) said once
+
+    def _notice_once(self, source: str, message: str) -> None:
+        """Publish a ``notice`` the first time the run's ``source`` has something left out
+        (not at every scrape)."""
+        if (self.run_id, source) not in self._noticed:
+            self._noticed.add((self.run_id, source))
+            self.host.publish(Notice(source=source, message=message))
 
     def last_answer(self, run_id: str) -> float:
         """time.monotonic() of the run's last HTTP answer (0.0: never)."""
@@ -118,8 +155,7 @@ class HttpPoller:
                 started = time.monotonic()
                 status: int | None = None
                 try:
-                    response = await client.get(base + backend.health_path)
-                    status = response.status_code
+                    status = await self._health_status(client, base + backend.health_path)
                     self._answers[run_id] = time.monotonic()
                 except httpx.HTTPError:
                     pass
@@ -140,13 +176,24 @@ class HttpPoller:
                 elapsed = time.monotonic() - started
                 await asyncio.sleep(max(0.05, self._interval_s() - elapsed))
 
+    async def _health_status(self, client: httpx.AsyncClient, url: str) -> int:
+        """The health endpoint's status; its body (read up to its cap, then let go) says
+        nothing more. A body past the cap still answered: its status counts."""
+        try:
+            return (await request_capped(client, "GET", url, what=_path(url))).status_code
+        except BodyTooLarge as exc:
+            self._notice_once(_path(url), str(exc))
+            return exc.status_code
+
     async def _server_info(self, client: httpx.AsyncClient, url: str, backend: Backend) -> None:
         try:
-            response = await client.get(url)
+            response = await request_capped(client, "GET", url, what=_path(url))
             if response.status_code == 200:
                 values = backend.server_info_values(response.json())
                 if values:
                     self.host.publish(ServerInfo(values=values))
+        except BodyTooLarge as exc:
+            self._notice_once(_path(url), str(exc))
         except (httpx.HTTPError, ValueError):
             pass
 
@@ -157,25 +204,46 @@ class HttpPoller:
         backend: Backend,
         reader: MetricsReader | None = None,
     ) -> bool | None:
+        what = _path(url)
         try:
-            response = await client.get(url)
+            response = await request_capped(client, "GET", url, limit=METRICS_BODY_LIMIT, what=what)
+        except BodyTooLarge as exc:  # a page that size will not shrink: not read again
+            self._notice_once(what, f"{exc}; not scraped again for this run")
+            return False
         except httpx.HTTPError:
             return None
         if response.status_code == 404:
             return False
         if response.status_code != 200:
             return None
+        text = response.text
+        left_out = [0]
         try:
-            values = metrics_values(response.text, backend)
+            values = metrics_values(text, backend, left_out)
         except ValueError:
             return None
+        if left_out[0]:
+            self._notice_once(
+                what + " samples",
+                f"{what}: {left_out[0]} samples left out (a snapshot keeps "
+                f"{MAX_SNAPSHOT_SAMPLES}, with names and labels of at most "
+                f"{MAX_SAMPLE_KEY} characters, {MAX_SNAPSHOT_CHARS // 1024} KiB in all)",
+            )
         if values:
             self.host.publish(MetricsSnapshot(values=values))
         if reader is not None and self._log_stats_quiet is not None:
-            events = reader.read(response.text, time.monotonic())
+            events = reader.read(text, time.monotonic())
+            for notice in (event for event in events if isinstance(event, Notice)):
+                self._notice_once(notice.source, notice.message)
+            events = [event for event in events if not isinstance(event, Notice)]
             if events and self._log_stats_quiet(self._own_decode):
                 for event in events:
                     self.host.publish(event)
                     if event.kind == "decode":
                         self._own_decode = event
         return True
+
+
+def _path(url: str) -> str:
+    """The path of ``url`` (``/metrics``): what a notice names, the port forward left out."""
+    return httpx.URL(url).path or "/"

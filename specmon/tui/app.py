@@ -24,7 +24,7 @@ from textual.widgets import Input
 from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
-from specmon.events import AgentStatus, Dropped, LogLine, Ready, RunInfo, StopProgress
+from specmon.events import AgentStatus, Dropped, LogLine, Notice, Ready, RunInfo, StopProgress
 from specmon.session.cli import BesideService
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
@@ -256,6 +256,8 @@ class SpecmonApp(App[int]):
                 )
             elif isinstance(event, RunInfo) and event.reattached:
                 self.notify(f"{prefix}Reattached to run {event.run_id}", title="Reattached")
+            elif isinstance(event, Notice):  # said once per run and source: worth a toast
+                self.notify(f"{prefix}{event.message}", title="Left out", severity="warning")
         if len(view.pending_lines) > MAX_LOG_APPEND:  # a host out of view: the store has them
             del view.pending_lines[:-MAX_LOG_APPEND]
 

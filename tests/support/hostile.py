@@ -9,12 +9,16 @@ from pathlib import Path
 HOSTILE_SERVER = Path(__file__).resolve().parents[1] / "hostile_server.py"
 
 
-def hostile_profile_toml(mode: str, *, name: str = "hostile", port: int = 1) -> str:
-    """A profile running the hostile server with SPECMON_HOSTILE_MODE=``mode``, no GPU agent."""
+def hostile_profile_toml(
+    mode: str, *, name: str = "hostile", port: int = 1, backend: str | None = None
+) -> str:
+    """A profile running the hostile server with SPECMON_HOSTILE_MODE=``mode``, no GPU agent;
+    ``backend`` names the server it poses as (None: the default)."""
     command = json.dumps([sys.executable, str(HOSTILE_SERVER)])
+    backend_line = f'backend = "{backend}"\n' if backend else ""
     return f"""
 [profiles.{name}]
-command = {command}
+{backend_line}command = {command}
 model_path = "hostile"
 tp = 1
 port = {port}

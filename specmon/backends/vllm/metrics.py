@@ -7,6 +7,10 @@ computed from counter increases between two polls, as vLLM's own docs define it
 position i = accepted at i / drafts, draft acceptance rate = accepted / draft tokens, and
 generation tok/s = generation tokens / seconds. Counters are summed over the engines (label
 ``engine``) unless one engine is asked for. Text is read with prometheus_client's parser.
+
+A ``position`` label is the server's word, and the per-position tuple is sized by the largest
+one: positions past the backend's ``max_draft_positions`` are dropped (and counted), so one
+``position="20000000"`` sample costs nothing.
 """
 
 from __future__ import annotations
@@ -17,8 +21,8 @@ from operator import attrgetter
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specmon.backends import MetricsReader
-from specmon.events import Decode, Event, SpecDecode
+from specmon.backends import Backend, MetricsReader
+from specmon.events import Decode, Event, Notice, SpecDecode
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
@@ -29,6 +33,8 @@ PROMPT_TOKENS = "vllm:prompt_tokens_total"
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
 KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")  # new name first
+
+MAX_POSITIONS = Backend.max_draft_positions
 
 _COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED_TOKENS, GENERATION_TOKENS, PROMPT_TOKENS)
 _GAUGES = (RUNNING, WAITING, *KV_CACHE_USAGE)
@@ -59,6 +65,7 @@ class VLLMMetricsSnapshot:
 
     at: float
     engines: dict[str, EngineMetrics] = field(default_factory=dict)
+    dropped_positions: int = 0  # per-position samples past MAX_POSITIONS, left out
 
     @property
     def spec_decode(self) -> bool:
@@ -79,22 +86,33 @@ class SpecDecodeRates:
     generation_tokens_per_s: float | None
 
 
+def _position_index(label: str) -> int | None:
+    """A ``position`` label's value as a 0-based index, None when it is not ASCII digits; a
+    label too long to be a position reads as MAX_POSITIONS (past the cap, like any larger
+    one), so ``int`` is never asked to read a 5000-digit label."""
+    if not (label.isascii() and label.isdigit()):
+        return None
+    return int(label) if len(label) <= 9 else MAX_POSITIONS
+
+
 def parse_metrics(text: str, at: float) -> VLLMMetricsSnapshot:
-    """Read `/metrics` text into a snapshot; raises MetricsTextError on malformed text."""
+    """Read `/metrics` text into a snapshot; raises MetricsTextError on malformed text.
+    Per-position samples at or past MAX_POSITIONS are dropped and counted."""
     samples: dict[str, dict[str, float]] = {}
     positions: dict[str, dict[int, float]] = {}
+    dropped = 0
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
                 name = sample.name
                 engine = sample.labels.get("engine", "0")
                 if name == ACCEPTED_PER_POSITION:
-                    position = sample.labels.get("position", "")
-                    if position.isdigit():
+                    position = _position_index(sample.labels.get("position", ""))
+                    if position is not None and position >= MAX_POSITIONS:
+                        dropped += 1
+                    elif position is not None:
                         by_position = positions.setdefault(engine, {})
-                        by_position[int(position)] = (
-                            by_position.get(int(position), 0.0) + sample.value
-                        )
+                        by_position[position] = by_position.get(position, 0.0) + sample.value
                 elif name in _COUNTERS or name in _GAUGES:
                     values = samples.setdefault(engine, {})
                     values[name] = values.get(name, 0.0) + sample.value
@@ -120,7 +138,7 @@ def parse_metrics(text: str, at: float) -> VLLMMetricsSnapshot:
             waiting=values.get(WAITING),
             kv_cache_usage=usage,
         )
-    return VLLMMetricsSnapshot(at=at, engines=engines)
+    return VLLMMetricsSnapshot(at=at, engines=engines, dropped_positions=dropped)
 
 
 def _total(values: Iterable[float | None]) -> float | None:
@@ -197,19 +215,29 @@ class VLLMMetricsReader(MetricsReader):
 
     def __init__(self) -> None:
         self.previous: VLLMMetricsSnapshot | None = None
+        self._positions_noticed = False  # the notice of dropped positions, said once
 
     def read(self, text: str, at: float) -> list[Event]:
         try:
             snapshot = parse_metrics(text, at)
         except MetricsTextError:
             return []
+        events: list[Event] = []
+        if snapshot.dropped_positions and not self._positions_noticed:
+            self._positions_noticed = True
+            events.append(
+                Notice(
+                    source="/metrics positions",
+                    message=f"/metrics: {snapshot.dropped_positions} per-position samples "
+                    f"past position {MAX_POSITIONS} left out (the deepest draft read)",
+                )
+            )
         previous, self.previous = self.previous, snapshot
         if previous is None:
-            return []
+            return events
         rates = spec_decode_rates(previous, snapshot)
         if rates is None:
-            return []
-        events: list[Event] = []
+            return events
         engines = list(snapshot.engines.values())
         running = _total(e.running for e in engines)
         waiting = _total(e.waiting for e in engines)

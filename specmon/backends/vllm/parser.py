@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import codecs
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from specmon.backends import LogParser
+from specmon.backends import Backend, LogParser
 from specmon.backends.logtext import (
     BARE_EXCEPTION,
     CHAIN_LINES,
@@ -46,6 +47,7 @@ from specmon.events import (
     KvCache,
     LoadBegin,
     LoadEnd,
+    Notice,
     Ready,
     ServerError,
     ShardProgress,
@@ -54,6 +56,7 @@ from specmon.events import (
 )
 
 _HEADER_SEARCH_CHARS = 400
+MAX_POSITIONS = Backend.max_draft_positions
 
 # vLLM's `LEVEL MM-DD HH:MM:SS [file.py:123] ` (≤0.6 without `[`), wherever it sits in the line.
 _HEADER = re.compile(
@@ -235,10 +238,26 @@ def split_line(line: str) -> tuple[_Prefix, str]:
     return _prefix_of(line[:end], None, None), line[end:]
 
 
+def position_rates(text: str) -> tuple[tuple[float, ...], int]:
+    """A `Per-position acceptance rate:` list (``0.81, 0.62, ...``) as rates, at most the
+    backend's ``max_draft_positions`` of them, and how many past those were left out: the
+    list is the server's, and a line of 13,000 entries must not make a tuple as long."""
+    parts = text.split(", ", MAX_POSITIONS)
+    dropped = 0
+    if len(parts) > MAX_POSITIONS:
+        dropped = parts.pop().count(", ") + 1
+    return tuple(map(float, parts)), dropped
+
+
 def spec_decode_from_message(
-    message: str, ts: str | None, rank: int | None, engine: int | None
+    message: str,
+    ts: str | None,
+    rank: int | None,
+    engine: int | None,
+    rates: Callable[[str], tuple[float, ...]] = lambda text: position_rates(text)[0],
 ) -> SpecDecode | None:
-    """A SpecDecode from a `SpecDecoding metrics:` (or V0 `Speculative metrics:`) message."""
+    """A SpecDecode from a `SpecDecoding metrics:` (or V0 `Speculative metrics:`) message;
+    ``rates`` reads its per-position list."""
     mean = _MEAN_ACCEPT.search(message)
     accepted = _ACCEPTED.search(message)
     drafted = _DRAFTED.search(message)
@@ -258,11 +277,7 @@ def spec_decode_from_message(
         mean_accept_len=parse_float(mean and mean.group(1)),
         accepted=parse_int(accepted and (accepted.group(1) or accepted.group(2))),
         drafted=parse_int(drafted and (drafted.group(1) or drafted.group(2))),
-        per_position=(
-            tuple(float(value) for value in per_position.group(1).split(", "))
-            if per_position
-            else None
-        ),
+        per_position=rates(per_position.group(1)) if per_position else None,
         draft_acceptance_rate=rate_value,
         accepted_throughput=parse_float(accepted_tput and accepted_tput.group(1)),
         drafted_throughput=parse_float(drafted_tput and drafted_tput.group(1)),
@@ -355,6 +370,7 @@ class VLLMLogParser(LogParser):
         self._ignored: dict[str, int] = {}  # sources that just printed `Exception ignored in`
         self._after_exception: dict[str, int] = {}
         self._queued: list[Event] = []  # events a line gives after the one it returns
+        self._positions_noticed = False  # a per-position list was cut, and a notice said so
         self._new_run()
 
     def _new_run(self) -> None:
@@ -426,6 +442,9 @@ class VLLMLogParser(LogParser):
                         spec = spec_at(line, mark + len(_SPEC_MARK))
                         if spec is not None:
                             append(self._fast_spec(prefixes[line[:mark]], spec))
+                            if self._queued:  # the notice of positions left out
+                                events += self._queued
+                                self._queued.clear()
                             continue
             if self._tracebacks or hint(line) is not None:
                 event = self._line(line)
@@ -466,11 +485,25 @@ class VLLMLogParser(LogParser):
             mean_accept_len=float(mean),
             accepted=int(accepted),
             drafted=int(drafted),
-            per_position=tuple(map(float, positions.split(", "))),
+            per_position=self._position_rates(positions),
             draft_acceptance_rate=_FRACTIONS[rate],
             accepted_throughput=float(accepted_tput),
             drafted_throughput=float(drafted_tput),
         )
+
+    def _position_rates(self, text: str) -> tuple[float, ...]:
+        """``position_rates``, queueing a ``notice`` the first time a list is cut."""
+        rates, dropped = position_rates(text)
+        if dropped and not self._positions_noticed:
+            self._positions_noticed = True
+            self._queued.append(
+                Notice(
+                    source="log",
+                    message=f"a SpecDecoding line listed {len(rates) + dropped} positions; "
+                    f"those past {MAX_POSITIONS} (the deepest draft read) are left out",
+                )
+            )
+        return rates
 
     # --- one line ---------------------------------------------------------------------
 
@@ -520,7 +553,9 @@ class VLLMLogParser(LogParser):
             if head is not None:
                 engines = self._last_engine
                 engine = engines.get(prefix.source, engines.get(_ANY_SOURCE))
-                spec = spec_decode_from_message(message[head.end() :], ts, rank, engine)
+                spec = spec_decode_from_message(
+                    message[head.end() :], ts, rank, engine, self._position_rates
+                )
                 if spec is None:
                     self.unparsed_decode_like += 1
                 return spec
