@@ -80,7 +80,7 @@ def test_watch_parse_and_summary_show_no_bidi_control(
     texts = {event.get("text") for event in events if event["kind"] == "log"}
     assert f"bidi line: rm -rf \u202e/ tmp{BIDI} end" in texts  # faithful once decoded
     labels = [key for e in events if e["kind"] == "metrics" for key, _ in e["values"]]
-    assert f"vllm:hostile_note{{note=a\u202eb{BIDI}c}}" in labels
+    assert f'vllm:hostile_note{{note="a\u202eb{BIDI}c"}}' in labels
 
     log = next(Path(where[2]).glob("runs/*/*.log"))
     parsed = _specmon(config, "parse", "--backend", "vllm", "--summary", str(log))

@@ -121,6 +121,20 @@ def test_a_snapshot_keeps_at_most_its_cap_of_samples() -> None:
     assert sum(len(key) for key, _ in kept) <= MAX_SNAPSHOT_CHARS < 2000 * 400
 
 
+def test_a_label_value_cannot_pass_for_another_label_in_a_snapshot_key() -> None:
+    """A value holding `",position="3` is quoted and escaped as Prometheus writes it, so the
+    key names one label, not two; a newline stays escaped."""
+    backend = get_backend("vllm")
+    page = 'vllm:forged{note="a\\",position=\\"3"} 1\nvllm:honest{note="a",position="3"} 2\n'
+    page += 'vllm:nl{note="x\\ny"} 3\n'
+    keys = [key for key, _ in metrics_values(page, backend)]
+    assert keys == [
+        'vllm:forged{note="a\\",position=\\"3"}',
+        'vllm:honest{note="a",position="3"}',
+        'vllm:nl{note="x\\ny"}',
+    ]
+
+
 def test_the_exporter_bounds_the_series_of_one_host() -> None:
     bus = EventBus()
     gpus = tuple(GpuReading(index=i, util_gpu=50.0, mem_used_mb=1.0) for i in range(5_000))

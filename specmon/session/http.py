@@ -77,7 +77,7 @@ def metrics_values(
         for sample in family.samples:
             if not backend.metric_sample_kept(sample.name):
                 continue
-            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            labels = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(sample.labels.items()))
             key = f"{sample.name}{{{labels}}}" if labels else sample.name
             if (
                 len(values) >= MAX_SNAPSHOT_SAMPLES
@@ -91,6 +91,12 @@ def metrics_values(
     if left_out is not None:
         left_out[0] += dropped
     return tuple(values)
+
+
+def _escaped(value: str) -> str:
+    """A label value as the Prometheus text format writes it (backslash, quote and newline
+    escaped), so a value holding ``,`` or ``}`` cannot pass for another label in a key."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class HttpPoller:
