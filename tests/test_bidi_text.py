@@ -31,6 +31,15 @@ def test_safe_text_strips_each_bidi_control(code_point: int) -> None:
     assert safe_text(f"rm -rf {chr(code_point)}/ tmp") == "rm -rf / tmp"
 
 
+# Invisible characters that hide a word's spelling, and the line/paragraph separators.
+INVISIBLE_CODE_POINTS = (*range(0x200B, 0x200E), *range(0x2060, 0x2065), 0xFEFF, 0x2028, 0x2029)
+
+
+@pytest.mark.parametrize("code_point", INVISIBLE_CODE_POINTS, ids=lambda c: f"U+{c:04X}")
+def test_safe_text_strips_each_invisible_character(code_point: int) -> None:
+    assert safe_text(f"rm -rf /{chr(code_point)}tmp") == "rm -rf /tmp"
+
+
 def test_safe_text_keeps_right_to_left_letters_and_other_unicode() -> None:
     text = "model שלום مرحبا ✓ — 日本"
     assert safe_text(text) == text
