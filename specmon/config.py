@@ -13,7 +13,6 @@ must stay fast.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -25,13 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from specmon.errors import ConfigError
+from specmon.user_dirs import (
+    CONFIG_FILE_NAME,
+    default_state_dir,
+    make_private_dirs,
+    user_config_path,
+)
 
 if TYPE_CHECKING:
     from specmon.launch import LaunchSpec
 
-CONFIG_FILE_NAME = "specmon.toml"
-CONFIG_DIR_ENV = "SPECMON_CONFIG_DIR"  # overrides the user config dir (tests, packaging)
-STATE_DIR_ENV = "SPECMON_STATE_DIR"  # overrides the local state dir
 SIM_TIME_SCALE_ENV = "SPECMON_SIM_TIME_SCALE"
 PYTHON_PLACEHOLDER = "{python}"  # a command word replaced by the host's python
 DEFAULT_REMOTE_STATE_DIR = "~/.local/state/specmon"
@@ -246,33 +248,6 @@ class Config:
 
 
 # --- finding and loading ----------------------------------------------------------------
-
-
-def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """Where specmon keeps local state (ledger, load times): $SPECMON_STATE_DIR or the
-    platform's user state dir."""
-    environ = os.environ if environ is None else environ
-    if environ.get(STATE_DIR_ENV):
-        return Path(environ[STATE_DIR_ENV]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_state_dir("specmon"))
-
-
-def user_config_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """$SPECMON_CONFIG_DIR, else the platform's user config dir (XDG_CONFIG_HOME on Linux)."""
-    environ = os.environ if environ is None else environ
-    if environ.get(CONFIG_DIR_ENV):
-        return Path(environ[CONFIG_DIR_ENV]).expanduser()
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("specmon"))
-
-
-def user_config_path(environ: Mapping[str, str] | None = None) -> Path:
-    """The user's own specmon.toml (it may not exist yet): where a profile saved without a
-    config file in use goes."""
-    return user_config_dir(environ) / CONFIG_FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -1116,14 +1091,3 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
         raise ConfigError(f"cannot write: {exc.strerror}", path=str(path)) from None
     if was_trusted:
         trust(path, combined.encode("utf-8"))
-
-
-def make_private_dirs(directory: Path) -> None:
-    """Create ``directory`` and its missing parents 0700; those that exist keep their mode."""
-    missing: list[Path] = []
-    while not directory.is_dir():
-        missing.append(directory)
-        directory = directory.parent
-    for entry in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            entry.mkdir(mode=0o700)

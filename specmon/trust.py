@@ -65,7 +65,7 @@ def content_hash(data: bytes) -> str:
 
 def trust_file(environ: Mapping[str, str] | None = None) -> Path:
     """Where the trust records live: ``trusted.json`` in the user config dir."""
-    from specmon.config import user_config_dir
+    from specmon.user_dirs import user_config_dir
 
     return user_config_dir(environ) / TRUST_FILE_NAME
 
@@ -128,7 +128,7 @@ def _write_records(records: Mapping[str, str], environ: Mapping[str, str] | None
     missing (one that exists keeps its mode)."""
     import json
 
-    from specmon.config import make_private_dirs
+    from specmon.user_dirs import make_private_dirs
 
     path = trust_file(environ)
     try:

@@ -41,7 +41,7 @@ class Finished:
     stdout: str
     stderr: str
     returncode: int
-    peak_rss: int  # bytes, from the kernel's accounting of the child (ru_maxrss)
+    peak_rss: int  # bytes: the program's own high-water mark (VmHWM)
 
 
 class HostileBox:
@@ -92,25 +92,44 @@ class HostileBox:
         return process, out, err
 
     def finish(self, started: tuple[subprocess.Popen[bytes], Path, Path]) -> Finished:
-        """Wait for the command (bounded), then its output and its peak RSS."""
+        """Wait for the command (bounded), then its output and its peak RSS.
+
+        The peak is the program's own high-water mark (VmHWM, read every 0.1 s while it
+        runs), not ``ru_maxrss``: a child forked from a long-lived pytest worker starts with the
+        worker's high-water mark in its ``ru_maxrss``, whatever the program itself used."""
         process, out, err = started
+        peak = 0
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            peak = max(peak, _high_water_mark(process.pid))
+            pid, status, _ = os.wait4(process.pid, os.WNOHANG)
             if pid:
                 process.returncode = os.waitstatus_to_exitcode(status)
                 return Finished(
                     out.read_text(errors="replace"),
                     err.read_text(errors="replace"),
                     process.returncode,
-                    usage.ru_maxrss * 1024,
+                    peak,
                 )
             time.sleep(0.1)
         process.kill()
-        usage = os.wait4(process.pid, 0)[2]
+        os.wait4(process.pid, 0)
         process.returncode = -9
-        peak = usage.ru_maxrss / 1024
-        raise AssertionError(f"{process.args[5]} did not end in 90 s (peak RSS {peak:.0f} MB)")
+        raise AssertionError(
+            f"{process.args[5]} did not end in 90 s (peak RSS {peak / MIB:.0f} MB)"
+        )
+
+
+def _high_water_mark(pid: int) -> int:
+    """The process's peak resident set in bytes (VmHWM), 0 once it has exited."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def _limit_address_space() -> None:

@@ -16,22 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.session.transport import CommandResult, RemoteProcess, Transport, TransportError
+from specmon.user_dirs import make_private_dirs
 
 
 def _expand(arg: str) -> str:
     return os.path.expanduser(arg) if arg.startswith("~/") else arg
-
-
-def _make_private_dirs(path: Path) -> None:
-    """Create ``path`` and its missing parents 0700 (as ``umask 077; mkdir -p`` does over SSH);
-    directories that exist already keep their mode."""
-    missing: list[Path] = []
-    while not path.is_dir():
-        missing.append(path)
-        path = path.parent
-    for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            directory.mkdir(mode=0o700)
 
 
 def kill_child(proc: asyncio.subprocess.Process) -> None:
@@ -168,7 +157,7 @@ class LocalTransport(Transport):
     async def write_file(self, path: str, data: bytes, *, timeout: float) -> None:
         target = Path(_expand(path))
         try:
-            _make_private_dirs(target.parent)
+            make_private_dirs(target.parent)
             fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".upload.")
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
