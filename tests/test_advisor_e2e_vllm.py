@@ -55,7 +55,8 @@ async def advise_cli(tmp_path: Path, state_dir: Path) -> dict:
     import asyncio
 
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specmon", "advise", "local", "--json", "--cycles", "50",
+        sys.executable, "-m", "specmon", "--config", str(tmp_path / "specmon.toml"),
+        "advise", "local", "--json", "--cycles", "50",
         "--timeout", "30", "--state-dir", str(state_dir), "--gpu-agent", "none",
         "--ledger", str(tmp_path / "advise-ledger.sqlite3"),
         cwd=tmp_path, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
