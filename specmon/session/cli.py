@@ -65,6 +65,8 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     if args.state_dir:
         session.use_state_dir(args.state_dir)
     session.stop_command = stop_command(args)
+    if getattr(args, "command", None):  # named in the stop records of the runs it stops
+        session.command_name = f"specmon {args.command}"
     return session
 
 
