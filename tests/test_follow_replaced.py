@@ -43,7 +43,8 @@ def failures(recorder: Recorder) -> list[object]:
     return [
         e
         for _, e in recorder.events
-        if isinstance(e, ServerFailed) or (isinstance(e, RunState) and e.state in ("failed", "hung"))
+        if isinstance(e, ServerFailed)
+        or (isinstance(e, RunState) and e.state in ("failed", "hung"))
     ]
 
 
