@@ -131,7 +131,8 @@ def _state_and_detail(store: StateStore, now: float) -> tuple[RowState, str]:
         detail = loading_detail(store, now)
         return "loading", f"{detail}; {notice}" if notice else detail
     if state == "ready":
-        return "ready", "ready"
+        notice = store.end_notice()
+        return "ready", f"ready; {notice}" if notice else "ready"
     if state == "stopped":
         if store.run is None:
             return "stopped", "no server"

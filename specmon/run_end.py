@@ -65,7 +65,7 @@ class RunEnd:
 
     def text(self) -> str:
         """One line: "replaced by run R (profile P, by u@h, at 10:01:02)", "stopped by u@h
-        (specmon stop)", "exited with code 0", "crashed (signal 11)", ..."""
+        (specmon stop)", "exited 0" (its own exit code), "crashed (signal 11)", ..."""
         if self.kind == "replaced":
             parts = [f"profile {self.replaced_by_profile or '-'}"]
             who = self.replaced_by_owner or self.by
@@ -81,7 +81,7 @@ class RunEnd:
                 return f"killed after the grace period (stopped{who}{how})"
             return f"stopped{who}{how}"
         if self.kind == "exited":
-            return f"exited with code {self.code}"
+            return f"exited {self.code}"
         if self.kind == "crashed":
             return f"crashed (signal {self.signal})"
         return "ended (exit status unknown)"

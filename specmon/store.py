@@ -311,17 +311,15 @@ class StateStore:
     def end_notice(self) -> str | None:
         """What the console says of a run's end that is no failure: "run A stopped by u@h
         (specmon stop); no server is running" while nothing runs, or "run A replaced by run
-        B (...)" while B, the run followed now, loads. None otherwise."""
+        B (...)" while B, another client's run followed now, runs (the operator learns who
+        changed the server; a relaunch of this console's own is not told). None otherwise."""
         end, run = self.run_end, self.run
         if end is None or run is None:
             return None
         if self.run_state == "stopped" and self.run_end_id == run.run_id and not end.failed:
             return f"run {run.run_id} {end.text()}; no server is running"
-        if (
-            self.run_state in ("loading", "stopping")
-            and end.kind == "replaced"
-            and end.replaced_by == run.run_id
-        ):
+        replaced = end.kind == "replaced" and end.replaced_by == run.run_id
+        if replaced and run.replaces is not None and run.replaces == self.run_end_id:
             return f"run {self.run_end_id} {end.text()}; following run {run.run_id}"
         return None
 

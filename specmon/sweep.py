@@ -850,6 +850,9 @@ class SweepRunner:
                     raise PointFailed(f"server {what}{detail}", failure.root_cause)
                 if store.run_state == "stopped":
                     raise PointFailed("server stopped before it was ready")
+            elif store.run_end_id == run_id and store.run_end is not None:
+                # Another client replaced it, and the session follows that client's run now.
+                raise PointFailed(f"server {store.run_end.text()} before it was ready")
             elapsed = now - started
             if elapsed > self.ready_timeout_s:
                 phase = store.loading.phase or "start-up"

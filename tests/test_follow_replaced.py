@@ -5,16 +5,33 @@ reattach tells the load time from the run record (issue 25 items 1, 2, 4 and 6).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import getpass
 import json
+import os
+import signal
+import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from support.hosts import Recorder, kill_everything_under, sim_profiles, ssh_session
+from support.console import wait_until
+from support.hosts import Recorder, free_port, kill_everything_under, sim_profiles, ssh_session
+from support.profiles import SIMBENCH_PROFILE_TOML
 from support.sshd import SshdServer, start_sshd, stop_sshd
 
-from specmon.events import Ready, RunState, ServerFailed
+from specmon.config import load_config
+from specmon.events import Ready, RunInfo, RunState, ServerFailed
+from specmon.fleet import fleet_row
+from specmon.session import open_session
+from specmon.store import StateStore
+from specmon.tui.app import SpecmonApp
+from specmon.tui.widgets.banner import Banner
+
+REPO = Path(__file__).resolve().parents[1]
 
 SWITCH_S = 2.0  # every view is on the new run within this of its launch
 
@@ -110,9 +127,9 @@ async def test_a_clean_stop_of_an_sglang_run_is_a_stop_not_a_kill_by_signal_9(
         await session.wait_for(lambda s: s.run_state == "ready", 30)
         await session.stop()
         run = next(r for r in await session.status() if r.run_id == run_id)
+        assert run.state == f"stopped by {session.options.owner} (specmon stop)"
         assert run.exit_signal == 9  # the leader's own end, as the monitor saw it
         assert run.end is not None and run.end.kind == "stopped" and not run.end.failed
-        assert run.state == f"stopped by {session.options.owner} (specmon stop)"
     finally:
         await session.close()
 
@@ -154,9 +171,9 @@ async def test_a_reattach_tells_the_load_time_of_the_run_record_or_that_it_is_un
     try:
         store = await third.wait_for(lambda s: s.loading.ready_at is not None, 20)
         await asyncio.sleep(0.3)  # the replay's last chunk and the record's times
+        assert store.loading.elapsed(time.time()) is None  # not "since the run started"
         ready = [e for e in recorder.kinds("ready") if isinstance(e, Ready)]
-        assert ready and ready[0].load_seconds is None
-        assert store.loading.load_seconds is None and store.loading.elapsed(time.time()) is None
+        assert ready and ready[0].load_seconds is None and store.loading.load_seconds is None
         await third.stop()
     finally:
         recorder.close()
@@ -170,3 +187,211 @@ async def _status(sshd: SshdServer, state_dir: Path, profiles: dict[str, object]
         return await session.status()
     finally:
         await session.close()
+
+
+# --- two consoles, a headless launch between them, `watch --json`, `stop` and `status` ------
+
+HOSTS = """
+[hosts.testbox]
+address = "127.0.0.1"
+port = {ssh_port}
+user = "{user}"
+identity_file = "{key}"
+known_hosts = "{known_hosts}"
+python = "{python}"
+state_dir = "{remote_state}"
+"""
+
+
+def specmon_argv(config: Path, command: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "specmon", "--config", str(config), command, "testbox", *args]
+
+
+async def run_specmon(config: Path, command: str, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *specmon_argv(config, command, *args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+class JsonWatch:
+    """`specmon watch testbox --json` as a subprocess: its lines, read as they come."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        self.lines: list[dict[str, Any]] = []
+        self.proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            *specmon_argv(self.config, "watch", "--json"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        self._reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            self.lines.append(json.loads(line))
+
+    def kinds(self, kind: str) -> list[dict[str, Any]]:
+        return [line for line in self.lines if line.get("kind") == kind]
+
+    def on_run(self) -> str | None:
+        runs = self.kinds("run")
+        return runs[-1]["run_id"] if runs else None
+
+    async def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 10)
+            if self.proc.returncode is None:
+                self.proc.kill()
+                await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+
+
+def console_failure(app: SpecmonApp) -> str | None:
+    """What a console shows as a failure, if anything: its store's state or its banner."""
+    store = app.controller.bus.store
+    if store.run_state in ("failed", "hung") or store.failure is not None:
+        return f"{store.run_state}: {store.failure}"
+    if app.main.query_one(Banner).has_class("-failed"):
+        return "the failure banner"
+    return None
+
+
+def banner_text(app: SpecmonApp) -> str:
+    banner = app.main.query_one(Banner)
+    return str(banner.render()) if banner.has_class("-info") else ""
+
+
+async def test_two_consoles_a_headless_launch_watch_and_stop_agree_on_the_new_run(
+    sshd: SshdServer, tmp_path: Path
+) -> None:
+    state = tmp_path / "remote-state"
+    config_path = tmp_path / "specmon.toml"
+    config_path.write_text(
+        HOSTS.format(
+            ssh_port=sshd.port,
+            user=sshd.user,
+            key=sshd.client_key,
+            known_hosts=sshd.known_hosts,
+            python=sys.executable,
+            remote_state=state,
+        )
+        + SIMBENCH_PROFILE_TOML.format(server_port=free_port(), time_scale=0.003)
+    )
+    config = load_config(config_path)
+    me = f"{getpass.getuser()}@{socket.gethostname()}"
+    first = SpecmonApp(open_session("testbox", config), config)
+    second = SpecmonApp(open_session("testbox", config), config)
+    watch = JsonWatch(config_path)
+    try:
+        async with first.run_test() as one, second.run_test() as two:
+            for app, pilot in ((first, one), (second, two)):
+                await wait_until(pilot, lambda app=app: connected(app), 20, "console connected")
+            old = await first.controller.launch("simbench")
+            await wait_until(one, lambda: store_of(first).run_state == "ready", 30, "ready")
+            await wait_until(
+                two, lambda: store_of(second).run_state == "ready", 20, "console 2 reattached"
+            )
+            await watch.start()
+            await wait_until(one, lambda: watch.on_run() == old, 20, "watch on the run")
+
+            recorders = [Recorder(app.controller) for app in (first, second)]
+            code, out, err = await run_specmon(config_path, "launch", "-p", "simbench")
+            assert code == 0, err
+            new = out.split()[1]
+            assert out.startswith(f"launched {new} ") and new != old
+
+            def every_view_on_the_new_run() -> bool:
+                return (
+                    store_of(first).run is not None
+                    and store_of(first).run.run_id == new
+                    and store_of(second).run is not None
+                    and store_of(second).run.run_id == new
+                    and watch.on_run() == new
+                )
+
+            await wait_until(one, every_view_on_the_new_run, SWITCH_S, "every view on the run")
+            started_at = store_of(first).run.started_at
+            # When each view took the new run, from its launch (the run record's start).
+            switched = [
+                at - started_at
+                for recorder in recorders
+                for at, event in recorder.events
+                if isinstance(event, RunInfo) and event.run_id == new
+            ] + [line["at"] - started_at for line in watch.kinds("run") if line["run_id"] == new]
+            assert len(switched) == 3 and max(switched) < SWITCH_S, switched
+            await one.pause(0.2)
+            for app in (first, second):
+                assert console_failure(app) is None, console_failure(app)
+                assert store_of(app).run_end is not None
+                assert store_of(app).run_end.replaced_by == new
+                text = banner_text(app)
+                assert f"Run {old} replaced by run {new} (profile simbench, by {me}" in text
+                assert any(f"replaced by run {new}" in n.message for n in app._notifications)
+                row = fleet_row("testbox", store_of(app), time.time(), {})
+                assert row.state in ("loading", "ready") and "replaced by run" in row.detail
+            assert not watch.kinds("server_failed")
+            assert not [s for s in watch.kinds("run_state") if s["state"] in ("failed", "hung")]
+            ends = {s["run_id"]: s["end"] for s in watch.kinds("run_state") if s.get("end")}
+            assert ends[old]["kind"] == "replaced" and ends[old]["replaced_by"] == new
+            assert ends[old]["text"].startswith(f"replaced by run {new} (profile simbench")
+
+            await wait_until(one, lambda: store_of(first).run_state == "ready", 30, "new ready")
+            code, out, err = await run_specmon(config_path, "stop")
+            assert code == 0, err
+            for app, pilot in ((first, one), (second, two)):
+                await wait_until(
+                    pilot, lambda app=app: store_of(app).run_state == "stopped", 5, "stopped"
+                )
+                assert console_failure(app) is None, console_failure(app)
+                text = banner_text(app)
+                assert f"Run {new} stopped by {me}" in text and "(specmon stop)" in text, text
+            await wait_until(one, lambda: new in {s["run_id"] for s in ends_of(watch)}, 5, "w")
+            end = next(s for s in ends_of(watch) if s["run_id"] == new)["end"]
+            assert end["kind"] == "stopped" and end["by"].startswith(me)
+            assert end["command"] == "specmon stop"
+            assert not watch.kinds("server_failed")
+            for recorder in recorders:
+                assert failures(recorder) == []
+                recorder.close()
+
+            code, out, err = await run_specmon(config_path, "status", "--json")
+            assert code == 0, err
+            runs = {r["run_id"]: r for r in json.loads(out)["runs"]}
+            assert runs[old]["end"]["kind"] == "replaced", runs[old]
+            assert runs[old]["end"]["replaced_by"] == new
+            assert runs[new]["end"]["kind"] == "stopped" and runs[new]["end"]["by"].startswith(me)
+            assert runs[new]["state"].startswith(f"stopped by {me}"), runs[new]["state"]
+            code, out, err = await run_specmon(config_path, "status")
+            assert "signal" not in out and f"replaced by run {new}" in out, out
+        shown = ", ".join(f"{s:.2f}" for s in switched)
+        print(f"consoles 1 and 2, watch on the new run {shown} s after its launch")
+    finally:
+        await watch.close()
+        kill_everything_under(state)
+
+
+def ends_of(watch: JsonWatch) -> list[dict[str, Any]]:
+    return [s for s in watch.kinds("run_state") if s.get("end")]
+
+
+def connected(app: SpecmonApp) -> bool:
+    connection = store_of(app).connection
+    return connection is not None and connection.state == "connected"
+
+
+def store_of(app: SpecmonApp) -> StateStore:
+    return app.controller.bus.store

@@ -150,6 +150,12 @@ def describe_event(event: Event) -> str | None:
         detail = f": {event.detail}" if event.detail else ""
         return f"connection  {event.host} {event.state}{extra}{detail}"
     if isinstance(event, RunInfo):
+        if event.replaces:
+            return (
+                f"run         following {event.run_id} (profile {event.profile}, pid "
+                f"{event.pid}, launched by {event.owner or 'another client'}; it replaced "
+                f"{event.replaces})"
+            )
         how = "reattached" if event.reattached else "launched"
         return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid})"
     if isinstance(event, RunState):
