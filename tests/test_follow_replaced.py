@@ -26,7 +26,7 @@ from support.sshd import SshdServer, start_sshd, stop_sshd
 from specmon.config import load_config
 from specmon.events import Ready, RunInfo, RunState, ServerFailed
 from specmon.fleet import fleet_row
-from specmon.session import open_session
+from specmon.session import RunConflictError, open_session
 from specmon.store import StateStore
 from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.banner import Banner
@@ -96,6 +96,10 @@ async def test_a_run_replaced_by_another_client_is_followed_and_told_as_a_replac
         assert runs[old].end is not None and runs[old].end.kind == "replaced"
         assert runs[old].state.startswith(f"replaced by run {new}"), runs[old].state
         assert "signal" not in runs[old].state
+
+        # Followed, not taken over: replacing another client's run takes asking for it.
+        with pytest.raises(RunConflictError, match="this console only follows it"):
+            await watcher.launch("fast")
 
         await other.stop()  # `specmon stop` from another terminal: a stop, not a crash
         store = await watcher.wait_for(lambda s: s.run_state == "stopped", SWITCH_S + 3)

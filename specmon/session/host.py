@@ -97,6 +97,9 @@ class _Follow:
     listener_recheck: bool = False  # asked again while a question was in flight
     stop: Mapping[str, Any] | None = None  # another client's stop record, once it began
     end: RunEnd | None = None  # how it ended, once it did
+    # Launched or reattached by this console: its to replace or stop. A run another client
+    # launched while this console watched is followed, never replaced from here unasked.
+    owned: bool = True
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -469,7 +472,6 @@ class HostSession(HostController):
     async def _on_connected(self, *, first: bool) -> None:
         self._connected_at = time.monotonic()  # silence while we were away proves nothing
         runs = [RunStatus.from_helper(r) for r in await self.helper.install()]
-        self._seen_runs.update(r.run_id for r in runs)
         self._remember_load_times(runs)
         follow = self._follow
         if follow is not None:
@@ -486,6 +488,8 @@ class HostSession(HostController):
         self._restart_task("agent", self.agent.run)
         self._restart_task("http", self.http.run)
         self._restart_task("watchdog", self._watchdog)
+        # Every live run first (one launched while the connection was down included), then
+        # each new one: another client's run is followed (_on_new_run).
         self._restart_task("runs", self._watch_runs)
 
     # --- remote calls ------------------------------------------------------------------------
@@ -497,9 +501,11 @@ class HostSession(HostController):
     # --- launch and stop ---------------------------------------------------------------------
 
     def _check_ownership(self, live: list[RunStatus]) -> None:
-        mine = self._follow.run.run_id if self._follow else None
+        follow = self._follow
+        mine = follow.run.run_id if follow is not None and follow.owned else None
         for run in live:
             if run.run_id != mine:
+                followed = follow is not None and follow.run.run_id == run.run_id
                 started = (
                     time.strftime("%H:%M:%S UTC", time.gmtime(run.started_at))
                     if run.started_at
@@ -511,8 +517,10 @@ class HostSession(HostController):
                 )
                 raise RunConflictError(
                     f"run {run.run_id} on {self.host_label} (started {started}"
-                    f"{' by ' + run.owner if run.owner else ''}) is live but is not the run "
-                    "this console is attached to (another console launched it). Stop it "
+                    f"{' by ' + run.owner if run.owner else ''}) is live but is not a run "
+                    "this console launched or attached to (another console launched it"
+                    f"{'; this console only follows it' if followed else ''})"
+                    ". Stop it "
                     f"with: {stop} --run-id {run.run_id}  (or every live run: {stop} --all)"
                 )
 
@@ -671,7 +679,14 @@ class HostSession(HostController):
 
     # --- following a run ---------------------------------------------------------------------
 
-    def _attach(self, run: RunStatus, *, reattached: bool, replaces: str | None = None) -> None:
+    def _attach(
+        self,
+        run: RunStatus,
+        *,
+        reattached: bool,
+        replaces: str | None = None,
+        owned: bool = True,
+    ) -> None:
         self._cancel_task("follow")
         self._seen_runs.add(run.run_id)
         parser = get_backend(run.backend).new_log_parser()
@@ -685,7 +700,7 @@ class HostSession(HostController):
             if reattached
             else LogFollower(parser=parser)
         )
-        follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None)
+        follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None, owned=owned)
         self._follow = follow
         self._stopping_run = None
         self._publish(
@@ -1022,7 +1037,10 @@ class HostSession(HostController):
         if follow is not None and replaced:
             self._tell_replaced(follow, run)
         self._attach(
-            run, reattached=True, replaces=follow.run.run_id if follow and replaced else None
+            run,
+            reattached=True,
+            replaces=follow.run.run_id if follow and replaced else None,
+            owned=False,
         )
         if run.profile in self._profiles:
             kind = self._profiles[run.profile].gpu_agent
