@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
 from specmon.agent import GpuReading  # the GPU schema lives with the agent, which ships alone
+from specmon.run_end import RunEnd
 
 ErrorCategory = Literal["oom", "nccl", "other"]
 ModelRole = Literal["target", "draft"]
@@ -128,7 +129,13 @@ class HttpUp(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Ready(Event):
+    """The server's ready line. The host session adds the load time from the run record
+    (``load_seconds``, None when unknown) and marks a line read from a reattach's replay
+    (``replayed``: it arrived long after the server became ready)."""
+
     kind: ClassVar[str] = "ready"
+    load_seconds: float | None = None
+    replayed: bool = False
 
 
 @dataclass(frozen=True, kw_only=True, init=False, repr=False, eq=False)
@@ -398,6 +405,8 @@ class RunInfo(Event):
     pgid: int | None = None
     started_at: float | None = None  # epoch seconds
     reattached: bool = False
+    owner: str | None = None  # who launched it (user@host pid N), as its record says
+    replaces: str | None = None  # the run it replaced, when this session saw that one end
 
     def to_dict(self) -> dict[str, Any]:
         """As every event's, with secret flag values as ``***`` (`specmon watch --json`):
@@ -411,10 +420,13 @@ class RunInfo(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunState(Event):
+    """The run's state; a ``stopped`` or ``failed`` one says how it ended (``end``)."""
+
     kind: ClassVar[str] = "run_state"
     run_id: str
     state: RunStateName
     detail: str | None = None
+    end: RunEnd | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

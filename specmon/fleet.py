@@ -127,11 +127,17 @@ def _state_and_detail(store: StateStore, now: float) -> tuple[RowState, str]:
         cause = failure.root_cause[0] if failure.root_cause else ""
         return "failed", f"{how}: {cause}" if cause else how
     if state == "loading":
-        return "loading", loading_detail(store, now)
+        notice = store.end_notice()  # the run followed now replaced another client's
+        detail = loading_detail(store, now)
+        return "loading", f"{detail}; {notice}" if notice else detail
     if state == "ready":
-        return "ready", "ready"
+        notice = store.end_notice()
+        return "ready", f"ready; {notice}" if notice else "ready"
     if state == "stopped":
-        return "stopped", "no server" if store.run is None else "stopped"
+        if store.run is None:
+            return "stopped", "no server"
+        end = store.run_end if store.run_end_id == store.run.run_id else None
+        return "stopped", end.text() if end is not None else "stopped"
     return "other", state
 
 

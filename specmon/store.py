@@ -48,6 +48,7 @@ from specmon.events import (
     SpecParams,
     WeightsLoaded,
 )
+from specmon.run_end import RunEnd
 
 if TYPE_CHECKING:
     from specmon.backends import Backend
@@ -106,13 +107,17 @@ class LoadingState:
     loads_seen: int = 0
     target_loaded: bool = False  # the target's weights are read (later bars are the draft's)
     previous_load_seconds: float | None = None  # from an earlier load of the same profile
+    # This run's start-to-ready time once ready, None while unknown (a reattach that saw the
+    # ready line only in its replay, of a run whose record holds no ready time).
+    load_seconds: float | None = None
     nodes: dict[int, NodeStatus] = field(default_factory=dict)  # per node of a multi-node run
 
     def elapsed(self, now: float) -> float | None:
+        if self.ready_at is not None:
+            return self.load_seconds  # None: the load time is unknown
         if self.started_at is None:
             return None
-        end = self.ready_at if self.ready_at is not None else now
-        return max(0.0, end - self.started_at)
+        return max(0.0, now - self.started_at)
 
     def eta_seconds(self, now: float) -> float | None:
         """Seconds to ready: shards left x rate while loading shards, else from history."""
@@ -239,6 +244,10 @@ class StateStore:
         self.connection: ConnectionState | None = None
         self.run: RunInfo | None = None
         self.run_state: str = "stopped"
+        # How the latest ended run ended (a stop, a replacement, a crash), kept after a new
+        # run starts: "run A replaced by run B" stays known while B loads.
+        self.run_end: RunEnd | None = None
+        self.run_end_id: str | None = None  # the run whose end run_end is
         self.loading = LoadingState()
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
@@ -299,6 +308,21 @@ class StateStore:
         now = self._clock() if at is None else at
         self.accept_by_position_history.append((now, tuple(self.accept_by_position.ratios())))
 
+    def end_notice(self) -> str | None:
+        """What the console says of a run's end that is no failure: "run A stopped by u@h
+        (specmon stop); no server is running" while nothing runs, or "run A replaced by run
+        B (...)" while B, another client's run followed now, runs (the operator learns who
+        changed the server; a relaunch of this console's own is not told). None otherwise."""
+        end, run = self.run_end, self.run
+        if end is None or run is None:
+            return None
+        if self.run_state == "stopped" and self.run_end_id == run.run_id and not end.failed:
+            return f"run {run.run_id} {end.text()}; no server is running"
+        replaced = end.kind == "replaced" and end.replaced_by == run.run_id
+        if replaced and run.replaces is not None and run.replaces == self.run_end_id:
+            return f"run {self.run_end_id} {end.text()}; following run {run.run_id}"
+        return None
+
     def throughput_stats(self) -> tuple[float | None, float | None, float | None]:
         """(current, mean, max) gen throughput of the current run."""
         if not self.throughput:
@@ -355,6 +379,10 @@ class StateStore:
                 self.run_state = "loading"
 
     def _on_run_state(self, e: RunState, now: float) -> None:
+        if e.end is not None:
+            self.run_end, self.run_end_id = e.end, e.run_id
+        if self.run is not None and e.run_id != self.run.run_id:
+            return  # an earlier run's end, told after the next run began
         self.run_state = e.state
 
     def _enter(self, phase: str | None) -> None:
@@ -433,8 +461,14 @@ class StateStore:
         self._enter("ready")
         loading.done_phases.append("ready")
         loading.ready_at = now
-        if loading.started_at is not None:
-            loading.previous_load_seconds = now - loading.started_at
+        if e.load_seconds is not None:
+            loading.load_seconds = e.load_seconds
+        elif not e.replayed and loading.started_at is not None:
+            loading.load_seconds = now - loading.started_at
+        else:
+            loading.load_seconds = None  # a replayed line: it came long after the fact
+        if loading.load_seconds is not None:
+            loading.previous_load_seconds = loading.load_seconds
         self.run_state = "ready"
 
     def _on_load_times(self, e: LoadTimes, now: float) -> None:
@@ -446,6 +480,8 @@ class StateStore:
             loading.started_at = e.started_at
         if e.ready_at is not None and (loading.ready_at is not None or unseen):
             loading.ready_at = e.ready_at
+            if e.started_at is not None:  # both from the run record: its load time
+                loading.load_seconds = e.ready_at - e.started_at
         if e.previous_load_seconds is not None:
             loading.previous_load_seconds = e.previous_load_seconds
 

@@ -37,6 +37,7 @@ from specmon.ledger import (
     RunRecord,
     params_key,
 )
+from specmon.run_end import REQUESTED_ENDS, RunEnd
 from specmon.secrets import redact_params
 
 if TYPE_CHECKING:
@@ -644,11 +645,13 @@ class SweepRunner:
         return False
 
     async def _replaced_by_someone_else(self, run_id: str | None) -> str | None:
-        """How the point's server ended, when another console ended it: a newer live run on
-        the host (launched by its owner), or a SIGTERM this sweep did not send; None when the
-        server is alive or ended on its own (a verdict on the combination)."""
+        """How the point's server ended, when another client ended it: replaced by a newer
+        live run on the host, stopped by specmon elsewhere (its stop record, run_end.py), or
+        a SIGTERM this sweep did not send; None when the server is alive or ended on its own
+        (a verdict on the combination)."""
         if run_id is None:
             return None
+        end: RunEnd | None = None
         for _ in range(REPLACEMENT_POLLS):  # another console launches right after its stop
             try:
                 runs = await self.controller.status()
@@ -657,6 +660,9 @@ class SweepRunner:
             ours = next((r for r in runs if r.run_id == run_id), None)
             if ours is None or ours.alive:
                 return None
+            end = ours.end
+            if end is not None and end.kind == "replaced":
+                return end.text()
             newer = [
                 r
                 for r in runs
@@ -664,13 +670,19 @@ class SweepRunner:
             ]
             if newer:
                 other = newer[-1]
-                return (
-                    f"replaced by run {other.run_id} (profile {other.profile or '-'}) launched "
-                    f"by {other.owner or 'another console'}"
-                )
-            if ours.exit_signal != SIGTERM:
+                return RunEnd(
+                    "replaced",
+                    replaced_by=other.run_id,
+                    replaced_by_profile=other.profile,
+                    replaced_by_owner=other.owner or "another console",
+                    at=other.started_at,
+                ).text()
+            requested = end is not None and end.kind in REQUESTED_ENDS
+            if not requested and ours.exit_signal != SIGTERM:
                 return None
             await asyncio.sleep(READY_POLL_S)
+        if end is not None and end.kind in REQUESTED_ENDS:
+            return f"{end.text()}, with no run launched after it"
         return "stopped from outside this sweep (SIGTERM), with no run launched after it"
 
     async def _wait_connected(self) -> None:
@@ -838,6 +850,9 @@ class SweepRunner:
                     raise PointFailed(f"server {what}{detail}", failure.root_cause)
                 if store.run_state == "stopped":
                     raise PointFailed("server stopped before it was ready")
+            elif store.run_end_id == run_id and store.run_end is not None:
+                # Another client replaced it, and the session follows that client's run now.
+                raise PointFailed(f"server {store.run_end.text()} before it was ready")
             elapsed = now - started
             if elapsed > self.ready_timeout_s:
                 phase = store.loading.phase or "start-up"

@@ -66,6 +66,8 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     if args.state_dir:
         session.use_state_dir(args.state_dir)
     session.stop_command = stop_command(args)
+    if getattr(args, "command", None):  # named in the stop records of the runs it stops
+        session.command_name = f"specmon {args.command}"
     return session
 
 
@@ -149,6 +151,12 @@ def describe_event(event: Event) -> str | None:
         detail = f": {event.detail}" if event.detail else ""
         return f"connection  {event.host} {event.state}{extra}{detail}"
     if isinstance(event, RunInfo):
+        if event.replaces:
+            return (
+                f"run         following {event.run_id} (profile {event.profile}, pid "
+                f"{event.pid}, launched by {event.owner or 'another client'}; it replaced "
+                f"{event.replaces})"
+            )
         how = "reattached" if event.reattached else "launched"
         return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid})"
     if isinstance(event, RunState):

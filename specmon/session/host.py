@@ -14,6 +14,7 @@ import base64
 import contextlib
 import gc
 import json
+import secrets
 import shlex
 import sys
 import time
@@ -36,9 +37,10 @@ from specmon.events import (
     ServerError,
     StopProgress,
 )
+from specmon.run_end import REQUESTED_ENDS, RunEnd, run_end
 from specmon.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
-from specmon.session.failure import exit_text, failure_event, hang_reason
+from specmon.session.failure import failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
@@ -93,6 +95,11 @@ class _Follow:
     listener_confirmed: bool = False  # the port was found the run's own
     held_ready: tuple[Event, float] | None = None  # the log's ready line, until confirmed
     listener_recheck: bool = False  # asked again while a question was in flight
+    stop: Mapping[str, Any] | None = None  # another client's stop record, once it began
+    end: RunEnd | None = None  # how it ended, once it did
+    # Launched or reattached by this console: its to replace or stop. A run another client
+    # launched while this console watched is followed, never replaced from here unasked.
+    owned: bool = True
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -134,6 +141,12 @@ class HostSession(HostController):
             call_timeout_s=self.options.call_timeout_s,
         )
         self._follow: _Follow | None = None
+        # This session's token in the runs it launches (two consoles of one process share
+        # the owner's pid), and the runs it has seen: another client's new run is followed.
+        self.client_token = secrets.token_hex(8)
+        self._seen_runs: set[str] = set()
+        # What this client is, in the stop records of the runs it stops ("specmon stop").
+        self.command_name = "console"
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._closing = False
@@ -262,8 +275,10 @@ class HostSession(HostController):
         released), then launch ``spec`` (already validated); ``run_id`` and ``node`` make it
         one node of a multi-node run."""
         chosen = self._profiles.get(profile) if profile else None
-        await self._stop_live_runs(await self.status())
-        result = await self._helper_launch(spec, profile, chosen, run_id=run_id, node=node)
+        replaced = await self._stop_live_runs(await self.status())
+        result = await self._helper_launch(
+            spec, profile, chosen, run_id=run_id, node=node, replaces=replaced
+        )
         kind = chosen.gpu_agent if chosen is not None else None
         if kind is not None and kind != self._agent_kind:
             self._agent_kind = kind
@@ -473,6 +488,9 @@ class HostSession(HostController):
         self._restart_task("agent", self.agent.run)
         self._restart_task("http", self.http.run)
         self._restart_task("watchdog", self._watchdog)
+        # Every live run first (one launched while the connection was down included), then
+        # each new one: another client's run is followed (_on_new_run).
+        self._restart_task("runs", self._watch_runs)
 
     # --- remote calls ------------------------------------------------------------------------
 
@@ -483,9 +501,11 @@ class HostSession(HostController):
     # --- launch and stop ---------------------------------------------------------------------
 
     def _check_ownership(self, live: list[RunStatus]) -> None:
-        mine = self._follow.run.run_id if self._follow else None
+        follow = self._follow
+        mine = follow.run.run_id if follow is not None and follow.owned else None
         for run in live:
             if run.run_id != mine:
+                followed = follow is not None and follow.run.run_id == run.run_id
                 started = (
                     time.strftime("%H:%M:%S UTC", time.gmtime(run.started_at))
                     if run.started_at
@@ -497,18 +517,22 @@ class HostSession(HostController):
                 )
                 raise RunConflictError(
                     f"run {run.run_id} on {self.host_label} (started {started}"
-                    f"{' by ' + run.owner if run.owner else ''}) is live but is not the run "
-                    "this console is attached to (another console launched it). Stop it "
+                    f"{' by ' + run.owner if run.owner else ''}) is live but is not a run "
+                    "this console launched or attached to (another console launched it"
+                    f"{'; this console only follows it' if followed else ''})"
+                    ". Stop it "
                     f"with: {stop} --run-id {run.run_id}  (or every live run: {stop} --all)"
                 )
 
-    async def _stop_live_runs(self, runs: list[RunStatus]) -> None:
+    async def _stop_live_runs(self, runs: list[RunStatus]) -> tuple[str, ...]:
+        """Stop this console's live runs to make room for a launch; the ids stopped."""
         live = [r for r in runs if r.alive]
         self._check_ownership(live)
         for run in live:
-            await self._stop_run(run)
+            await self._stop_run(run, reason="replace")
+        return tuple(r.run_id for r in live)
 
-    async def _stop_run(self, run: RunStatus) -> StopReport:
+    async def _stop_run(self, run: RunStatus, *, reason: str = "stop") -> StopReport:
         opts = self.options
         self._stopping_run = run.run_id
         self._publish(RunState(run_id=run.run_id, state="stopping"))
@@ -522,6 +546,12 @@ class HostSession(HostController):
                 str(self._grace_for(run)),
                 "--kill-wait",
                 str(opts.kill_wait_s),
+                "--by",
+                self.options.owner,
+                "--command",
+                self.command_name,
+                "--reason",
+                reason,
             )
         )
         final: dict[str, Any] = {}
@@ -563,10 +593,17 @@ class HostSession(HostController):
         self._publish(
             StopProgress(run_id=run.run_id, step="gpu_released", seconds=seconds, detail=detail)
         )
+        end = RunEnd(
+            "killed" if any(step[0] == "sigkill" for step in steps) else "stopped",
+            by=self.options.owner,
+            command=self.command_name,
+            at=gone_at,
+        )
         if self._follow is not None and self._follow.run.run_id == run.run_id:
             await self._drain_follow()
             self._follow.ended = True
-        self._publish(RunState(run_id=run.run_id, state="stopped", detail="stopped by specmon"))
+            end = self._follow.end or end
+        self._publish(RunState(run_id=run.run_id, state="stopped", detail=end.text(), end=end))
         if not released:
             raise RemoteCallError(
                 f"{self.host_label}: the server's processes are gone but GPU memory was not "
@@ -599,6 +636,7 @@ class HostSession(HostController):
         *,
         run_id: str | None = None,
         node: Mapping[str, Any] | None = None,
+        replaces: tuple[str, ...] = (),
     ) -> str:
         local = self.transport.is_local
         payload = launch_payload(
@@ -616,9 +654,15 @@ class HostSession(HostController):
             ),
             run_id=run_id,
             node=node,
+            replaces=replaces,
+            client=self.client_token,
         )
         reply = await self.helper.call(["launch"], input=json.dumps(payload).encode())
         run = RunStatus.from_helper({**reply, "alive": True})
+        self._seen_runs.add(run.run_id)
+        previous = self._follow
+        if previous is not None and previous.run.run_id in replaces:
+            self._tell_replaced(previous, run)
         self._attach(run, reattached=False)
         return run.run_id
 
@@ -635,8 +679,16 @@ class HostSession(HostController):
 
     # --- following a run ---------------------------------------------------------------------
 
-    def _attach(self, run: RunStatus, *, reattached: bool) -> None:
+    def _attach(
+        self,
+        run: RunStatus,
+        *,
+        reattached: bool,
+        replaces: str | None = None,
+        owned: bool = True,
+    ) -> None:
         self._cancel_task("follow")
+        self._seen_runs.add(run.run_id)
         parser = get_backend(run.backend).new_log_parser()
         log = (
             LogFollower.reattached(
@@ -648,7 +700,7 @@ class HostSession(HostController):
             if reattached
             else LogFollower(parser=parser)
         )
-        follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None)
+        follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None, owned=owned)
         self._follow = follow
         self._stopping_run = None
         self._publish(
@@ -662,6 +714,8 @@ class HostSession(HostController):
                 pgid=run.pgid,
                 started_at=run.started_at,
                 reattached=reattached,
+                owner=run.owner,
+                replaces=replaces,
             )
         )
         if reattached:
@@ -706,8 +760,10 @@ class HostSession(HostController):
                     self._on_log_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "probe":
                     self._on_probe_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
+                elif kind == "stopping":
+                    self._on_stopping(follow, msg.get("stop") or {})
                 elif kind == "exit":
-                    self._on_exit(follow, msg.get("exit") or {})
+                    self._on_exit(follow, msg.get("exit") or {}, msg.get("stop"))
                     return
         finally:
             await proc.kill()
@@ -754,6 +810,8 @@ class HostSession(HostController):
                 follow.held_ready = (event, now)
                 self._spawn_listener_check(follow, force=True)
             return
+        if isinstance(event, Ready):
+            event = self._timed_ready(follow, event, now)
         self._publish(event, now)
         if not isinstance(event, Ready):
             return
@@ -764,6 +822,18 @@ class HostSession(HostController):
         elif follow.run.ready_late and not follow.log.replaying:
             # The health endpoint told first; the line seen live gives the load time.
             self._record_ready(follow, now, late=False)
+
+    def _timed_ready(self, follow: _Follow, event: Ready, now: float) -> Ready:
+        """The ready line with the load time from the run record: its start to now for a
+        line seen live; for one read in a reattach's replay, the record's ready time if it
+        has one (seen live by some console), else unknown (None)."""
+        run = follow.run
+        if follow.log.replaying:
+            return replace(event, replayed=True, load_seconds=run.load_seconds)
+        if run.ready_at is not None and not run.ready_late:
+            return replace(event, load_seconds=run.load_seconds)
+        started = run.started_at
+        return replace(event, load_seconds=now - started if started else None)
 
     def on_healthy(self, run_id: str) -> None:
         """The health endpoint said ready: a run whose ready line nobody saw (it became
@@ -887,23 +957,96 @@ class HostSession(HostController):
         for event in follow.log.feed_probe(offset, data):
             self._publish(event, now)
 
-    def _on_exit(self, follow: _Follow, info: Mapping[str, Any]) -> None:
+    def _on_stopping(self, follow: _Follow, stop: Mapping[str, Any]) -> None:
+        """Some client (this one, or another console, `specmon stop`, a launch replacing
+        the run) began stopping the run: what follows is a stop, not a crash."""
+        follow.stop = stop
+        if self._stopping_run == follow.run.run_id or follow.ended:
+            return
+        asked = RunEnd("stopped", by=stop.get("by"), command=stop.get("command"))
+        detail = asked.text().replace("stopped", "being stopped", 1)
+        self._publish(RunState(run_id=follow.run.run_id, state="stopping", detail=detail))
+
+    def _on_exit(
+        self, follow: _Follow, info: Mapping[str, Any], stop: Mapping[str, Any] | None = None
+    ) -> None:
         now = time.time()
         for event in follow.log.finish():
             self._on_server_event(follow, event, now)
+        if follow.ended:
+            return  # already told (replaced by a run that was seen first)
         follow.ended = True
         code, sig = info.get("code"), info.get("signal")
         run_id = follow.run.run_id
+        stop = stop or follow.stop
         follow.run = replace(
-            follow.run, alive=False, exit_code=code, exit_signal=sig, ended_at=info.get("ended_at")
+            follow.run,
+            alive=False,
+            exit_code=code,
+            exit_signal=sig,
+            ended_at=info.get("ended_at"),
+            stop=stop,
         )
-        if self._stopping_run == run_id:
-            self._publish(RunState(run_id=run_id, state="stopped", detail=exit_text(code, sig)))
+        end = follow.end = run_end(info, stop)
+        if self._stopping_run == run_id or end.kind in REQUESTED_ENDS:
+            # Stopped by specmon (this client or another): information, never a failure.
+            self._publish(RunState(run_id=run_id, state="stopped", detail=end.text(), end=end))
             return
         if code == 0 and not follow.log.errors:
-            self._publish(RunState(run_id=run_id, state="stopped", detail="exited 0"))
+            self._publish(RunState(run_id=run_id, state="stopped", detail=end.text(), end=end))
             return
         self._report_failure(follow, exit_code=code, signal=sig)
+        self._publish(RunState(run_id=run_id, state="failed", detail=end.text(), end=end))
+
+    def _tell_replaced(self, old: _Follow, new: RunStatus) -> None:
+        """``old`` was stopped so that ``new`` could run: its end is told as that."""
+        base = old.end or run_end(None, old.stop or {})
+        end = base.replaced(new.run_id, profile=new.profile, owner=new.owner, at=new.started_at)
+        old.end = end
+        old.ended = True
+        self._publish(RunState(run_id=old.run.run_id, state="stopped", detail=end.text(), end=end))
+
+    async def _watch_runs(self) -> None:
+        """Follow the runs another client launches in this state dir: the helper tells each
+        new run as soon as its record is written (a 0.25 s poll on the host)."""
+        proc = await self.transport.start(self.helper.argv("watch-runs"))
+        try:
+            while True:
+                line = await proc.readline()
+                if not line:
+                    return  # the connection dropped: the supervisor restarts this
+                with contextlib.suppress(ValueError, KeyError, TypeError):
+                    msg = json.loads(line)
+                    if msg.get("t") == "run":
+                        self._on_new_run(RunStatus.from_helper(msg["run"]))
+        finally:
+            await proc.kill()
+
+    def _on_new_run(self, run: RunStatus) -> None:
+        """A run appeared in the state dir. Another client's live run is followed at once
+        when it replaced the followed run, or when no live run is followed (the old one was
+        stopped or ended); one that runs beside a live followed run is left alone."""
+        if run.run_id in self._seen_runs or run.client == self.client_token or not run.alive:
+            self._seen_runs.add(run.run_id)
+            return
+        self._seen_runs.add(run.run_id)
+        follow = self._follow
+        replaced = follow is not None and follow.run.run_id in run.replaces
+        if follow is not None and not follow.ended and not replaced:
+            return
+        if follow is not None and replaced:
+            self._tell_replaced(follow, run)
+        self._attach(
+            run,
+            reattached=True,
+            replaces=follow.run.run_id if follow and replaced else None,
+            owned=False,
+        )
+        if run.profile in self._profiles:
+            kind = self._profiles[run.profile].gpu_agent
+            if kind != self._agent_kind:
+                self._agent_kind = kind
+                self._restart_task("agent", self.agent.run)
 
     def _report_failure(
         self,
@@ -935,7 +1078,7 @@ class HostSession(HostController):
         while True:
             await asyncio.sleep(min(1.0, limit / 4))
             follow = self._follow
-            if follow is None or follow.ended or follow.failed_reported:
+            if follow is None or follow.ended or follow.failed_reported or follow.stop:
                 continue
             if self._stopping_run == follow.run.run_id or not self.serves_http:
                 continue

@@ -43,12 +43,16 @@ def launch_payload(
     tether_grace_s: float | None = None,
     run_id: str | None = None,
     node: Mapping[str, Any] | None = None,
+    replaces: tuple[str, ...] = (),
+    client: str | None = None,
 ) -> dict[str, Any]:
     """The helper's launch request. ``local_python`` replaces a bare python3/python command
     word (a local host runs the simulator in specmon's own interpreter); ``tether_grace_s``
     ties the run to this process (the demo's server must not outlive it, even killed).
     A node of a multi-node server gets its run's shared ``run_id`` and its ``node`` record
-    (rank, nnodes, the nodes' labels), kept in the run's meta."""
+    (rank, nnodes, the nodes' labels), kept in the run's meta. ``replaces``: the runs this
+    launch stopped to make room (their stop records then name this run); ``client``: the
+    launching session's token, so it knows its own run among those that appear."""
     argv = list(spec.argv)
     if local_python and argv and argv[0] in ("python3", "python"):
         argv[0] = local_python
@@ -62,7 +66,14 @@ def launch_payload(
         # The helper refuses the launch while anything listens there: what holds the port
         # would answer for the server. Not for a multi-node server's other nodes (no HTTP).
         "port_must_be_free": node is None or not node.get("rank"),
-        "meta": {"owner": owner, "backend": spec.backend, "spec": spec.shown().to_json()},
+        "meta": {
+            "owner": owner,
+            "backend": spec.backend,
+            "spec": spec.shown().to_json(),
+            "replaces": list(replaces),
+            "client": client,
+        },
+        "replaces": list(replaces),
         "run_id": run_id,
         "run_env": {"SPECMON_PROBE_FILE": PROBE_FILE},
         "extra_env": {},
@@ -76,6 +87,7 @@ def launch_payload(
             "pid": os.getpid(),
             "ticks": start_ticks(os.getpid()),
             "grace": tether_grace_s,
+            "owner": owner,
         }
     if sim_gpu_state_path is not None:
         payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = sim_gpu_state_path

@@ -10,7 +10,8 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
               secrets masked by specmon)
   status      list runs with liveness (pid + process start time, so a reused pid is not alive)
   stop        SIGTERM the run's process group, wait, SIGKILL, confirm the group is empty;
-              prints one JSON line per step
+              prints one JSON line per step; stop.json records who stopped it, why, and when
+              the SIGKILL went (a later launch adds which run replaced it)
   hold-lock   take the host's flock and hold it until stdin closes (so a dropped console never
               leaves a stale lock); prints {"ok": true} or who holds it and since when
   follow      stream a run's log and probe file from byte offsets as framed JSON lines, then
@@ -23,6 +24,7 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
               process of the run's session, and the others named (pid, user, command)
   hold-sweep  take the host's sweep lease (one sweep at a time) and hold it until stdin
               closes; a JSON line on stdin adds to the lease's record (the sweep's id)
+  watch-runs  tell the live runs, then every new run as soon as its record is written
 """
 
 from __future__ import annotations
@@ -426,8 +428,30 @@ def cmd_launch(args):
     result = json.loads(data.decode() or '{"ok": false, "error": "monitor died"}')
     result["run_id"] = run_id
     result["run_dir"] = rdir
+    if result.get("ok"):
+        note_replaced(state, spec.get("replaces") or [], run_id, spec)
     emit(result)
     return 0 if result.get("ok") else 3
+
+
+def note_replaced(state, replaced, run_id, spec):
+    """Add to the stop record of each run this launch replaced (stopped for it) which run
+    replaced it: `status` then tells a replacement, not a bare stop."""
+    for old in replaced:
+        if not old or set(str(old)) - RUN_ID_CHARS:
+            continue
+        path = os.path.join(state, "runs", str(old), "stop.json")
+        record = read_json(path)
+        if record is None:
+            continue  # not stopped by specmon: its end is its own
+        record.update(
+            replaced_by=run_id,
+            replaced_by_profile=spec.get("profile"),
+            replaced_by_owner=(spec.get("meta") or {}).get("owner"),
+            replaced_at=time.time(),
+        )
+        with contextlib.suppress(OSError):
+            write_json(path, record)
 
 
 def monitor(argv, env, rdir, log_path, report_fd, spec):
@@ -481,7 +505,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
     report = dict(run, ok=True)
     os.write(report_fd, json.dumps(report).encode())
     os.close(report_fd)
-    code = wait_tethered(child, spec.get("tether"))
+    code = wait_tethered(child, spec.get("tether"), rdir)
     ended = {"ended_at": time.time()}
     if code < 0:
         ended.update(code=None, signal=-code)
@@ -494,7 +518,7 @@ def monitor(argv, env, rdir, log_path, report_fd, spec):
         time.sleep(0.5)
 
 
-def wait_tethered(child, tether):
+def wait_tethered(child, tether, rdir):
     """Wait for the server; with a tether (the demo's console process), stop the server's group
     if the console dies without cleaning up (killed, terminal closed), so nothing is left."""
     if not tether:
@@ -506,7 +530,18 @@ def wait_tethered(child, tether):
             pass
         if proc_start_ticks(int(tether["pid"])) == tether.get("ticks"):
             continue
+        record = {
+            "by": tether.get("owner") or "",
+            "command": "its console ended",
+            "reason": "stop",
+            "at": time.time(),
+            "grace": float(tether.get("grace", 10)),
+        }
         for sig, wait in ((signal.SIGTERM, float(tether.get("grace", 10))), (signal.SIGKILL, 10)):
+            if sig == signal.SIGKILL:
+                record["sigkill_at"] = time.time()
+            with contextlib.suppress(OSError):
+                write_json(os.path.join(rdir, "stop.json"), record)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(child.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -524,6 +559,7 @@ def describe(state, run_id):
         return None
     exit_info = read_record(os.path.join(rdir, "exit.json"))
     meta = read_json(os.path.join(rdir, "meta.json")) or {}
+    stop = read_json(os.path.join(rdir, "stop.json"))
     try:
         log_size = os.path.getsize(os.path.join(rdir, "server.log"))
     except OSError:
@@ -535,6 +571,7 @@ def describe(state, run_id):
         alive=leader or bool(left),
         group_left=len(left),
         exit=exit_info,
+        stop=stop,
         annotations=meta,
         log_size=log_size,
         run_dir=rdir,
@@ -571,6 +608,17 @@ def cmd_stop(args):
         emit({"ok": True, "already": True})
         return 0
     start = time.time()
+    # Who stopped the run and why, written before the signal: the monitor's exit record then
+    # tells the leader's own end, and this one that specmon asked for it.
+    stop_path = os.path.join(rdir, "stop.json")
+    stop_record = {
+        "by": args.by,
+        "command": args.command,
+        "reason": args.reason,
+        "at": start,
+        "grace": args.grace,
+    }
+    write_json(stop_path, stop_record)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
     emit({"step": "sigterm", "seconds": round(time.time() - start, 3)})
@@ -581,6 +629,8 @@ def cmd_stop(args):
         )
     else:
         kill_at = time.time()
+        # Recorded first: a leader that ends after this instant was killed, not stopped.
+        write_json(stop_path, dict(stop_record, sigkill_at=kill_at))
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pgid, signal.SIGKILL)
         emit(
@@ -737,7 +787,13 @@ def cmd_follow(args):
     paths = {"log": log_path, "probe": probe_path}
     last_beat = time.time()
     dead_since = None
+    stop_path = os.path.join(rdir, "stop.json")
+    stop_told = False
     while True:
+        if not stop_told and os.path.exists(stop_path):
+            # A stop by any client: the follower hears of it before the server's last lines.
+            stop_told = True
+            emit({"t": "stopping", "stop": read_json(stop_path)})
         sent = False
         for stream in ("log", "probe"):
             data = read_from(paths[stream], offsets[stream], 256 * 1024)
@@ -762,12 +818,37 @@ def cmd_follow(args):
         if exit_info is not None:
             # Drain what the server wrote before it ended, then report the exit once.
             if not any(read_from(paths[s], offsets[s], 1) for s in paths):
-                emit({"t": "exit", "exit": exit_info, "offsets": offsets})
+                stop = read_json(stop_path)
+                emit({"t": "exit", "exit": exit_info, "stop": stop, "offsets": offsets})
                 return 0
             continue
         if time.time() - last_beat >= 1.0:
             emit({"t": "beat", "offsets": offsets, "alive": run_alive(run, None) if run else False})
             last_beat = time.time()
+        if stdin_closed(args.interval):
+            return 0
+
+
+def cmd_watch_runs(args):
+    """Tell each run of the state dir that is live now, then each new one once its record
+    is written ({"t": "run", "run": ...}, as `status` describes it), until stdin closes:
+    another client's launch is followed at once."""
+    state = state_dir(args.state_dir)
+    runs_dir = os.path.join(state, "runs")
+    told = set()
+    first = True
+    while True:
+        with contextlib.suppress(OSError):
+            for run_id in sorted(os.listdir(runs_dir)):
+                if run_id in told:
+                    continue
+                info = describe(state, run_id)
+                if info is None:
+                    continue  # its record is not written yet: looked at again next round
+                told.add(run_id)
+                if info["alive"] or not first:
+                    emit({"t": "run", "run": info})
+        first = False
         if stdin_closed(args.interval):
             return 0
 
@@ -919,6 +1000,7 @@ def main(argv=None):
         "free-port",
         "listener",
         "hold-sweep",
+        "watch-runs",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -928,6 +1010,10 @@ def main(argv=None):
     sub.choices["hello"].add_argument("--with-status", action="store_true")
     sub.choices["stop"].add_argument("--grace", type=float, default=30.0)
     sub.choices["stop"].add_argument("--kill-wait", type=float, default=10.0)
+    sub.choices["stop"].add_argument("--by", default="")
+    sub.choices["stop"].add_argument("--command", default="")
+    sub.choices["stop"].add_argument("--reason", choices=("stop", "replace"), default="stop")
+    sub.choices["watch-runs"].add_argument("--interval", type=float, default=0.25)
     sub.choices["hold-lock"].add_argument("--owner", required=True)
     sub.choices["hold-lock"].add_argument("--max-hold", type=float, default=3600.0)
     sub.choices["hold-sweep"].add_argument("--owner", required=True)
@@ -951,6 +1037,7 @@ def main(argv=None):
         "free-port": cmd_free_port,
         "listener": cmd_listener,
         "hold-sweep": cmd_hold_sweep,
+        "watch-runs": cmd_watch_runs,
     }[args.cmd]
     try:
         return handler(args)

@@ -7,7 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.backends import DEFAULT_BACKEND
+from specmon.run_end import RunEnd, run_end
 from specmon.secrets import redact_argv, redact_env
+
+__all__ = ["RunEnd", "RunStatus", "StopReport", "run_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,19 @@ class RunStatus:
     # A node whose multi-node launch never finished (the launcher was killed between nodes):
     # it runs, but as part of a server whose other nodes may never have started.
     multinode_incomplete: bool = False
+    stop: Mapping[str, Any] | None = None  # the helper's stop record (stop.json), if stopped
+    replaces: tuple[str, ...] = ()  # the runs its launch stopped to make room
+    client: str | None = None  # the launching session's token
+
+    @property
+    def end(self) -> RunEnd | None:
+        """How the run ended (None while it runs)."""
+        if self.alive and not self.group_left:
+            return None
+        return run_end(
+            {"code": self.exit_code, "signal": self.exit_signal, "ended_at": self.ended_at},
+            self.stop,
+        )
 
     @property
     def load_seconds(self) -> float | None:
@@ -47,12 +63,9 @@ class RunStatus:
 
     @property
     def state(self) -> str:
-        if self.alive and self.group_left:
-            if self.exit_signal is not None:
-                ended = f"killed by signal {self.exit_signal}"
-            else:
-                ended = "gone" if self.exit_code is None else f"exited {self.exit_code}"
-            return f"leader {ended}, {self.group_left} processes of its group still alive"
+        end = self.end
+        if self.alive and self.group_left and end is not None:
+            return f"leader {end.text()}, {self.group_left} processes of its group still alive"
         if self.alive and self.multinode_incomplete:
             return (
                 f"running as node {self.node_rank} of an incomplete {self.nnodes}-node run "
@@ -60,11 +73,7 @@ class RunStatus:
             )
         if self.alive:
             return "ready" if self.ready_at is not None else "running"
-        if self.exit_signal is not None:
-            return f"killed by signal {self.exit_signal}"
-        if self.exit_code is not None:
-            return f"exited {self.exit_code}"
-        return "gone"
+        return end.text() if end is not None else "gone"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +92,7 @@ class RunStatus:
             "ended_at": self.ended_at,
             "exit_code": self.exit_code,
             "exit_signal": self.exit_signal,
+            "end": self.end.to_dict() if self.end is not None else None,
             "owner": self.owner,
             "run_dir": self.run_dir,
             "backend": self.backend,
@@ -123,6 +133,9 @@ class RunStatus:
             multinode_incomplete=(
                 node.get("launch_complete") is False and not notes.get("nodes_launched")
             ),
+            stop=data.get("stop") if isinstance(data.get("stop"), dict) else None,
+            replaces=tuple(str(r) for r in meta.get("replaces") or ()),
+            client=meta.get("client"),
         )
 
 

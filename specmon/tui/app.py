@@ -25,6 +25,7 @@ from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Dropped, LogLine, Notice, Ready, RunInfo, StopProgress
+from specmon.run_end import who_of
 from specmon.session.cli import BesideService
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
@@ -250,9 +251,21 @@ class SpecmonApp(App[int]):
                 problem = (event.detail or "error") if event.state == "error" else None
                 view.main.query_one(GpuPanel).set_agent_problem(problem)
             elif isinstance(event, Ready):
-                elapsed = store.loading.elapsed(now)
+                seconds = event.load_seconds
+                if seconds is None:
+                    seconds = store.loading.load_seconds
+                loaded = (
+                    f"loaded in {format_duration(seconds)}"
+                    if seconds is not None
+                    else "load time unknown"
+                )
+                self.notify(f"{prefix}Server ready ({loaded})", title="Ready")
+            elif isinstance(event, RunInfo) and event.replaces:
                 self.notify(
-                    f"{prefix}Server ready (loaded in {format_duration(elapsed)})", title="Ready"
+                    f"{prefix}Run {event.replaces} was replaced by run {event.run_id} "
+                    f"(profile {event.profile or '-'}, by {who_of(event.owner) or 'another client'}); "
+                    "following it",
+                    title="Replaced",
                 )
             elif isinstance(event, RunInfo) and event.reattached:
                 self.notify(f"{prefix}Reattached to run {event.run_id}", title="Reattached")

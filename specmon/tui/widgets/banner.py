@@ -12,12 +12,14 @@ ROOT_CAUSE_LINES = 4
 
 
 class Banner(Static):
-    """Shows the failure (root cause and failing command) or the reconnect attempt; else hidden."""
+    """Shows the failure (root cause and failing command), the reconnect attempt, or how the
+    run ended when no failure did (stopped or replaced by some client); else hidden."""
 
     DEFAULT_CSS = """
     Banner { display: none; height: auto; max-height: 8; padding: 0 1; }
     Banner.-failed { display: block; background: $error 30%; border-left: thick $error; }
     Banner.-reconnecting { display: block; background: $warning 25%; border-left: thick $warning; }
+    Banner.-info { display: block; background: $primary 20%; border-left: thick $primary; }
     """
 
     def __init__(self, **kwargs: object) -> None:
@@ -31,13 +33,18 @@ class Banner(Static):
             "disconnected",
         )
         failure = store.failure if store.run_state in ("failed", "hung") else None
-        key = (failure, connection if reconnecting else None)
+        # A stop or a replacement by any client: information, in the banner's calm colour.
+        notice = store.end_notice() if failure is None and not reconnecting else None
+        key = (failure, connection if reconnecting else None, notice)
         if key == self._last:
             return
         self._last = key
         self.set_class(failure is not None, "-failed")
         self.set_class(reconnecting and failure is None, "-reconnecting")
+        self.set_class(notice is not None, "-info")
         text = Text(overflow="ellipsis")
+        if notice is not None:
+            text.append(safe_text(notice[0].upper() + notice[1:]))
         if failure is not None:
             what = "hung" if failure.hung else "failed"
             text.append(f"Server {what}", style="bold")
