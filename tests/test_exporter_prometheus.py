@@ -93,19 +93,21 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
         await session.start()  # launches the simulator; its clients keep it decoding
         exporter = start_exporter(state_dir, port, exporter_log)
         url = f"http://127.0.0.1:{port}/metrics"
+        assert session.bus.store.run is not None
+        run = f'run_id="{session.bus.store.run.run_id}"'  # a run's own series carry its id
         needles = (
             'specmon_host_up{host="local"} 1.0',
             'specmon_gpu_utilization_ratio{gpu="7",host="local"}',
             'specmon_spec_phase_seconds_bucket{host="local",le="+Inf",phase="verify"}',
-            'specmon_generation_tokens_per_second{host="local"}',
-            'specmon_ready{host="local"} 1.0',
+            f'specmon_generation_tokens_per_second{{host="local",{run}}}',
+            f'specmon_ready{{host="local",{run}}} 1.0',
         )
         text = await scrape_when(url, needles, 60.0, exporter, exporter_log)
         checked = subprocess.run(
             [promtool, "check", "metrics"], input=text.encode(), capture_output=True, timeout=30
         )
         assert checked.returncode == 0, checked.stdout.decode() + checked.stderr.decode()
-        assert 'specmon_spec_position_acceptance_ratio{host="local",position="3"}' in text
+        assert f'specmon_spec_position_acceptance_ratio{{host="local",position="3",{run}}}' in text
         assert 'spec_algorithm="EAGLE3"' in text and 'model="moonshotai/Kimi-K2.5"' in text
 
         with run_prometheus(tmp_path / "prom", [f"127.0.0.1:{port}"]) as prom:
