@@ -111,6 +111,9 @@ class LoadingState:
     # ready line only in its replay, of a run whose record holds no ready time).
     load_seconds: float | None = None
     nodes: dict[int, NodeStatus] = field(default_factory=dict)  # per node of a multi-node run
+    # A reattach: its start-up lines arrive replayed, all at once, so their arrival times say
+    # nothing of when they happened until the run record's times (LoadTimes) have come.
+    replayed: bool = False
 
     def elapsed(self, now: float) -> float | None:
         if self.ready_at is not None:
@@ -120,15 +123,22 @@ class LoadingState:
         return max(0.0, now - self.started_at)
 
     def eta_seconds(self, now: float) -> float | None:
-        """Seconds to ready: shards left x rate while loading shards, else from history."""
+        """Seconds to ready, over the whole start-up: what an earlier load of the profile
+        leaves, and while the target's shards are read at a known rate, at least the shards
+        left x that rate. None where neither is known: once the shards are read, only an
+        earlier load says how long the rest (KV cache, CUDA graphs, the draft) takes."""
         if self.ready_at is not None:
             return 0.0
-        if self.shards_total and self.shard_rate_s and self.loads_seen <= 1:
-            left = max(0, self.shards_total - self.shards_done)
-            return left * self.shard_rate_s
+        from_history = None
         if self.previous_load_seconds is not None and self.started_at is not None:
-            return max(0.0, self.previous_load_seconds - (now - self.started_at))
-        return None
+            from_history = max(0.0, self.previous_load_seconds - (now - self.started_at))
+        reading = not self.target_loaded and self.loads_seen <= 1
+        if reading and self.shards_total and self.shard_rate_s:
+            left = max(0, self.shards_total - self.shards_done)
+            if left:
+                by_shards = left * self.shard_rate_s
+                return by_shards if from_history is None else max(by_shards, from_history)
+        return from_history
 
 
 @dataclass(slots=True)
@@ -249,6 +259,9 @@ class StateStore:
         self.run_end: RunEnd | None = None
         self.run_end_id: str | None = None  # the run whose end run_end is
         self.loading = LoadingState()
+        # Start-to-ready of the latest load whose times are known, this run's or an earlier
+        # one's (kept across relaunches: the exporter's last load duration).
+        self.last_load_seconds: float | None = None
         self.failure: ServerFailed | None = None
         self.last_decode: Decode | None = None
         self.last_decode_at: float | None = None  # arrival time of last_decode
@@ -362,7 +375,7 @@ class StateStore:
         self.run = e
         if fresh:
             previous = self.loading.previous_load_seconds
-            self.loading = LoadingState(previous_load_seconds=previous)
+            self.loading = LoadingState(previous_load_seconds=previous, replayed=e.reattached)
             self.failure = None
             self.last_decode = None
             self.last_decode_at = None
@@ -378,10 +391,15 @@ class StateStore:
             if not e.reattached:
                 self.run_state = "loading"
 
+    def _is_other_run(self, run_id: str | None) -> bool:
+        """Whether an event names a run other than the followed one: a late word about a run
+        that was replaced must not change the state of the run that replaced it."""
+        return run_id is not None and self.run is not None and run_id != self.run.run_id
+
     def _on_run_state(self, e: RunState, now: float) -> None:
         if e.end is not None:
             self.run_end, self.run_end_id = e.end, e.run_id
-        if self.run is not None and e.run_id != self.run.run_id:
+        if self._is_other_run(e.run_id):
             return  # an earlier run's end, told after the next run began
         self.run_state = e.state
 
@@ -433,7 +451,7 @@ class StateStore:
         loading.shards_total = e.total
         if e.seconds_per_shard:
             loading.shard_rate_s = e.seconds_per_shard
-        elif e.done > 0:
+        elif e.done > 0 and not loading.replayed:  # replayed lines arrive all at once
             loading.shard_rate_s = (now - loading.shards_started_at) / e.done
 
     def _on_load_end(self, e: LoadEnd, now: float) -> None:
@@ -462,14 +480,18 @@ class StateStore:
         loading.done_phases.append("ready")
         loading.ready_at = now
         if e.load_seconds is not None:
-            loading.load_seconds = e.load_seconds
-        elif not e.replayed and loading.started_at is not None:
-            loading.load_seconds = now - loading.started_at
+            self._loaded_in(e.load_seconds)
+        elif not e.replayed and not loading.replayed and loading.started_at is not None:
+            self._loaded_in(now - loading.started_at)
         else:
             loading.load_seconds = None  # a replayed line: it came long after the fact
-        if loading.load_seconds is not None:
-            loading.previous_load_seconds = loading.load_seconds
         self.run_state = "ready"
+
+    def _loaded_in(self, seconds: float) -> None:
+        """This run's load time is known: the last load's, and the next load's ETA basis."""
+        self.loading.load_seconds = seconds
+        self.loading.previous_load_seconds = seconds
+        self.last_load_seconds = seconds
 
     def _on_load_times(self, e: LoadTimes, now: float) -> None:
         loading = self.loading
@@ -484,6 +506,11 @@ class StateStore:
                 loading.load_seconds = e.ready_at - e.started_at
         if e.previous_load_seconds is not None:
             loading.previous_load_seconds = e.previous_load_seconds
+        if e.run_id is None or self.run is None or e.run_id != self.run.run_id:
+            return
+        loading.replayed = False  # the run record's times are in: what follows is live
+        if e.started_at is not None and e.ready_at is not None:
+            self._loaded_in(max(0.0, e.ready_at - e.started_at))
 
     def _on_decode(self, e: Decode, now: float) -> None:
         """Throughput is the server's total: a log with several engines (vLLM's data
@@ -524,6 +551,8 @@ class StateStore:
         self.error_counts[e.category] = self.error_counts.get(e.category, 0) + 1
 
     def _on_failed(self, e: ServerFailed, now: float) -> None:
+        if self._is_other_run(e.run_id):
+            return
         self.failure = e
         self.run_state = "hung" if e.hung else "failed"
 

@@ -37,6 +37,7 @@ def specmon(*argv: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         env=env,
+        cwd=state_dir.parent,  # no ./specmon.toml there (one is used only once trusted)
     )
 
 
@@ -84,7 +85,9 @@ async def test_prometheus_scrapes_with_its_credentials_file_and_others_get_401(
     argv += ["--bearer-token-file", str(token_file), "--basic-auth-file", str(users_file)]
     log = tmp_path / "export.log"
     with log.open("wb") as out:
-        exporter = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        exporter = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
     url = f"http://127.0.0.1:{port}/metrics"
     try:
         async with httpx.AsyncClient(timeout=5) as client:

@@ -196,6 +196,19 @@ class DraftShape:
     verify_tokens: int | None  # tokens one request's verify checks (k + 1 for a chain)
 
 
+# The labels of the exporter's run-info series that a launch's command line decides, the same
+# for every server (``Backend.run_info_labels`` fills them; "" where the launch does not say).
+RUN_INFO_LABELS: tuple[str, ...] = (
+    "model",
+    "draft_model",
+    "spec_algorithm",
+    "spec_steps",
+    "spec_topk",
+    "spec_draft_tokens",
+    "tp",
+)
+
+
 class Backend(ABC):
     """What specmon needs to know about one kind of server (see docs/backends.md)."""
 
@@ -317,6 +330,14 @@ class Backend(ABC):
     def key_flags(self, args: Sequence[str], env: Mapping[str, str]) -> dict[str, str]:
         """The settings runs are compared by, for the console header: algorithm, steps, topk,
         draft_tokens, tp, mem_fraction and NCCL variables, those that are set."""
+
+    @abstractmethod
+    def run_info_labels(self, argv: Sequence[str]) -> dict[str, str]:
+        """A run's command line (the whole argv, program words included) as the exporter's
+        run-info labels: every name of RUN_INFO_LABELS, "" where the launch does not say.
+        The same meaning for every server: ``spec_steps`` draft steps per cycle,
+        ``spec_topk`` candidates per step, ``spec_draft_tokens`` tokens one request's verify
+        checks, ``tp`` the target's tensor parallel size."""
 
     @abstractmethod
     def draft_shape(

@@ -5,6 +5,13 @@ their cumulative counters and histograms) in ``collect``, on the event loop's th
 scrape never races the store. Names follow Prometheus conventions (base units, ``_ratio``,
 ``_seconds``, ``_bytes``, ``_total``); every family carries a ``host`` label.
 
+Only the present is exported. The run's own gauges (ready, loading, tok/s, acceptance,
+requests, KV cache) carry its ``run_id`` and exist only while the run lives (loading, ready,
+stopping): when it ends they leave the scrape, so Prometheus marks them stale at once, and a
+new run's series start under its own ``run_id`` with nothing of the old run's. The run's
+state (``specmon_run_state``, one table of states below) and its info stay until another
+run is followed; the host's series (GPUs, errors, histograms, connection) carry no run.
+
 A host's series are bounded whatever its server or agent sends: at most MAX_SERIES_PER_HOST
 per scrape (the fixed families take about 130, draft positions at most 64, each GPU 6), the
 families in the order below with the per-GPU ones last, a family's labelled series (a
@@ -28,11 +35,27 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
-from specmon.launch import parse_flags
+from specmon.backends import RUN_INFO_LABELS, backend_for_command, get_backend
+from specmon.errors import UsageError
 from specmon.store import CycleHistogram, EventBus, StateStore
 
 CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
-RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
+# The run's state as the store has it (or how the run ended: the run status's end kind) ->
+# the ``state`` label it is exported under. The states a live run is in come first.
+RUN_STATE_LABELS: dict[str, str] = {
+    "loading": "loading",
+    "ready": "ready",
+    "stopping": "stopping",
+    "hung": "hung",  # alive, but neither logging nor answering: its gauges would be stale
+    "stopped": "stopped",  # stopped by specmon (by whom: the run status)
+    "replaced": "replaced",  # another client launched a run in its place
+    "exited": "exited",  # exited on its own with a code
+    "crashed": "crashed",  # died of a signal or an error (root cause in the log)
+    "killed": "killed",  # killed after the stop's grace period
+    "failed": "failed",  # ended badly, how not told
+}
+RUN_STATES = tuple(dict.fromkeys(RUN_STATE_LABELS.values()))
+LIVE_RUN_STATES = frozenset({"loading", "ready", "stopping"})
 ERROR_CATEGORIES = ("oom", "nccl", "other")
 SPEC_PHASES = ("draft", "verify", "extend")
 MB = 1024 * 1024
@@ -41,16 +64,6 @@ MB = 1024 * 1024
 # (some 75 bytes a series: about 300 KB).
 MAX_SERIES_PER_HOST = 4096
 
-# Run-info label -> the launch flag it is read from.
-RUN_INFO_FLAGS: tuple[tuple[str, str], ...] = (
-    ("model", "model-path"),
-    ("draft_model", "speculative-draft-model-path"),
-    ("spec_algorithm", "speculative-algorithm"),
-    ("spec_steps", "speculative-num-steps"),
-    ("spec_topk", "speculative-eagle-topk"),
-    ("spec_draft_tokens", "speculative-num-draft-tokens"),
-    ("tp", "tp"),
-)
 RUN_INFO_ENV = (
     ("nccl_proto", "NCCL_PROTO"),
     ("nccl_algo", "NCCL_ALGO"),
@@ -100,6 +113,7 @@ class SpecmonCollector(Collector):
     def _families(self) -> _Families:
         g, c, h = GaugeMetricFamily, CounterMetricFamily, HistogramMetricFamily
         host = ["host"]
+        run = ["host", "run_id"]  # a run's own series: they end with it
         return _Families(
             up=g(
                 "specmon_host_up", "1 while specmon's session to the host is connected", labels=host
@@ -132,58 +146,65 @@ class SpecmonCollector(Collector):
             ),
             run_state=g(
                 "specmon_run_state",
-                "The run's state: 1 for the current one",
-                labels=[*host, "state"],
+                "The followed run's state, or how it ended: 1 for the current one",
+                labels=[*run, "state"],
             ),
-            ready=g("specmon_ready", "1 while the server is ready to serve", labels=host),
+            ready=g(
+                "specmon_ready", "1 while the server is ready to serve (live runs)", labels=run
+            ),
             loading_phase=g(
                 "specmon_loading_phase",
                 "Start-up phase: 1 for the current one (phase 'ready' once loaded)",
-                labels=[*host, "phase"],
+                labels=[*run, "phase"],
             ),
             loading_progress=g(
                 "specmon_loading_progress_ratio",
                 "Start-up progress: phases done, the target-weights phase counted by shards",
-                labels=host,
+                labels=run,
             ),
             shards_done=g(
-                "specmon_loading_shards_loaded", "Target weight shards loaded", labels=host
+                "specmon_loading_shards_loaded", "Target weight shards loaded", labels=run
             ),
-            shards_total=g("specmon_loading_shards", "Target weight shards in all", labels=host),
-            loading_eta=g("specmon_loading_eta_seconds", "Estimated seconds to ready", labels=host),
+            shards_total=g("specmon_loading_shards", "Target weight shards in all", labels=run),
+            loading_eta=g(
+                "specmon_loading_eta_seconds",
+                "Estimated seconds to ready, while loading (absent where nothing says)",
+                labels=run,
+            ),
             loading_elapsed=g(
                 "specmon_loading_elapsed_seconds",
                 "Seconds since the start-up began (up to ready once ready)",
-                labels=host,
+                labels=run,
             ),
             last_load=g(
                 "specmon_last_load_duration_seconds",
-                "Start-to-ready duration of the latest completed load",
+                "Start-to-ready duration of the latest load whose times are known (this run's "
+                "or an earlier one's)",
                 labels=host,
             ),
             throughput=g(
                 "specmon_generation_tokens_per_second",
                 "Generation throughput the server reported in its latest decode line",
-                labels=host,
+                labels=run,
             ),
             accept_length=g(
                 "specmon_spec_accept_length",
                 "Mean tokens accepted per speculative cycle (latest decode line)",
-                labels=host,
+                labels=run,
             ),
             accept_rate=g(
                 "specmon_spec_accept_rate_ratio",
                 "Accepted share of drafted tokens (latest decode line)",
-                labels=host,
+                labels=run,
             ),
             position_acceptance=g(
                 "specmon_spec_position_acceptance_ratio",
                 "Share of single-request cycles that accepted each draft position (current run)",
-                labels=[*host, "position"],
+                labels=[*run, "position"],
             ),
-            running=g("specmon_running_requests", "Requests being decoded", labels=host),
-            queued=g("specmon_queued_requests", "Requests waiting in the queue", labels=host),
-            kv_usage=g("specmon_kv_cache_usage_ratio", "Share of the KV cache in use", labels=host),
+            running=g("specmon_running_requests", "Requests being decoded", labels=run),
+            queued=g("specmon_queued_requests", "Requests waiting in the queue", labels=run),
+            kv_usage=g("specmon_kv_cache_usage_ratio", "Share of the KV cache in use", labels=run),
             phase_seconds=h(
                 "specmon_spec_phase_seconds",
                 "Per-cycle time of each speculative phase (draft, verify, extend) from the probe",
@@ -231,50 +252,52 @@ class SpecmonCollector(Collector):
             f.errors.add_metric([name, category], float(store.error_counts.get(category, 0)))
         self._add_gpus(f, name, store)
         self._add_histograms(f, name, store.cycle_histograms)
-        if store.run is None:
+        _maybe(f.last_load, [name], store.last_load_seconds)
+        run = store.run
+        if run is None:
             return
         self._add_run(f, name, store)
+        state = RUN_STATE_LABELS.get(store.run_state, store.run_state)
+        labels = [name, run.run_id]
+        for option in _with_known(RUN_STATES, {state: 1}):
+            f.run_state.add_metric([*labels, option], 1.0 if option == state else 0.0)
+        if state not in LIVE_RUN_STATES:
+            return  # an ended (or hung) run's gauges are not the present: none are exported
         loading = store.loading
-        f.ready.add_metric([name], 1.0 if store.run_state == "ready" else 0.0)
-        for option in RUN_STATES:
-            f.run_state.add_metric([name, option], 1.0 if option == store.run_state else 0.0)
+        f.ready.add_metric(labels, 1.0 if state == "ready" else 0.0)
         if loading.phase is not None:
             for phase in store.phases:
-                f.loading_phase.add_metric([name, phase], 1.0 if phase == loading.phase else 0.0)
-        f.loading_progress.add_metric([name], loading_progress(store))
+                f.loading_phase.add_metric([*labels, phase], 1.0 if phase == loading.phase else 0.0)
+        f.loading_progress.add_metric(labels, loading_progress(store))
         if loading.shards_total:
-            f.shards_done.add_metric([name], float(loading.shards_done))
-            f.shards_total.add_metric([name], float(loading.shards_total))
-        if store.run_state == "loading":
-            _maybe(f.loading_eta, [name], loading.eta_seconds(now))
-        _maybe(f.loading_elapsed, [name], loading.elapsed(now))
-        _maybe(f.last_load, [name], loading.previous_load_seconds)
+            f.shards_done.add_metric(labels, float(loading.shards_done))
+            f.shards_total.add_metric(labels, float(loading.shards_total))
+        if state == "loading":
+            _maybe(f.loading_eta, labels, loading.eta_seconds(now))
+        _maybe(f.loading_elapsed, labels, loading.elapsed(now))
         for position, ratio in enumerate(store.accept_by_position.ratios(), start=1):
-            f.position_acceptance.add_metric([name, str(position)], ratio)
+            f.position_acceptance.add_metric([*labels, str(position)], ratio)
         decode = store.last_decode
         if decode is not None:
-            f.throughput.add_metric([name], decode.gen_throughput)
-            _maybe(f.accept_length, [name], decode.accept_len)
-            _maybe(f.accept_rate, [name], decode.accept_rate)
-            f.running.add_metric([name], float(decode.running_req))
-            f.queued.add_metric([name], float(decode.queue_req))
-            f.kv_usage.add_metric([name], decode.token_usage)
+            f.throughput.add_metric(labels, decode.gen_throughput)
+            _maybe(f.accept_length, labels, decode.accept_len)
+            _maybe(f.accept_rate, labels, decode.accept_rate)
+            f.running.add_metric(labels, float(decode.running_req))
+            f.queued.add_metric(labels, float(decode.queue_req))
+            f.kv_usage.add_metric(labels, decode.token_usage)
 
     def _add_run(self, f: _Families, name: str, store: StateStore) -> None:
         run = store.run
         assert run is not None
-        flags: dict[str, str] = {}
-        for item in parse_flags(run.argv)[0]:
-            flags[item.name] = "" if item.value is None else item.value
-        flags.setdefault("tp", flags.get("tp-size", flags.get("tensor-parallel-size", "")))
-        env = dict(run.env)
+        backend = run.backend or self._backends.get(run.profile or "", "") or _backend_of(run.argv)
         values = {
             "host": name,
             "run_id": run.run_id,
-            "backend": self._backends.get(run.profile or "", ""),
+            "backend": backend,
             "profile": run.profile or "",
         }
-        values.update((label, flags.get(flag, "")) for label, flag in RUN_INFO_FLAGS)
+        values.update(run_info_labels(backend, run.argv))
+        env = dict(run.env)
         values.update((label, env.get(variable, "")) for label, variable in RUN_INFO_ENV)
         f.run.add_metric([], values)
 
@@ -310,6 +333,23 @@ class SpecmonCollector(Collector):
                 f.cycle_seconds.add_metric([name], buckets, total)
             else:
                 f.phase_seconds.add_metric([name, phase], buckets, total)
+
+
+def run_info_labels(backend: str, argv: Sequence[str]) -> dict[str, str]:
+    """The run-info labels the launch decides (model, draft, speculative settings, TP), as
+    the run's server reads its command line; all "" for a server this build does not know."""
+    try:
+        return get_backend(backend).run_info_labels(argv)
+    except UsageError:
+        return dict.fromkeys(RUN_INFO_LABELS, "")
+
+
+def _backend_of(argv: Sequence[str]) -> str:
+    """The server a command line runs, for a run whose record and profile do not say."""
+    try:
+        return backend_for_command(argv) or ""
+    except UsageError:
+        return ""
 
 
 def loading_progress(store: StateStore) -> float:

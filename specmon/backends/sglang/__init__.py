@@ -20,6 +20,7 @@ from specmon.backends import (
     ProfileFields,
     nccl_key_flags,
 )
+from specmon.backends.sglang.flags import DRAFT_MODEL_FLAGS, TP_FLAGS
 from specmon.flag_grammar import parse_flags, render_flag
 
 # /server_info fields the console shows (internal_states[0] flattened in).
@@ -45,6 +46,18 @@ _KEY_FLAG_NAMES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("draft_tokens", ("speculative-num-draft-tokens",)),
     ("tp", ("tp", "tp-size", "tensor-parallel-size")),
     ("mem_fraction", ("mem-fraction-static",)),
+)
+
+# Run-info label -> the flags that set it (first one set wins): SGLang's flags say each as
+# the label means it (its num-draft-tokens counts the verified root with the drafts).
+_RUN_INFO_FLAGS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("model", ("model-path", "model")),
+    ("draft_model", DRAFT_MODEL_FLAGS),
+    ("spec_algorithm", ("speculative-algorithm",)),
+    ("spec_steps", ("speculative-num-steps",)),
+    ("spec_topk", ("speculative-eagle-topk",)),
+    ("spec_draft_tokens", ("speculative-num-draft-tokens",)),
+    ("tp", TP_FLAGS),
 )
 
 # Which profile key a launch problem's subject (flag) comes from.
@@ -168,6 +181,15 @@ class SGLangBackend(Backend):
                     break
         out.update(nccl_key_flags(env))
         return out
+
+    def run_info_labels(self, argv: Sequence[str]) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for item in parse_flags(argv)[0]:
+            values[item.name] = "" if item.value is None else item.value
+        return {
+            label: next((values[name] for name in names if values.get(name)), "")
+            for label, names in _RUN_INFO_FLAGS
+        }
 
     def draft_shape(
         self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]

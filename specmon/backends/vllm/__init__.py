@@ -8,6 +8,7 @@ from typing import Any
 
 from specmon.backends import (
     NCCL_FORM_FIELDS,
+    RUN_INFO_LABELS,
     Backend,
     DraftShape,
     FlagKind,
@@ -215,6 +216,41 @@ class VLLMBackend(Backend):
             out["mem_fraction"] = values["gpu-memory-utilization"]
         out.update(nccl_key_flags(env))
         return out
+
+    def run_info_labels(self, argv: Sequence[str]) -> dict[str, str]:
+        """The model is ``--model`` or ``serve``'s positional argument; the speculative labels
+        come from ``--speculative-config`` (and its shortcut flags): the method, its draft
+        model, k = num_speculative_tokens draft steps of one candidate each (a token tree: its
+        widest branching), and k + 1 tokens verified (the drafts and the bonus token)."""
+        words = list(argv)
+        values: dict[str, str] = {}
+        for item in parse_flags(words)[0]:
+            values[vflags.normal_name(item.name)] = "" if item.value is None else item.value
+        model = values.get("model", "")
+        for i, word in enumerate(words[:-1]):
+            if word == "serve" and not words[i + 1].startswith("-"):
+                model = model or words[i + 1]
+                break
+        config, _ = vflags.read_spec_config(values.get(vflags.SPEC_CONFIG_FLAG))
+        for flag, key in vflags.SHORTCUTS.items():
+            if values.get(flag):
+                config.setdefault(key, values[flag])
+        labels = dict.fromkeys(RUN_INFO_LABELS, "")
+        labels["model"] = model
+        labels["tp"] = values.get("tensor-parallel-size", "")
+        method = config.get("method") or ("draft_model" if config.get("model") else "")
+        if not method:
+            return labels
+        shape = self.draft_shape(words, {}, {})
+        labels["spec_algorithm"] = str(method)
+        labels["draft_model"] = str(config.get("model") or "")
+        for label, value in (
+            ("spec_steps", shape.steps),
+            ("spec_topk", shape.topk),
+            ("spec_draft_tokens", shape.verify_tokens),
+        ):
+            labels[label] = "" if value is None else str(value)
+        return labels
 
     def draft_shape(
         self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
