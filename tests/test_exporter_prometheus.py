@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from support import hosts
 from support.hosts import free_port, kill_everything_under, sim_profiles
 from support.prom import require_binary, run_prometheus

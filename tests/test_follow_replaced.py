@@ -337,7 +337,17 @@ async def test_two_consoles_a_headless_launch_watch_and_stop_agree_on_the_new_ru
                 if isinstance(event, RunInfo) and event.run_id == new
             ] + [line["at"] - started_at for line in watch.kinds("run") if line["run_id"] == new]
             assert len(switched) == 3 and max(switched) < SWITCH_S, switched
-            await one.pause(0.2)
+            # The consoles draw their queued events on their own tick: wait (bounded) for the
+            # toast rather than assume a tick came within a fixed pause on a loaded machine.
+            await wait_until(
+                one,
+                lambda: all(
+                    any(f"replaced by run {new}" in n.message for n in app._notifications)
+                    for app in (first, second)
+                ),
+                10,
+                "the replacement toast in both consoles",
+            )
             for app in (first, second):
                 assert console_failure(app) is None, console_failure(app)
                 assert store_of(app).run_end is not None
