@@ -26,7 +26,7 @@ from specmon.store import CycleHistogram, EventBus, StateStore
 
 CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
 RUN_STATES = ("loading", "ready", "failed", "hung", "stopping", "stopped")
-ERROR_CATEGORIES = ("oom", "nccl", "other")
+ERROR_CATEGORIES = ("oom", "nccl", "other", "unknown")
 SPEC_PHASES = ("draft", "verify", "extend")
 MB = 1024 * 1024
 
