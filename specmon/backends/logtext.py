@@ -29,9 +29,7 @@ CHAIN_LINES = (
 BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
 """An exception's line (`SomeError: text`), as it ends a traceback or stands alone."""
 
-TORCH_OOM = (
-    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA driver error: out of memory"
-)
+TORCH_OOM = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA driver error: out of memory"
 """PyTorch's and the CUDA driver's out-of-memory errors, whatever the server (a regex text)."""
 TORCH_NCCL = (
     r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"

@@ -760,10 +760,8 @@ class SGLangLogParser(LogParser):
         ts, rank, message, prefixed = _split_prefix(line, outer)
         announced, self._announced = self._announced, None
         traceback = self._traceback
-        if traceback is not None and not prefixed:
-            if self._traceback_line(traceback, line, events):
-                return
-            # Not the traceback's: it was cut, and this line is read as any other.
+        if traceback is not None and not prefixed and self._traceback_line(traceback, line, events):
+            return  # the traceback's; a line that is not was cut and is read as any other
         if TRACEBACK_HEAD in message:
             if self._chained and not prefixed:
                 # The next link of a chained exception: its cause was already reported.
