@@ -30,7 +30,13 @@ from specmon.backends.logtext import (
     TRACEBACK_HEAD,
     clean_line,
 )
-from specmon.backends.tracebacks import OpenTraceback, Read, opened_inside, starts_inside
+from specmon.backends.tracebacks import (
+    OpenTraceback,
+    Read,
+    opened_inside,
+    source_text,
+    starts_inside,
+)
 from specmon.events import ErrorCategory, Event, ServerError
 
 _OOM = re.compile(TORCH_OOM)
@@ -102,7 +108,7 @@ class NeutralLogParser(LogParser):
         if not (_ERROR_HINT.search(line) or 'File "' in line or self._tracebacks):
             return
         prefix = _PREFIX.match(line)
-        source = prefix.group(1) if prefix is not None else ""
+        source = prefix.group(1).rstrip() if prefix is not None else ""  # the process tags
         message = line[prefix.end() :] if prefix is not None else line
         traceback = self._tracebacks.get(source)
         if traceback is not None:
@@ -148,6 +154,8 @@ class NeutralLogParser(LogParser):
         if starts_inside(message):
             self._tracebacks[source] = opened_inside(ts, rank, message)
             return
+        if source_text(message):
+            return  # a source line or a message's continuation: no error of its own
         text = message.strip()
         category = error_category(text)
         if category is None and BARE_EXCEPTION.match(text):

@@ -40,11 +40,21 @@ FRAME_LINE = re.compile(r'File "[^"\n]*", line \d+, in ')
 """A traceback frame as Python prints it; faulthandler's dumps (`line N in f`) are not."""
 CARETS = re.compile(r"[\^~ ]+")
 EXCEPTION_LINE = re.compile(
-    r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)"
-    r"(?::|$)|[A-Za-z_][\w.]*: \S"
+    r"[A-Za-z_][\w.]*(?:[Ee]rror|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)"
+    r"(?:\([\w.]*\))?(?::|$)|(?:[A-Za-z_]\w*\.)*[A-Z]\w*: \S"
 )
 """The line that ends a traceback: `SomeError: text`, a bare `KeyboardInterrupt`, c10d's
-`torch.distributed.DistBackendError: ...`; what a frame's source line does not look like."""
+`torch.distributed.DistBackendError: ...`, Ray's `RayTaskError(ValueError): ...`, a class
+(CapWords) and its message; what a frame's source line (`self.comm: T = f(`) does not look
+like."""
+
+
+class _After(IntEnum):
+    """What the line before was, for telling a source line from an exception line."""
+
+    OTHER = 0
+    FRAME = 1  # an indented frame: its source line is indented too
+    STRIPPED_FRAME = 2  # a frame without indentation: its source line may have none either
 
 
 class Read(IntEnum):
@@ -54,6 +64,13 @@ class Read(IntEnum):
     EXCEPTION = 1  # its exception line: the cause, to report
     CUT = 2  # not part of it: the traceback ended before its exception line
     ABANDONED = 3  # longer than TRACEBACK_MAX_LINES: no longer waited for
+
+
+def source_text(message: str) -> bool:
+    """Whether a line outside a traceback is a traceback's source line or a message's
+    continuation (indented, or a `raise` statement), which is never an error of its own
+    whatever it quotes (`raise RuntimeError(f"NCCL error: {error_str}")`)."""
+    return message[:1] in (" ", "\t") or message.startswith("raise ")
 
 
 def starts_inside(message: str) -> bool:
@@ -70,7 +87,7 @@ class OpenTraceback:
     rank: int | None
     report: bool  # False: a later link of a chained exception, or one Python ignored
     lines: int = 0
-    after_frame: bool = False  # the last line was a `File "..."` frame
+    after: _After = _After.OTHER  # what the last line was
     last_frame: str | None = None
     last_source: str | None = None  # the source line under the last frame
     nccl_frames: bool = False  # an indented line mentioned NCCL (vLLM's category hint)
@@ -82,13 +99,13 @@ class OpenTraceback:
         if self.lines > TRACEBACK_MAX_LINES:
             return Read.ABANDONED
         stripped = message.strip()
-        after_frame, self.after_frame = self.after_frame, False
+        after, self.after = self.after, _After.OTHER
         if not stripped:
             return Read.PART
         if message[0] in " \t" or stripped.startswith(CHAIN_LINES):
             if stripped.startswith('File "'):
-                self._frame(stripped)
-            elif after_frame:
+                self._frame(stripped, _After.FRAME)
+            elif after:
                 self.last_source = stripped
             if "nccl" in message or "NCCL" in message:
                 self.nccl_frames = True
@@ -97,18 +114,18 @@ class OpenTraceback:
             # Frames whose indentation a log collector stripped: `File "..."`, its source
             # line next, and 3.11's `^^^^` markers.
             if stripped.startswith('File "'):
-                self._frame(stripped)
+                self._frame(stripped, _After.STRIPPED_FRAME)
             return Read.PART
         exception = EXCEPTION_LINE.match(stripped) is not None
-        if after_frame and not exception:
+        if after is _After.STRIPPED_FRAME and not exception:
             self.last_source = stripped  # the source line of the frame before
             return Read.PART
         if stripped.startswith(TRACEBACK_HEAD):
             return Read.PART
         return Read.EXCEPTION if exception else Read.CUT
 
-    def _frame(self, stripped: str) -> None:
-        self.after_frame = True
+    def _frame(self, stripped: str, after: _After) -> None:
+        self.after = after
         self.last_frame = stripped
         self.last_source = None
 

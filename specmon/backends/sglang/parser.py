@@ -36,7 +36,13 @@ from specmon.backends.logtext import (
     parse_int,
 )
 from specmon.backends.sglang.summary import SGLangLogSummary
-from specmon.backends.tracebacks import OpenTraceback, Read, opened_inside, starts_inside
+from specmon.backends.tracebacks import (
+    OpenTraceback,
+    Read,
+    opened_inside,
+    source_text,
+    starts_inside,
+)
 from specmon.events import (
     Decode,
     ErrorCategory,
@@ -799,6 +805,8 @@ class SGLangLogParser(LogParser):
                 return
             self._last_shard = key
         elif isinstance(event, ServerError) and not prefixed:
+            if source_text(line):
+                return  # a source line or a message's continuation: no error of its own
             self._continuation_lines = CONTINUATION_MAX_LINES
         if event is not None:
             events.append(event)

@@ -35,7 +35,13 @@ from specmon.backends.logtext import (
     parse_float,
     parse_int,
 )
-from specmon.backends.tracebacks import OpenTraceback, Read, opened_inside, starts_inside
+from specmon.backends.tracebacks import (
+    OpenTraceback,
+    Read,
+    opened_inside,
+    source_text,
+    starts_inside,
+)
 from specmon.events import (
     CompileBegin,
     CompileEnd,
@@ -687,6 +693,8 @@ class VLLMLogParser(LogParser):
             return None
         if " HTTP/" in message and '" ' in message:
             return None  # uvicorn access lines are never errors, whatever their status
+        if source_text(message):
+            return None  # a source line or a message's continuation: no error of its own
         text = message.strip()
         if _OOM.search(text) or _NCCL.search(text) or BARE_EXCEPTION.match(text):
             return self._report(prefix.ts, prefix.rank, text, nccl_frames=False)
