@@ -144,6 +144,21 @@ def test_a_new_traceback_or_a_chained_one_is_not_a_cut(backend: str) -> None:
     ]
 
 
+@pytest.mark.parametrize("backend", [*BACKENDS, "neutral"])
+def test_a_new_traceback_ends_one_cut_before_its_exception_line(backend: str) -> None:
+    log = (
+        "Traceback (most recent call last):\n"
+        '  File "/a.py", line 1, in f\n'
+        "Traceback (most recent call last):\n"
+        '  File "/b.py", line 2, in g\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    found = errors(parsed(backend, log))
+    assert [e.category for e in found] == ["unknown", "oom"]
+    assert found[0].message == f'{CUT_MESSAGE}; last frame: File "/a.py", line 1, in f'
+    assert found[1].message.endswith("Tried to allocate 2.00 GiB")
+
+
 def test_a_cut_traceback_at_the_end_of_a_file_read_in_parts_is_reported_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -14,12 +14,14 @@ stops early. It is then reported as a crash whose cause is not in the log (categ
 - at the end of the input (a parser's ``flush``: `specmon parse` at end of file, the console's
   follower when the server process exits);
 - when a line arrives that cannot belong to it: not blank, not indented, not a frame, source
-  line, marker or chain line, and not an exception line (a tqdm bar, the shell's `Killed`, a
-  record of the same process); that line is then read as any other line.
+  line, marker or chain line, and not an exception line (a tqdm bar, the shell's `Killed`);
+  that line is then read as any other line;
+- when a new traceback's head arrives.
 
-While frames are still arriving nothing is reported. Each backend decides which lines are
-the traceback's (SGLang: lines without a log prefix and records of the same rank; vLLM: lines
-of the same process tags) and hands their message text to ``OpenTraceback.read``.
+While frames are still arriving nothing is reported. Each backend decides which lines may be
+the traceback's (SGLang: the lines without a log prefix, since a record of another rank may
+fall between a traceback's lines; vLLM: the lines with the same process tags) and hands their
+message text to ``OpenTraceback.read``.
 """
 
 from __future__ import annotations
@@ -116,11 +118,11 @@ class OpenTraceback:
             if stripped.startswith('File "'):
                 self._frame(stripped, _After.STRIPPED_FRAME)
             return Read.PART
+        if stripped.startswith(TRACEBACK_HEAD):
+            return Read.CUT  # a new traceback: this one ended before its exception line
         exception = EXCEPTION_LINE.match(stripped) is not None
         if after is _After.STRIPPED_FRAME and not exception:
             self.last_source = stripped  # the source line of the frame before
-            return Read.PART
-        if stripped.startswith(TRACEBACK_HEAD):
             return Read.PART
         return Read.EXCEPTION if exception else Read.CUT
 
