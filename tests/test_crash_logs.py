@@ -348,3 +348,12 @@ def test_neutral_summaries_of_two_parts_merge_into_the_whole() -> None:
     second.add_all(parser.feed(text[cut:]) + parser.flush())
     first.merge(second)
     assert first.finish(parser) == whole.finish(parser)
+
+
+def test_vllm_v0_cpu_backend_blocks_are_its_kv_cache() -> None:
+    log = (
+        "INFO 10-01 09:00:00 [arg_utils.py:1] non-default args: {'block_size': 128}\n"
+        "INFO 10-01 09:00:12 cpu_executor.py:188] # CPU blocks: 2730\n"
+    )
+    kv = [event for event in parsed("vllm", log) if isinstance(event, KvCache)]
+    assert kv == [KvCache(ts="10-01 09:00:12", tokens=2730 * 128)]

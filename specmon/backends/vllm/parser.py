@@ -131,10 +131,10 @@ _KV_MEMORY = re.compile(
     r"|(?:Explicitly|Auto) set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache"  # CPU builds
 )
 _KV_SIZE = re.compile(r"\b[A-Z]{2,4} KV cache size: ([\d,]{1,30}) tokens")
-# V0: `# GPU blocks: 5691, # CPU blocks: 2048` (0.6.4+: `# cuda blocks: 5218, ...`), in blocks
-# of the engine's block size, which the log may state earlier (`block_size=16`, or
-# `'block_size': 16` among the non-default args).
-_V0_BLOCKS = re.compile(r"# (?!CPU )\w{1,10} blocks: (\d{1,12})\b")
+# V0: `# GPU blocks: 5691, # CPU blocks: 2048` (0.6.4+: `# cuda blocks: 5218, ...`; the CPU
+# backend's `# CPU blocks: 512` alone), in blocks of the engine's block size, which the log
+# may state earlier (`block_size=16`, or `'block_size': 16` among the non-default args).
+_V0_BLOCKS = re.compile(r"# (?!CPU )\w{1,10} blocks: (\d{1,12})\b|^# CPU blocks: (\d{1,12})$")
 _BLOCK_SIZE = re.compile(r"\bblock_size(?:=|': )(\d{1,6}|None)\b")
 _SHARDS = re.compile(
     r"[Ss]hards(?: \([^)\n]*\))?: *\d+%[^|\n]*\|(?:[^|\n]*\|)? *(\d{1,9})/(\d{1,9})"
@@ -609,10 +609,11 @@ class VLLMLogParser(LogParser):
             if aot is not None:  # the CPU build prints no compile time
                 return CompileEnd(ts=ts, rank=rank, part=aot.group(1), seconds=None)
         if "blocks: " in message:
-            blocks = _V0_BLOCKS.search(message)
+            blocks = _V0_BLOCKS.search(message.strip())
             if blocks is not None:
                 size = self._block_size
-                tokens = int(blocks.group(1)) * size if size is not None else None
+                count = int(blocks.group(1) or blocks.group(2))
+                tokens = count * size if size is not None else None
                 return self._after_load(
                     KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
                 )
