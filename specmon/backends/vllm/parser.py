@@ -157,7 +157,7 @@ _READY = "Application startup complete"
 _HINT = re.compile(
     r"oad|hards|torch\.compile|Warming up|AOT|KV cache|apturing|Starting vLLM|startup complete|Engine"
     r"|Avg prompt|metrics:|Traceback|rror|xception|NCCL|nccl|atchdog|emory|ailed|died"
-    r"|root cause|\[shutdown\]|received signal|blocks: |block_size|File \""
+    r"|root cause|\[shutdown\]|received signal|# [A-Za-z]{2,8} blocks|k_size|File \""
 )
 
 # --- errors --------------------------------------------------------------------------------
