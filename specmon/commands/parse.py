@@ -1,7 +1,8 @@
 """`specmon parse LOGFILE [--json] [--summary [--no-events]] [--kind KIND] [--since/--until TIME]
 [--backend NAME] [--jobs N]`: a server log, read offline or from a live pipe, plain or gzip-,
 bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend`` or detected
-from its first lines.
+from its first lines; a log in which no server is recognised is read for its errors alone
+(PyTorch, NCCL, tracebacks: specmon/backends/neutral.py).
 
 Each chunk read is parsed, filtered and written at once (specmon.event_lines writes runs of
 decodes in bulk) and flushed, so a live pipe sees each event as soon as its line arrives.
