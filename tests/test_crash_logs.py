@@ -159,6 +159,28 @@ def test_a_new_traceback_ends_one_cut_before_its_exception_line(backend: str) ->
     assert found[1].message.endswith("Tried to allocate 2.00 GiB")
 
 
+@pytest.mark.parametrize("backend", [*BACKENDS, "neutral"])
+@pytest.mark.parametrize("then", ["", "Loading safetensors checkpoint shards: 100% Completed\n"])
+def test_an_exception_group_reports_its_exception_not_a_cut(backend: str, then: str) -> None:
+    """Python 3.11's exception groups (anyio's TaskGroup under an ASGI app) are indented
+    behind `|` to the end: their first exception line is the cause, at their end."""
+    log = (
+        "  + Exception Group Traceback (most recent call last):\n"
+        '  |   File "/x/starlette/middleware/base.py", line 185, in __call__\n'
+        "  |     with collapse_excgroups():\n"
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)\n"
+        "  +-+---------------- 1 ----------------\n"
+        "    | Traceback (most recent call last):\n"
+        '    |   File "/x/entrypoints/openai/api_server.py", line 88, in create\n'
+        "    | ValueError: bad request\n"
+        "    +------------------------------------\n"
+    ) + then
+    found = errors(parsed(backend, log))
+    assert [(e.category, e.message) for e in found] == [
+        ("other", "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)")
+    ]
+
+
 def test_a_cut_traceback_at_the_end_of_a_file_read_in_parts_is_reported_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:

@@ -97,9 +97,7 @@ class NeutralLogParser(LogParser):
             if line:
                 self._line(line, events)
         for traceback in self._tracebacks.values():  # cut before their exception lines
-            cut = traceback.cut_error()
-            if cut is not None:
-                events.append(cut)
+            _ended(traceback, events)
         self._tracebacks.clear()
         return events
 
@@ -118,24 +116,11 @@ class NeutralLogParser(LogParser):
             del self._tracebacks[source]
             if read is Read.EXCEPTION:
                 self._after_exception[source] = CONTINUATION_MAX_LINES
-                if traceback.report:
-                    stripped = message.strip()
-                    category = error_category(stripped) or "other"
-                    events.append(
-                        ServerError(
-                            ts=traceback.ts,
-                            rank=traceback.rank,
-                            category=category,
-                            message=stripped,
-                        )
-                    )
+                _exception(traceback, message.strip(), events)
                 return
-            if read is Read.CUT:
-                cut = traceback.cut_error()
-                if cut is not None:
-                    events.append(cut)
-            else:
+            if read is not Read.CUT:
                 return  # abandoned
+            _ended(traceback, events)
         ts, rank = _time_and_rank(prefix)
         if TRACEBACK_HEAD in message:
             report = source not in self._chained
@@ -162,6 +147,26 @@ class NeutralLogParser(LogParser):
             category = "other"
         if category is not None:
             events.append(ServerError(ts=ts, rank=rank, category=category, message=text))
+
+
+def _exception(traceback: OpenTraceback, text: str, events: list[Event]) -> None:
+    """A traceback's exception line: the cause, reported unless a chain's later link."""
+    if traceback.report:
+        category = error_category(text) or "other"
+        events.append(
+            ServerError(ts=traceback.ts, rank=traceback.rank, category=category, message=text)
+        )
+
+
+def _ended(traceback: OpenTraceback, events: list[Event]) -> None:
+    """A traceback's lines ended without an exception line: an exception group's first
+    exception, else the cut."""
+    if traceback.group_exception is not None:
+        _exception(traceback, traceback.group_exception, events)
+        return
+    cut = traceback.cut_error()
+    if cut is not None:
+        events.append(cut)
 
 
 def _time_and_rank(prefix: re.Match[str] | None) -> tuple[str | None, int | None]:

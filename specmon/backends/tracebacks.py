@@ -18,6 +18,9 @@ stops early. It is then reported as a crash whose cause is not in the log (categ
   that line is then read as any other line;
 - when a new traceback's head arrives.
 
+An exception group (Python 3.11) is indented behind `|` to its last line: its first exception
+line (``group_exception``) is the cause once its lines end, not a cut.
+
 While frames are still arriving nothing is reported. Each backend decides which lines may be
 the traceback's (SGLang: the lines without a log prefix, since a record of another rank may
 fall between a traceback's lines; vLLM: the lines with the same process tags) and hands their
@@ -93,6 +96,9 @@ class OpenTraceback:
     last_frame: str | None = None
     last_source: str | None = None  # the source line under the last frame
     nccl_frames: bool = False  # an indented line mentioned NCCL (vLLM's category hint)
+    # An exception group's (3.11) lines are all indented behind `|`: its first exception
+    # line, which stands for the cause once the group's lines end.
+    group_exception: str | None = None
 
     def read(self, message: str) -> Read:
         """What the next line of this traceback's source is, given its text after any log
@@ -105,6 +111,10 @@ class OpenTraceback:
         if not stripped:
             return Read.PART
         if message[0] in " \t" or stripped.startswith(CHAIN_LINES):
+            if stripped[0] == "|":
+                stripped = stripped[1:].strip()  # inside an exception group
+                if not after and self.group_exception is None and EXCEPTION_LINE.match(stripped):
+                    self.group_exception = stripped
             if stripped.startswith('File "'):
                 self._frame(stripped, _After.FRAME)
             elif after:
@@ -133,8 +143,10 @@ class OpenTraceback:
 
     def cut_error(self) -> ServerError | None:
         """The crash a traceback cut before its exception line stands for (None for one that
-        is not reported): its cause is not in the log, its last frame is."""
-        if not self.report:
+        is not reported, or an exception group whose exception line was read, which the
+        backend reports as it reports an exception line): its cause is not in the log, its
+        last frame is."""
+        if not self.report or self.group_exception is not None:
             return None
         return ServerError(ts=self.ts, rank=self.rank, category="unknown", message=self.cut_text())
 

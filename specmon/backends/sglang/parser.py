@@ -562,9 +562,30 @@ class SGLangLogParser(LogParser):
         """The input ended: a traceback still being read was cut before its exception line."""
         traceback, self._traceback = self._traceback, None
         if traceback is not None:
-            cut = traceback.cut_error()
-            if cut is not None:
-                events.append(cut)
+            self._ended(traceback, events)
+
+    def _ended(self, traceback: OpenTraceback, events: list[Event]) -> None:
+        """A traceback's lines ended without an exception line of its own: an exception
+        group's first exception, else the cut."""
+        if traceback.group_exception is not None:
+            self._exception(traceback, traceback.group_exception, events)
+            return
+        cut = traceback.cut_error()
+        if cut is not None:
+            events.append(cut)
+
+    def _exception(self, traceback: OpenTraceback, text: str, events: list[Event]) -> None:
+        """A traceback's exception line: the cause, reported unless a chain's later link."""
+        self._chain_owner = (traceback.ts, traceback.rank)
+        if traceback.report:
+            events.append(
+                ServerError(
+                    ts=traceback.ts,
+                    rank=traceback.rank,
+                    category=error_category(text) or "other",
+                    message=text,
+                )
+            )
 
     def summarize(self, chunk: str | bytes, summary: LogSummary) -> int:
         """As LogParser's, but bulk-read decode lines go to an SGLang summary as their
@@ -828,23 +849,11 @@ class SGLangLogParser(LogParser):
             return True
         self._traceback = None
         if read is Read.CUT:
-            cut = traceback.cut_error()
-            if cut is not None:
-                events.append(cut)
+            self._ended(traceback, events)
             return False
         if read is Read.EXCEPTION:
             self._continuation_lines = CONTINUATION_MAX_LINES
-            self._chain_owner = (traceback.ts, traceback.rank)
-            if traceback.report:
-                stripped = line.strip()
-                events.append(
-                    ServerError(
-                        ts=traceback.ts,
-                        rank=traceback.rank,
-                        category=error_category(stripped) or "other",
-                        message=stripped,
-                    )
-                )
+            self._exception(traceback, line.strip(), events)
         return True
 
 

@@ -724,8 +724,20 @@ class VLLMLogParser(LogParser):
         return True
 
     def _report_cut(self, traceback: OpenTraceback, events: list[Event]) -> None:
-        """A traceback cut before its exception line, unless the same cut was reported in
-        this run (eight workers killed at the same frame)."""
+        """A traceback whose lines ended without an exception line of its own: an exception
+        group's first exception, else the cut, unless the same cut was reported in this run
+        (eight workers killed at the same frame)."""
+        if traceback.group_exception is not None:
+            if traceback.report:
+                error = self._report(
+                    traceback.ts,
+                    traceback.rank,
+                    traceback.group_exception,
+                    nccl_frames=traceback.nccl_frames,
+                )
+                if error is not None:
+                    events.append(error)
+            return
         error = traceback.cut_error()
         if error is None or error.message in self._reported:
             return
