@@ -20,7 +20,8 @@ from typing import Any, ClassVar, Literal
 from specmon.agent import GpuReading  # the GPU schema lives with the agent, which ships alone
 from specmon.run_end import RunEnd
 
-ErrorCategory = Literal["oom", "nccl", "other"]
+ErrorCategory = Literal["oom", "nccl", "other", "unknown"]
+"""unknown: the log holds no cause (a traceback cut before its exception line)."""
 ModelRole = Literal["target", "draft"]
 GraphRole = Literal["target", "draft", "draft_extend"]
 

@@ -93,7 +93,7 @@ def check_schema(record: dict) -> None:
         if bool not in types:
             assert not isinstance(value, bool), (kind, name, value)
     if kind == "error":
-        assert record["category"] in ("oom", "nccl", "other")
+        assert record["category"] in ("oom", "nccl", "other", "unknown")
 
 
 @pytest.mark.parametrize(

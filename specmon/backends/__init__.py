@@ -120,6 +120,16 @@ class LogSummary(ABC):
         """The summary record (the parser supplies counters such as unparsed_decode_like)."""
 
 
+class LogReading(Protocol):
+    """What reads one log: a backend, or the neutral reader `specmon parse` falls back to
+    when no backend recognises the log (specmon/backends/neutral.py)."""
+
+    @property
+    def name(self) -> str: ...
+    def new_log_parser(self) -> LogParser: ...
+    def new_log_summary(self) -> LogSummary: ...
+
+
 class MetricsReader(ABC):
     """Turns successive ``/metrics`` pages of one run into events (rates between polls), for
     a server whose log may say nothing while it serves. Never raises on input."""
@@ -451,6 +461,8 @@ BACKENDS: dict[str, str] = {
     "vllm": "specmon.backends.vllm:VLLMBackend",
 }
 DEFAULT_BACKEND = "sglang"
+NEUTRAL_LOG_READING = "specmon.backends.neutral"
+"""The module of the reader for logs no backend recognises (not a backend, not registered)."""
 
 # Servers specmon recognises in a command without having their backend in this build, so a
 # profile for one is refused with a clear message rather than launched with the wrong rules.
@@ -510,6 +522,13 @@ def detect_backend(sample: str) -> str | None:
         if score > best_score:
             best, best_score = backend.name, score
     return best
+
+
+def neutral_log_reading() -> LogReading:
+    """The reader for a log no backend recognised: errors (PyTorch, NCCL, tracebacks) and no
+    server's events (specmon/backends/neutral.py). Not a backend: nothing launches with it."""
+    reading: LogReading = importlib.import_module(NEUTRAL_LOG_READING).NeutralLog()
+    return reading
 
 
 def env_prefixes() -> tuple[str, ...]:

@@ -29,6 +29,17 @@ CHAIN_LINES = (
 BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Interrupt): \S")
 """An exception's line (`SomeError: text`), as it ends a traceback or stands alone."""
 
+TORCH_OOM = r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|CUDA driver error: out of memory"
+"""PyTorch's and the CUDA driver's out-of-memory errors, whatever the server (a regex text)."""
+TORCH_NCCL = (
+    r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"
+    r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
+    r"|RemoteError)\b|NCCL communicator was aborted"
+    r"|Some NCCL operations have failed or timed out"
+    r"|Process group watchdog thread terminated with exception"
+)
+"""NCCL's errors and PyTorch c10d's watchdog lines, whatever the server (a regex text)."""
+
 TQDM_RATE = re.compile(r"(\d+(?:\.\d+)?)(s/it|it/s)")
 """tqdm's rate field: seconds per item or items per second."""
 

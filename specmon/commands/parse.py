@@ -1,7 +1,8 @@
 """`specmon parse LOGFILE [--json] [--summary [--no-events]] [--kind KIND] [--since/--until TIME]
 [--backend NAME] [--jobs N]`: a server log, read offline or from a live pipe, plain or gzip-,
 bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend`` or detected
-from its first lines.
+from its first lines; a log in which no server is recognised is read for its errors alone
+(PyTorch, NCCL, tracebacks: specmon/backends/neutral.py).
 
 Each chunk read is parsed, filtered and written at once (specmon.event_lines writes runs of
 decodes in bulk) and flushed, so a live pipe sees each event as soon as its line arrives.
@@ -24,7 +25,7 @@ from specmon.errors import UsageError
 from specmon.log_parts import PartReader
 
 if TYPE_CHECKING:
-    from specmon.backends import Backend, LogSummary
+    from specmon.backends import LogReading, LogSummary
     from specmon.events import Event
     from specmon.log_window import TimeWindow
 
@@ -133,10 +134,11 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _detect(read: Callable[[int], bytes], source: str) -> tuple[Backend, list[bytes], bool]:
+def _detect(read: Callable[[int], bytes], source: str) -> tuple[LogReading, list[bytes], bool]:
     """The backend whose log this is, from its first lines, the chunks read to tell, and
-    whether it was detected (said on stderr); undetected: the first registered backend."""
-    from specmon.backends import BACKENDS, detect_backend, get_backend
+    whether it was detected (said on stderr); undetected: the neutral reader, which reports
+    what PyTorch, NCCL and Python write (errors, tracebacks) and no server's events."""
+    from specmon.backends import detect_backend, get_backend, neutral_log_reading
 
     chunks: list[bytes] = []
     size = 0
@@ -153,7 +155,7 @@ def _detect(read: Callable[[int], bytes], source: str) -> tuple[Backend, list[by
     if name is not None:
         print(f"specmon: detected backend {name}", file=sys.stderr)
         return get_backend(name), chunks, True
-    return get_backend(next(iter(BACKENDS))), chunks, False
+    return neutral_log_reading(), chunks, False
 
 
 def _read(read: Callable[[int], bytes], source: str) -> bytes:
@@ -224,7 +226,7 @@ class _LogReader(PartReader):
     def __init__(
         self,
         args: argparse.Namespace,
-        backend: Backend,
+        backend: LogReading,
         kinds: set[str] | None,
         window: TimeWindow | None,
         out: IO[str],
@@ -331,10 +333,10 @@ def run(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         if chosen is None:
-            backend, held, detected = _detect(read, args.logfile)
+            reading, held, detected = _detect(read, args.logfile)
         else:
-            backend, held, detected = chosen, [], True
-        reader = _LogReader(args, backend, kinds, window, out)
+            reading, held, detected = chosen, [], True
+        reader = _LogReader(args, reading, kinds, window, out)
         for chunk in held:
             reader.take(chunk)
         ended = bool(held) and not held[-1]
@@ -371,14 +373,14 @@ def run(args: argparse.Namespace) -> int:
         if bytes_read == 0:
             what = "empty"
         elif detected:
-            what = f"no {backend.name} log lines recognised"
+            what = f"no {reading.name} log lines recognised"
         else:
             what = "no log lines of a known server recognised"
         print(f"specmon: parse: {name}: {what} ({bytes_read} bytes read)", file=sys.stderr)
     elif not detected:
         print(
-            f"specmon: parse: no backend detected from the log's first lines; read as "
-            f"{backend.name} (choose one with --backend)",
+            "specmon: parse: no backend detected from the log's first lines; read for errors "
+            "alone (choose a server with --backend)",
             file=sys.stderr,
         )
     return 0

@@ -56,7 +56,7 @@ RUN_STATE_LABELS: dict[str, str] = {
 }
 RUN_STATES = tuple(dict.fromkeys(RUN_STATE_LABELS.values()))
 LIVE_RUN_STATES = frozenset({"loading", "ready", "stopping"})
-ERROR_CATEGORIES = ("oom", "nccl", "other")
+ERROR_CATEGORIES = ("oom", "nccl", "other", "unknown")
 SPEC_PHASES = ("draft", "verify", "extend")
 MB = 1024 * 1024
 # Series one host may add to a scrape: room for 650 GPUs (a 64-node run of 8 each needs about

@@ -26,15 +26,23 @@ from specmon.backends.logtext import (
     CHAIN_LINES,
     CONTINUATION_MAX_LINES,
     MAX_LINE_CHARS,
+    TORCH_NCCL,
+    TORCH_OOM,
     TQDM_RATE,
     TRACEBACK_HEAD,
-    TRACEBACK_MAX_LINES,
     clean_line,
     clock_seconds,
     parse_float,
     parse_int,
 )
 from specmon.backends.sglang.summary import SGLangLogSummary
+from specmon.backends.tracebacks import (
+    OpenTraceback,
+    Read,
+    opened_inside,
+    source_text,
+    starts_inside,
+)
 from specmon.events import (
     Decode,
     ErrorCategory,
@@ -211,18 +219,11 @@ _ADAPTIVE = re.compile(
 )
 
 _OOM = re.compile(
-    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"
-    r"|Not enough memory\. Please try to increase --mem-fraction-static"
+    TORCH_OOM + r"|Not enough memory\. Please try to increase --mem-fraction-static"
     r"|Prefill out of memory|Decode out of memory"
     r"|CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation|Cuda failure 'out of memory'"
 )
-_NCCL = re.compile(
-    r"NCCL error|DistBackendError|Watchdog caught collective operation timeout"
-    r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
-    r"|RemoteError)\b|NCCL communicator was aborted|NCCL Error \d|NCCL WARN"
-    r"|Some NCCL operations have failed or timed out"
-    r"|Process group watchdog thread terminated with exception"
-)
+_NCCL = re.compile(TORCH_NCCL + r"|NCCL Error \d|NCCL WARN")
 _OTHER_FATAL = re.compile(
     r"Scheduler hit an exception|DetokenizerManager hit an exception"
     r"|TokenizerManager hit an exception|Scheduler watchdog timeout|Rank \d+ scheduler is dead"
@@ -233,14 +234,6 @@ _OTHER_FATAL = re.compile(
     r"|device-side assert triggered|Triton Error \[CUDA\]|CUBLAS_STATUS_|CUDNN_STATUS_"
     # uvicorn when the port is taken: the server cannot serve, whatever answers there
     r"|error while attempting to bind on address|[Aa]ddress already in use"
-)
-_FRAME_STARTS = ('File "', "[Previous line repeated", "...")
-_CARETS = re.compile(r"[\^~ ]+")
-# The line that ends a traceback: `SomeError: text`, a bare `KeyboardInterrupt`, c10d's
-# `torch.distributed.DistBackendError: ...`; what a frame's source line does not look like.
-_EXCEPTION_LINE = re.compile(
-    r"[A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit|Iteration|Warning|Failure|Timeout)"
-    r"(?::|$)|[A-Za-z_][\w.]*: \S"
 )
 
 
@@ -503,15 +496,14 @@ class SGLangLogParser(LogParser):
         self._pending = ""
         self._discarding_overlong = False
         self._last_shard: tuple[int, int] | None = None
-        self._in_traceback = False
-        self._traceback_lines = 0
-        self._traceback_ts: str | None = None
-        self._traceback_rank: int | None = None
-        self._traceback_report = True
+        self._traceback: OpenTraceback | None = None  # the traceback being read
+        # Whose exception was read last (time, rank): a chained next link continues it.
+        self._chain_owner: tuple[str | None, int | None] = (None, None)
         self._chained = False  # a "During handling of the above exception" line was seen
+        # A record that announces a traceback on its next lines (`Exception in run_tp_server:`)
+        self._announced: tuple[str | None, int | None] | None = None
         self._continuation_lines = 0
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
-        self._after_frame = False  # the last traceback line was a `File "..."` frame
         self._decode_sink: Callable[[list[tuple[str, ...]]], None] | None = None
         """Where bulk-read decode lines go as rows of texts instead of events (a summary): a
         row is (#running-req, accept len, gen throughput, ""), see DecodeTemplate.sums."""
@@ -563,7 +555,37 @@ class SGLangLogParser(LogParser):
         events: list[Event] = []
         if rest:
             self.lines_seen += self._scan(rest + "\n", events)
+        self._end_traceback(events)
         return events
+
+    def _end_traceback(self, events: list[Event]) -> None:
+        """The input ended: a traceback still being read was cut before its exception line."""
+        traceback, self._traceback = self._traceback, None
+        if traceback is not None:
+            self._ended(traceback, events)
+
+    def _ended(self, traceback: OpenTraceback, events: list[Event]) -> None:
+        """A traceback's lines ended without an exception line of its own: an exception
+        group's first exception, else the cut."""
+        if traceback.group_exception is not None:
+            self._exception(traceback, traceback.group_exception, events)
+            return
+        cut = traceback.cut_error()
+        if cut is not None:
+            events.append(cut)
+
+    def _exception(self, traceback: OpenTraceback, text: str, events: list[Event]) -> None:
+        """A traceback's exception line: the cause, reported unless a chain's later link."""
+        self._chain_owner = (traceback.ts, traceback.rank)
+        if traceback.report:
+            events.append(
+                ServerError(
+                    ts=traceback.ts,
+                    rank=traceback.rank,
+                    category=error_category(text) or "other",
+                    message=text,
+                )
+            )
 
     def summarize(self, chunk: str | bytes, summary: LogSummary) -> int:
         """As LogParser's, but bulk-read decode lines go to an SGLang summary as their
@@ -580,24 +602,21 @@ class SGLangLogParser(LogParser):
         return len(events) + summary.decode_lines - before
 
     def line_state(self) -> Hashable | None:
-        """The shard counter, the traceback being read (its place, and whose it is while a
-        chained exception may still continue it) and the continuation lines still expected;
-        None inside a partial line. The learned decode shapes are a cache, not state."""
+        """The shard counter, the traceback being read (its place and last frame, which a cut
+        reports), whose exception a chained link may still continue, a record announcing a
+        traceback and the continuation lines still expected; None inside a partial line. The
+        learned decode shapes are a cache, not state."""
         if self._pending or self._discarding_overlong:
             return None
-        in_traceback = self._in_traceback
-        owner = (
-            (self._traceback_ts, self._traceback_rank) if in_traceback or self._chained else None
-        )
-        place = (self._traceback_lines, self._traceback_report) if in_traceback else None
+        traceback = self._traceback
+        chain_open = self._chained or self._continuation_lines > 0
         return (
             self._last_shard,
-            in_traceback,
-            place,
-            owner,
+            None if traceback is None else traceback.state(),
+            self._chain_owner if chain_open else None,
             self._chained,
             self._continuation_lines,
-            self._after_frame,
+            self._announced,
         )
 
     # -- chunk handling ---------------------------------------------------------------------
@@ -671,6 +690,7 @@ class SGLangLogParser(LogParser):
             take(decodes)
             self._continuation_lines = 0  # decode lines are prefixed: whatever came before ended
             self._chained = False
+            self._announced = None
             return count
         find_other = timestamps.index
         position = 0
@@ -683,6 +703,7 @@ class SGLangLogParser(LogParser):
                 take(decodes[position:first])
                 self._continuation_lines = 0
                 self._chained = False
+                self._announced = None
             if first == count:
                 break
             last = first + 1
@@ -729,11 +750,12 @@ class SGLangLogParser(LogParser):
     def _other_lines(self, lines: list[str], events: list[Event]) -> None:
         for line in lines:
             if line:
-                event = self._decode_line(line) if "Decode batch" in line else self._line(line)
-                if event is not None:
-                    events.append(event)
+                if "Decode batch" in line:
+                    self._decode_line(line, events)
+                else:
+                    self._line(line, events)
 
-    def _decode_line(self, raw: str) -> Event | None:
+    def _decode_line(self, raw: str, events: list[Event]) -> None:
         """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
         line = clean_line(raw)
         framed = f"\n{line}\n"
@@ -747,27 +769,37 @@ class SGLangLogParser(LogParser):
         if match is not None:
             self._continuation_lines = 0  # a prefixed line, as in _line
             self._chained = False
+            self._announced = None
             # Its texts, as the bulk scan keeps them: the line is written the same whether it
             # came in bulk or alone, whichever shapes were learned before it.
-            return Decode.from_texts([tuple(text or "" for text in match.groups())])[0]
-        in_traceback = self._in_traceback
-        event = self._line(raw)
-        if not isinstance(event, Decode) and not (in_traceback and self._in_traceback):
+            events.append(Decode.from_texts([tuple(text or "" for text in match.groups())])[0])
+            return
+        in_traceback = self._traceback is not None
+        before = len(events)
+        self._line(raw, events)
+        if not any(isinstance(event, Decode) for event in events[before:]) and not (
+            in_traceback and self._traceback is not None
+        ):
             self.unparsed_decode_like += 1
-        return event
 
-    def _line(self, raw: str) -> Event | None:
+    def _line(self, raw: str, events: list[Event]) -> None:
         outer, line = _unwrap(clean_line(raw))
         ts, rank, message, prefixed = _split_prefix(line, outer)
-        if self._in_traceback and not prefixed:
-            return self._traceback_line(line)
+        announced, self._announced = self._announced, None
+        traceback = self._traceback
+        if traceback is not None and not prefixed and self._traceback_line(traceback, line, events):
+            return  # the traceback's; a line that is not was cut and is read as any other
         if TRACEBACK_HEAD in message:
             if self._chained and not prefixed:
                 # The next link of a chained exception: its cause was already reported.
-                self._start_traceback(self._traceback_ts, self._traceback_rank, report=False)
+                self._start_traceback(*self._chain_owner, report=False)
             else:
+                if self._traceback is not None:  # a new traceback: the last one was cut
+                    self._end_traceback(events)
+                if not prefixed and announced is not None:
+                    ts, rank = announced  # `Exception in run_tp_server:` on the line above
                 self._start_traceback(ts, rank, report=True)
-            return None
+            return
         if not prefixed and self._continuation_lines:
             # Lines after an exception's first line continue its message ("Possible
             # solutions: ...", NCCL's "Last error: ..."): not new errors.
@@ -780,57 +812,49 @@ class SGLangLogParser(LogParser):
         if prefixed:
             self._continuation_lines = 0
             self._chained = False
+            if "xception" in message and message.rstrip().endswith(":"):
+                self._announced = (ts, rank)
+        elif starts_inside(line):
+            # A frame outside any traceback: the log (a tail, a paste) begins inside one.
+            self._traceback = opened_inside(ts, rank, line)
+            self._chained = False
+            return
         event = _message_event(ts, rank, message, prefixed)
         if isinstance(event, ShardProgress):
             key = (event.done, event.total)
             if key == self._last_shard:
-                return None
+                return
             self._last_shard = key
         elif isinstance(event, ServerError) and not prefixed:
+            if source_text(line):
+                return  # a source line or a message's continuation: no error of its own
             self._continuation_lines = CONTINUATION_MAX_LINES
-        return event
+        if event is not None:
+            events.append(event)
 
     def _start_traceback(self, ts: str | None, rank: int | None, *, report: bool) -> None:
-        self._in_traceback = True
-        self._traceback_report = report
+        self._traceback = OpenTraceback(ts, rank, report)
         self._chained = False
-        self._traceback_lines = 0
-        self._traceback_ts, self._traceback_rank = ts, rank
         self._continuation_lines = 0
 
-    def _traceback_line(self, line: str) -> Event | None:
-        """Inside a traceback: frames are skipped, the first unindented line is the cause.
+    def _traceback_line(self, traceback: OpenTraceback, line: str, events: list[Event]) -> bool:
+        """A line without a prefix inside a traceback (tracebacks.OpenTraceback.read says what
+        it is): False when it is not the traceback's, which then was cut (reported here).
 
         A chained exception reports its first link (the root cause) once; later links only
         continue it.
         """
-        self._traceback_lines += 1
-        if self._traceback_lines > TRACEBACK_MAX_LINES:
-            self._in_traceback = False
-            return None
-        stripped = line.strip()
-        after_frame, self._after_frame = self._after_frame, False
-        if not stripped or line[0] in " \t" or stripped.startswith(CHAIN_LINES):
-            return None
-        if stripped.startswith(_FRAME_STARTS) or _CARETS.fullmatch(stripped):
-            # Frames whose indentation a log collector stripped: `File "..."`, its source
-            # line next, and 3.11's `^^^^` markers.
-            self._after_frame = stripped.startswith('File "')
-            return None
-        if after_frame and _EXCEPTION_LINE.match(stripped) is None:
-            return None  # the source line of the frame before
-        if stripped.startswith(TRACEBACK_HEAD):
-            return None
-        self._in_traceback = False
-        self._continuation_lines = CONTINUATION_MAX_LINES
-        if not self._traceback_report:
-            return None
-        return ServerError(
-            ts=self._traceback_ts,
-            rank=self._traceback_rank,
-            category=error_category(stripped) or "other",
-            message=stripped,
-        )
+        read = traceback.read(line)
+        if read is Read.PART:
+            return True
+        self._traceback = None
+        if read is Read.CUT:
+            self._ended(traceback, events)
+            return False
+        if read is Read.EXCEPTION:
+            self._continuation_lines = CONTINUATION_MAX_LINES
+            self._exception(traceback, line.strip(), events)
+        return True
 
 
 # --- the decode fast path: templates learned from the log's own decode lines ----------------

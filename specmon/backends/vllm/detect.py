@@ -13,7 +13,7 @@ import re
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _VLLM_LINE = re.compile(
     r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? \[?[\w.]+\.py:\d+\]"
-    r"|\((?:APIServer|EngineCore|Worker|VllmWorker|RayWorkerProc|ServeReplica)[^()\n]* pid=\d+\)"
+    r"|\((?:APIServer|EngineCore|Worker|VllmWorker|RayWorkerProc|RayWorkerWrapper|ServeReplica)[^()\n]* pid=\d+[,)]"
     r"|Engine \d{3}: Avg prompt throughput|SpecDecoding metrics:|vLLM (?:API )?server version"
     r"|Initializing a V1 LLM engine|Starting vLLM (?:API )?server"
 )

@@ -27,13 +27,21 @@ from specmon.backends.logtext import (
     CHAIN_LINES,
     CONTINUATION_MAX_LINES,
     MAX_LINE_CHARS,
+    TORCH_NCCL,
+    TORCH_OOM,
     TQDM_RATE,
     TRACEBACK_HEAD,
-    TRACEBACK_MAX_LINES,
     clean_line,
     clock_seconds,
     parse_float,
     parse_int,
+)
+from specmon.backends.tracebacks import (
+    OpenTraceback,
+    Read,
+    opened_inside,
+    source_text,
+    starts_inside,
 )
 from specmon.events import (
     CompileBegin,
@@ -64,10 +72,11 @@ _HEADER = re.compile(
     r"\[?[^\s:\[\]]+:\d+\] "
 )
 _TS = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d")
-# Prefixes in front of a message that has no vLLM header: RFC 3339 (`docker logs -t`),
-# `(Name pid=N) ` process tags (any number), uvicorn's `INFO:     ` and c10d's `[rank3]:[...]`.
+# Prefixes in front of a message that has no vLLM header: RFC 3339 (`docker logs -t`), docker
+# compose's `vllm-1  | `, `(Name pid=N) ` process tags (any number), uvicorn's `INFO:     ` and
+# c10d's `[rank3]:[...]`.
 _BARE_PREFIX = re.compile(
-    r"(?:\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)? +)?"
+    r"(?:\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)? +)?(?:[\w.-]+ +\| )?"
     r"(?:(?:\x1b\[[0-9;]*m)?\([^()\n]*\)(?:\x1b\[[0-9;]*m)? +)*"
     r"(?:INFO: +)?(?:\[rank\d+\]:(?:\[[^\]\n]*\] ?)?)?"
 )
@@ -125,6 +134,11 @@ _KV_MEMORY = re.compile(
     r"|(?:Explicitly|Auto) set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache"  # CPU builds
 )
 _KV_SIZE = re.compile(r"\b[A-Z]{2,4} KV cache size: ([\d,]{1,30}) tokens")
+# V0: `# GPU blocks: 5691, # CPU blocks: 2048` (0.6.4+: `# cuda blocks: 5218, ...`; the CPU
+# backend's `# CPU blocks: 512` alone), in blocks of the engine's block size, which the log
+# may state earlier (`block_size=16`, or `'block_size': 16` among the non-default args).
+_V0_BLOCKS = re.compile(r"# (?!CPU )\w{1,10} blocks: (\d{1,12})\b|^# CPU blocks: (\d{1,12})$")
+_BLOCK_SIZE = re.compile(r"\bblock_size(?:=|': )(\d{1,6}|None)\b")
 _SHARDS = re.compile(
     r"[Ss]hards(?: \([^)\n]*\))?: *\d+%[^|\n]*\|(?:[^|\n]*\|)? *(\d{1,9})/(\d{1,9})"
     r"(?: \[([\d:?]*)<([\d:?]*), *([^\]\n]*)\])?"
@@ -146,7 +160,7 @@ _READY = "Application startup complete"
 _HINT = re.compile(
     r"oad|hards|torch\.compile|Warming up|AOT|KV cache|apturing|Starting vLLM|startup complete|Engine"
     r"|Avg prompt|metrics:|Traceback|rror|xception|NCCL|nccl|atchdog|emory|ailed|died"
-    r"|root cause|\[shutdown\]|received signal"
+    r"|root cause|\[shutdown\]|received signal|# [A-Za-z]{2,8} blocks|k_size|File \""
 )
 
 # --- errors --------------------------------------------------------------------------------
@@ -155,14 +169,9 @@ _OOM = re.compile(
     r"No available memory for the cache blocks|KV cache is needed, which is larger than"
     r"|less than desired GPU memory utilization|Free memory on device"
     r"|less than requested memory for kv"  # CPU builds: VLLM_CPU_KVCACHE_SPACE beyond free RAM
-    r"|Failed to load model - not enough GPU memory|CUDA out of memory|OutOfMemoryError"
-    r"|CUDA error: out of memory"
+    r"|Failed to load model - not enough GPU memory|" + TORCH_OOM
 )
-_NCCL = re.compile(
-    r"NCCL error|DistBackendError|Watchdog caught collective operation timeout|pynccl"
-    r"|\bnccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage"
-    r"|RemoteError)\b|NCCL communicator was aborted"
-)
+_NCCL = re.compile(TORCH_NCCL + r"|pynccl")
 # Lines that point at a cause reported above them: never the root cause when one was seen.
 _POINTER = re.compile(
     r"See root cause above|See stack trace \(above\)|[Ss]ee stack trace for root cause"
@@ -334,18 +343,6 @@ def _shard_progress(match: re.Match[str], ts: str | None, rank: int | None) -> S
     )
 
 
-@dataclass(slots=True)
-class _Traceback:
-    """A traceback being read for one process: frames are skipped, the first unindented
-    line is its exception, reported as the root cause unless it continues a chain."""
-
-    ts: str | None
-    rank: int | None
-    report: bool
-    lines: int = 0
-    nccl_frames: bool = False
-
-
 class VLLMLogParser(LogParser):
     """Stateful vLLM log reader for whole files and live tails alike.
 
@@ -365,12 +362,13 @@ class VLLMLogParser(LogParser):
         self.unparsed_decode_like = 0
         self._last_ts: str | None = None
         self._last_engine: dict[str, int | None] = {}
-        self._tracebacks: dict[str, _Traceback] = {}
+        self._tracebacks: dict[str, OpenTraceback] = {}
         self._chained: set[str] = set()
         self._ignored: dict[str, int] = {}  # sources that just printed `Exception ignored in`
         self._after_exception: dict[str, int] = {}
         self._queued: list[Event] = []  # events a line gives after the one it returns
         self._positions_noticed = False  # a per-position list was cut, and a notice said so
+        self._block_size: int | None = None  # V0's, as the log last stated it
         self._new_run()
 
     def _new_run(self) -> None:
@@ -413,9 +411,12 @@ class VLLMLogParser(LogParser):
             tail += self._decoder.decode(b"", final=True)
         self._pending = ""
         self._discarding_overlong = False
-        if not tail:
-            return []
-        return self._lines(tail.replace("\r", "\n") + "\n")
+        events = self._lines(tail.replace("\r", "\n") + "\n") if tail else []
+        # The input ended: tracebacks still being read were cut before their exception line.
+        for traceback in self._tracebacks.values():
+            self._report_cut(traceback, events)
+        self._tracebacks.clear()
+        return events
 
     def _lines(self, text: str) -> list[Event]:
         """Stats and current-shape SpecDecoding lines are read here, on the spot; any other
@@ -512,16 +513,24 @@ class VLLMLogParser(LogParser):
         if prefix.ts is not None:
             self._last_ts = prefix.ts
         if prefix.source in self._tracebacks:
-            events: list[Event] = []
-            self._traceback_line(prefix, message, events)
-            return events[0] if events else None
+            cut: list[Event] = []
+            if self._traceback_line(prefix, message, cut):
+                return cut[0] if cut else None
+            # Not the traceback's: it was cut (its error comes first), and this line is read
+            # as any other.
+            event = self._line(raw)
+            if not cut:
+                return event
+            if event is not None:
+                self._queued.insert(0, event)
+            return cut[0]
         if message.startswith(_IGNORED_EXCEPTION):
             self._ignored[prefix.source] = _IGNORED_WINDOW_LINES
             return None
         if prefix.source in self._ignored:
             left = self._ignored.pop(prefix.source)
             if TRACEBACK_HEAD in message:  # read, not reported
-                self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, False)
+                self._tracebacks[prefix.source] = OpenTraceback(prefix.ts, prefix.rank, False)
                 return None
             if BARE_EXCEPTION.match(message.strip()):
                 return None  # the ignored exception itself, printed without a traceback
@@ -530,7 +539,7 @@ class VLLMLogParser(LogParser):
         if TRACEBACK_HEAD in message:
             report = prefix.source not in self._chained
             self._chained.discard(prefix.source)
-            self._tracebacks[prefix.source] = _Traceback(prefix.ts, prefix.rank, report)
+            self._tracebacks[prefix.source] = OpenTraceback(prefix.ts, prefix.rank, report)
             return None
         if prefix.source in self._after_exception:
             left = self._after_exception[prefix.source] - 1
@@ -544,6 +553,10 @@ class VLLMLogParser(LogParser):
                 self._after_exception[prefix.source] = left
             event = self._message_event(prefix, message)
             return None if isinstance(event, ServerError) else event
+        if starts_inside(message):
+            # A frame outside any traceback: the log (a tail, a paste) begins inside one.
+            self._tracebacks[prefix.source] = opened_inside(prefix.ts, prefix.rank, message)
+            return None
         return self._message_event(prefix, message)
 
     def _message_event(self, prefix: _Prefix, message: str) -> Event | None:
@@ -630,6 +643,19 @@ class VLLMLogParser(LogParser):
             aot = _AOT_DONE.search(message)
             if aot is not None:  # the CPU build prints no compile time
                 return CompileEnd(ts=ts, rank=rank, part=aot.group(1), seconds=None)
+        if "blocks: " in message:
+            blocks = _V0_BLOCKS.search(message.strip())
+            if blocks is not None:
+                size = self._block_size
+                count = int(blocks.group(1) or blocks.group(2))
+                tokens = count * size if size is not None else None
+                return self._after_load(
+                    KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
+                )
+        if "block_size" in message:
+            stated = _BLOCK_SIZE.search(message)
+            if stated is not None:
+                self._block_size = parse_int(stated.group(1))
         if "KV cache" in message:
             memory = _KV_MEMORY.search(message)
             if memory is not None:
@@ -703,33 +729,56 @@ class VLLMLogParser(LogParser):
             return None
         if " HTTP/" in message and '" ' in message:
             return None  # uvicorn access lines are never errors, whatever their status
+        if source_text(message):
+            return None  # a source line or a message's continuation: no error of its own
         text = message.strip()
         if _OOM.search(text) or _NCCL.search(text) or BARE_EXCEPTION.match(text):
             return self._report(prefix.ts, prefix.rank, text, nccl_frames=False)
         return None
 
-    def _traceback_line(self, prefix: _Prefix, message: str, events: list[Event]) -> None:
-        """A line of a traceback being read for ``prefix.source``."""
+    def _traceback_line(self, prefix: _Prefix, message: str, events: list[Event]) -> bool:
+        """A line of a traceback being read for ``prefix.source`` (tracebacks.OpenTraceback.
+        read says what it is): False when it is not the traceback's, which then was cut
+        (reported here, or nothing when the cut was already reported)."""
         traceback = self._tracebacks[prefix.source]
-        traceback.lines += 1
-        if traceback.lines > TRACEBACK_MAX_LINES:
-            del self._tracebacks[prefix.source]
-            return
-        stripped = message.strip()
-        if not stripped or message[0] in " \t" or stripped.startswith(CHAIN_LINES):
-            if "nccl" in message or "NCCL" in message:
-                traceback.nccl_frames = True
-            return
-        if stripped.startswith(TRACEBACK_HEAD):
-            return
+        read = traceback.read(message)
+        if read is Read.PART:
+            return True
         del self._tracebacks[prefix.source]
-        self._after_exception[prefix.source] = CONTINUATION_MAX_LINES
-        if traceback.report:
-            error = self._report(
-                traceback.ts, traceback.rank, stripped, nccl_frames=traceback.nccl_frames
-            )
-            if error is not None:
-                events.append(error)
+        if read is Read.CUT:
+            self._report_cut(traceback, events)
+            return False
+        if read is Read.EXCEPTION:
+            self._after_exception[prefix.source] = CONTINUATION_MAX_LINES
+            if traceback.report:
+                error = self._report(
+                    traceback.ts, traceback.rank, message.strip(), nccl_frames=traceback.nccl_frames
+                )
+                if error is not None:
+                    events.append(error)
+        return True
+
+    def _report_cut(self, traceback: OpenTraceback, events: list[Event]) -> None:
+        """A traceback whose lines ended without an exception line of its own: an exception
+        group's first exception, else the cut, unless the same cut was reported in this run
+        (eight workers killed at the same frame)."""
+        if traceback.group_exception is not None:
+            if traceback.report:
+                error = self._report(
+                    traceback.ts,
+                    traceback.rank,
+                    traceback.group_exception,
+                    nccl_frames=traceback.nccl_frames,
+                )
+                if error is not None:
+                    events.append(error)
+            return
+        error = traceback.cut_error()
+        if error is None or error.message in self._reported:
+            return
+        if len(self._reported) < 1024:
+            self._reported.add(error.message)
+        events.append(error)
 
     def _report(
         self, ts: str | None, rank: int | None, message: str, *, nccl_frames: bool
