@@ -6,7 +6,8 @@ step by step (comma-separated):
   escapes      lines carrying terminal escapes: OSC title, ESC[2J, OSC 52 clipboard, OSC 8
                link, DCS, 8-bit CSI, C0/C1 controls, and Rich markup that must stay literal
   flood:N      N numbered lines ("flood 0" ...), as fast as the pipe takes them
-  ready        SGLang's ready line
+  ready        SGLang's ready line, once its port answers HTTP (as a real server's does: specmon
+               declares ready only when the run's own process listens on the port)
   sleep:S      wait S seconds
   fork         a child in the same process group that outlives this leader
   crash:C      a traceback, then exit with code C
@@ -131,6 +132,10 @@ def serve_http(what: str, port: int) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    SERVING.append(port)
+
+
+SERVING: list[int] = []  # the ports this process answers HTTP on
 
 
 def _port(argv: list[str]) -> int:
@@ -155,6 +160,8 @@ def main() -> int:
         elif name == "flood":
             out.writelines(f"flood {i}\n" for i in range(int(value)))
         elif name == "ready":
+            if not SERVING:
+                serve_http("", _port(sys.argv))
             out.write(READY_LINE + "\n")
         elif name == "sleep":
             time.sleep(float(value))

@@ -10,10 +10,14 @@ HOSTILE_SERVER = Path(__file__).resolve().parents[1] / "hostile_server.py"
 
 
 def hostile_profile_toml(
-    mode: str, *, name: str = "hostile", port: int = 1, backend: str | None = None
+    mode: str, *, name: str = "hostile", port: int | None = None, backend: str | None = None
 ) -> str:
     """A profile running the hostile server with SPECMON_HOSTILE_MODE=``mode``, no GPU agent;
-    ``backend`` names the server it poses as (None: the default)."""
+    ``backend`` names the server it poses as (None: the default); ``port`` None: a free one
+    (its ``ready`` step answers HTTP there before it says ready)."""
+    from support.hosts import free_port
+
+    port = free_port() if port is None else port
     command = json.dumps([sys.executable, str(HOSTILE_SERVER)])
     backend_line = f'backend = "{backend}"\n' if backend else ""
     return f"""
