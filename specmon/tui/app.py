@@ -44,7 +44,7 @@ from specmon.tui.themes import load_themes, resolve_theme_name
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
 from specmon.tui.widgets.loading import LoadingPanel
-from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.log_pane import FilterInput, LogPane
 
 DEFAULT_REDRAW_HZ = 10.0
 LIVE_PANEL_HZ = 5.0
@@ -522,14 +522,15 @@ class SpecmonApp(App[int]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         self.main.query_one(LogPane).close_filter(keep=True)
 
+    @on(FilterInput.Cleared)
+    def _filter_cleared(self, event: FilterInput.Cleared) -> None:
+        pane = self.main.query_one(LogPane)
+        if pane.has_class("-filtering"):
+            pane.close_filter(keep=False)
+            pane.show_all(self.controller.bus.store.log)
+
     def on_key(self, event: events.Key) -> None:
         self._say_read_only(event)
-        if event.key == "escape" and self.screen is self.main:
-            pane = self.main.query_one(LogPane)
-            if pane.has_class("-filtering"):
-                pane.close_filter(keep=False)
-                pane.show_all(self.controller.bus.store.log)
-                event.stop()
 
     def action_gpu_detail(self) -> None:
         if self.screen is self.main:
