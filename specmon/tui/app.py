@@ -27,6 +27,7 @@ from specmon.errors import SpecmonError
 from specmon.events import AgentStatus, Dropped, LogLine, Notice, Ready, RunInfo, StopProgress
 from specmon.run_end import who_of
 from specmon.session.cli import BesideService
+from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
@@ -280,9 +281,18 @@ class SpecmonApp(App[int]):
         if view.pending_lines and live_due:  # the log scrolls at the live panels' rate
             view.main.query_one(LogPane).append_lines(view.pending_lines)
             view.pending_lines = []
+        view.main.autolaunch = view.controller.autolaunch
+        view.main.probe_on = self.probe_on(store)
         view.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
+
+    def probe_on(self, store: StateStore) -> bool | None:
+        """Whether the followed run's profile (in this console's config) has the probe on."""
+        run = store.run
+        if self.config is None or run is None or run.profile not in self.config.profiles:
+            return None
+        return self.config.profiles[run.profile].probe
 
     def notify(
         self,
