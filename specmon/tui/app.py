@@ -54,6 +54,8 @@ MAX_EVENTS_PER_TICK = 20_000  # the lossy bus queue holds 10,000 (plus state cha
 CLOSE_TIMEOUT_S = 10.0
 MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
 # Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
+TOAST_BATCH_S = 0.5  # how long a Ready or Reattached toast waits for the other hosts' own
+TOAST_HEADLINES = {"Ready": "{count} servers ready", "Reattached": "Reattached {count} hosts"}
 SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
 READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
 
@@ -103,6 +105,9 @@ class SpecmonApp(App[int]):
         self.paused = False
         self._closed = False
         self._ticks = 0
+        # Ready and Reattached toasts held a moment so a fleet's come as one per kind.
+        self._pending_toasts: dict[str, list[tuple[str, str, str]]] = {}
+        self._toast_batch_started: dict[str, float] = {}
         ui = config.ui if config is not None else None
         self.redraw_hz = float(ui.redraw_hz if ui is not None else DEFAULT_REDRAW_HZ)
         # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
@@ -230,6 +235,7 @@ class SpecmonApp(App[int]):
     def _tick(self) -> None:
         now = self.clock()
         self.drain(self.view, now)
+        self.flush_toasts()
         self._ticks += 1
         self.refresh_view(self.view, now, live_due=self._ticks % self._live_every == 0)
 
@@ -260,7 +266,7 @@ class SpecmonApp(App[int]):
                     if seconds is not None
                     else "load time unknown"
                 )
-                self.notify(f"{prefix}Server ready ({loaded})", title="Ready")
+                self.batch_toast("Ready", prefix, f"Server ready ({loaded})", loaded)
             elif isinstance(event, RunInfo) and event.replaces:
                 self.notify(
                     f"{prefix}Run {event.replaces} was replaced by run {event.run_id} "
@@ -269,11 +275,42 @@ class SpecmonApp(App[int]):
                     title="Replaced",
                 )
             elif isinstance(event, RunInfo) and event.reattached:
-                self.notify(f"{prefix}Reattached to run {event.run_id}", title="Reattached")
+                self.batch_toast(
+                    "Reattached", prefix, f"Reattached to run {event.run_id}", f"run {event.run_id}"
+                )
             elif isinstance(event, Notice):  # said once per run and source: worth a toast
                 self.notify(f"{prefix}{event.message}", title="Left out", severity="warning")
         if len(view.pending_lines) > MAX_LOG_APPEND:  # a host out of view: the store has them
             del view.pending_lines[:-MAX_LOG_APPEND]
+
+    def batch_toast(self, title: str, prefix: str, message: str, short: str) -> None:
+        """Hold a Ready or Reattached toast for TOAST_BATCH_S: hosts of a fleet reattach or get
+        ready within moments of each other, and six stacked toasts covered half the screen.
+        ``short`` is what the collapsed toast says of this host ("run R", "loaded in 35s")."""
+        pending = self._pending_toasts.setdefault(title, [])
+        if not pending:
+            self._toast_batch_started.setdefault(title, time.monotonic())
+        pending.append((prefix, message, short))
+
+    def flush_toasts(self, *, force: bool = False) -> None:
+        """One toast per kind whose window has passed: the message itself for one host,
+        "Reattached 3 hosts: a (run R), ..." for several."""
+        now = time.monotonic()
+        for title in list(self._pending_toasts):
+            started = self._toast_batch_started.get(title, now)
+            if not force and now - started < TOAST_BATCH_S:
+                continue
+            pending = self._pending_toasts.pop(title)
+            self._toast_batch_started.pop(title, None)
+            if len(pending) == 1:
+                prefix, message, _ = pending[0]
+                self.notify(f"{prefix}{message}", title=title)
+                continue
+            hosts = "; ".join(
+                f"{prefix.removesuffix(': ')} ({short})" for prefix, _, short in pending
+            )
+            headline = TOAST_HEADLINES.get(title, title + " {count} hosts")
+            self.notify(f"{headline.format(count=len(pending))}: {hosts}", title=title)
 
     def refresh_view(self, view: HostView, now: float, *, live_due: bool) -> None:
         """Redraw ``view``'s main screen from its store (and the GPU detail over it)."""
