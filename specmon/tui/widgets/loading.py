@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from specmon.events import StopProgress
+from specmon.fleet import UNREACHABLE_STATES
 from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration
@@ -142,9 +143,6 @@ def node_line(store: StateStore) -> Text:
             text.append(f"{node.shards_done}/{node.shards_total} ")
         text.append(f"{node.phase or node.state or 'starting'}  ", style="dim")
     return text
-
-
-UNREACHABLE_STATES = ("reconnecting", "disconnected")
 
 
 def idle_words(store: StateStore, autolaunch: str | None = None) -> str | None:
