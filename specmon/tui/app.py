@@ -24,7 +24,16 @@ from textual.widgets import Input
 from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
-from specmon.events import AgentStatus, Dropped, LogLine, Notice, Ready, RunInfo, StopProgress
+from specmon.events import (
+    AgentStatus,
+    Dropped,
+    LogLine,
+    Notice,
+    ProbeTiming,
+    Ready,
+    RunInfo,
+    StopProgress,
+)
 from specmon.run_end import who_of
 from specmon.session.cli import BesideService
 from specmon.store import StateStore
@@ -246,10 +255,13 @@ class SpecmonApp(App[int]):
         queue = view.queue
         shown = view.main.is_mounted and (len(self.views) == 1 or view.panels_ready)
         drained = 0
+        last_probe_at: float | None = None
         while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
             at, event = queue.get_nowait()
             drained += 1
             view.history.record(at, event)
+            if isinstance(event, ProbeTiming):
+                last_probe_at = at
             if isinstance(event, (LogLine, Dropped)):
                 view.pending_lines.append(event)
             elif isinstance(event, StopProgress) and shown:
@@ -280,6 +292,8 @@ class SpecmonApp(App[int]):
                 )
             elif isinstance(event, Notice):  # said once per run and source: worth a toast
                 self.notify(f"{prefix}{event.message}", title="Left out", severity="warning")
+        if last_probe_at is not None:  # the probe's per-position counts (SGLang), for `h`
+            view.history.sample_positions(last_probe_at, store.accept_by_position.ratios())
         if len(view.pending_lines) > MAX_LOG_APPEND:  # a host out of view: the store has them
             del view.pending_lines[:-MAX_LOG_APPEND]
 

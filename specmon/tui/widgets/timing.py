@@ -50,8 +50,8 @@ def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None
     means = store.phase_means(WINDOW)
     if means is None and probe_on and store.last_decode is None:
         text.append("Waiting for traffic.\n", style="bold")
-        text.append("The probe is on: draft, verify\n", style="dim")
-        text.append("and extend times show once\n", style="dim")
+        text.append("The probe is on: draft and\n", style="dim")
+        text.append("verify times show once\n", style="dim")
         text.append("requests arrive.", style="dim")
         return text
     if means is None and probe_on:
@@ -70,9 +70,10 @@ def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None
     cycle = draft + verify + extend
     narrow = width < 60
     names = ("draft", "verify", "ext") if narrow else ("draft", "verify", "extend")
+    shown = 3 if store.has_extend_phase else 2  # no extend figures for a server without one
     if narrow:
         text.append("ms ", style="dim")
-    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+    for name, (_, style), value in zip(names[:shown], PHASE_STYLES, means, strict=False):
         text.append(f"{name} ", style=f"bold {style}")
         text.append(f"{format_number(value, 2)}{'' if narrow else ' ms'}  ")
     if not narrow:
@@ -80,7 +81,7 @@ def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None
     text.append("\n")
     text.append_text(_stacked_bar(means, width))
     text.append("\n")
-    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+    for name, (_, style), value in zip(names[:shown], PHASE_STYLES, means, strict=False):
         share = 100 * value / cycle if cycle else 0.0
         text.append(f"{name} {share:.1f}%  ", style=style)
     text.append("\n")
