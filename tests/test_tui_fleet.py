@@ -215,6 +215,8 @@ async def test_fleet_relaunch_warns_of_unreachable_hosts_and_can_leave_them_out(
         await pilot.pause(0.2)
         confirm = app.screen
         assert isinstance(confirm, FleetConfirmScreen)
+        changes = str(confirm.query_one("#changes", Static).render())
+        assert changes.startswith("Changes: none")  # the form was not edited
         warning = str(confirm.query_one("#unreachable", Static).render())
         assert "1 of the selected hosts cannot be reached now: gone" in warning
         assert "connection refused" in warning

@@ -54,7 +54,8 @@ class FleetRelaunchScreen(RelaunchScreen):
             self.notify("The form has problems; fix the fields marked in red.", severity="error")
             return
         self.app.push_screen(
-            FleetConfirmScreen(self.commands(), self.unreachable()), self._fleet_confirmed
+            FleetConfirmScreen(self.commands(), self.unreachable(), self.change_summary()),
+            self._fleet_confirmed,
         )
 
     def unreachable(self) -> list[tuple[str, str]]:
@@ -119,11 +120,19 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
     ]
 
     def __init__(
-        self, commands: Sequence[tuple[str, str]], unreachable: Sequence[tuple[str, str]] = ()
+        self,
+        commands: Sequence[tuple[str, str]],
+        unreachable: Sequence[tuple[str, str]] = (),
+        changes: str = "",
     ) -> None:
         super().__init__()
         self.commands = list(commands)
         self.unreachable = list(unreachable)  # (host, why) among the selected
+        self.changes = changes  # the form's edit as a diff (against the first host's run)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`x` only where there is an unreachable host to leave out."""
+        return action != "leave_out" or bool(self.unreachable)
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -132,6 +141,8 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
                 "released), then its command starts; each host's lock is taken.",
                 markup=False,
             )
+            if self.changes:
+                yield Static(self.changes, id="changes", markup=False)
             with VerticalScroll():
                 for host, command in self.commands:
                     yield Static(host, classes="host", markup=False)
