@@ -316,9 +316,9 @@ class SpecmonApp(App[int]):
                 continue
             pending = self._pending_toasts.pop(title)
             self._toast_batch_started.pop(title, None)
-            if len(pending) == 1:
-                prefix, message, _ = pending[0]
-                self.notify(f"{prefix}{message}", title=title)
+            if len(pending) == 1 or not pending[0][0]:  # one host, or a one-host console
+                for prefix, message, _ in pending:
+                    self.notify(f"{prefix}{message}", title=title)
                 continue
             hosts = "; ".join(
                 f"{prefix.removesuffix(': ')} ({short})" for prefix, _, short in pending
