@@ -33,6 +33,7 @@ class HostController(ABC):
     host_label: str  # e.g. "root@gpu-host:22" or "local"
     traffic: Traffic | None = None  # client traffic this console generates itself (demo)
     can_launch: bool = True  # False for a console that only shows recorded events
+    autolaunch: str | None = None  # a profile launched on start when no run is live (demo)
 
     @abstractmethod
     async def start(self) -> None:

@@ -104,14 +104,23 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
     )
 
 
+def unreachable_why(store: StateStore) -> str | None:
+    """Why the host cannot be reached now (its connection's own words), or None when it can
+    (or is still connecting)."""
+    connection = store.connection
+    if connection is None or connection.state not in UNREACHABLE_STATES:
+        return None
+    return connection.detail or (
+        f"reconnecting (attempt {connection.attempt})"
+        if connection.state == "reconnecting"
+        else "not connected"
+    )
+
+
 def _state_and_detail(store: StateStore, now: float) -> tuple[RowState, str]:
     connection = store.connection
-    if connection is not None and connection.state in UNREACHABLE_STATES:
-        why = connection.detail or (
-            f"reconnecting (attempt {connection.attempt})"
-            if connection.state == "reconnecting"
-            else "not connected"
-        )
+    why = unreachable_why(store)
+    if why is not None:
         return "unreachable", why
     if connection is None or connection.state == "connecting":
         return "connecting", "connecting…"

@@ -306,6 +306,11 @@ class StateStore:
         return get_backend(backend or DEFAULT_BACKEND)
 
     @property
+    def has_extend_phase(self) -> bool:
+        """Whether the followed run's server has an extend phase (vLLM has none)."""
+        return self._backend().has_extend_phase
+
+    @property
     def phases(self) -> tuple[str, ...]:
         """The loading phases of the followed run's server, in order."""
         return self._backend().loading_phases

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
-from textual.widgets import Button, Input, Select, Sparkline, Static
+from textual.widgets import Button, Footer, Input, Select, Sparkline, Static
 
 from specmon.config import load_config
 from specmon.events import ConnectionState
@@ -138,6 +138,26 @@ async def test_log_filter_narrows_and_escape_restores():
         await pilot.press("slash", "escape")
         await pilot.pause(0.2)
         assert len(view.lines) == everything
+
+
+async def test_the_filter_box_shows_what_is_typed_and_the_footer_says_how_to_leave():
+    """Issue 26 item 1: the box's text row was clipped to nothing by the focused Input's tall
+    border, and the footer went blank (the console's letter keys go into the box)."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("slash", *"accept")
+        await pilot.pause(0.2)
+        box = app.main.query_one("#log-filter", Input)
+        assert box.has_focus and box.content_region.height == 1
+        row = "".join(segment.text for segment in box.render_line(0))
+        assert "accept" in row
+        footer = " ".join(str(key.render()) for key in app.main.query_one(Footer).children)
+        assert "Keep filter" in footer and "Clear filter" in footer
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not app.main.query_one(LogPane).has_class("-filtering")
+        assert "Quit" in " ".join(str(key.render()) for key in app.main.query_one(Footer).children)
 
 
 async def test_pause_freezes_live_panels_and_theme_cycles():

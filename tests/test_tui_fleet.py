@@ -4,16 +4,19 @@ reached shown on its own row while the others work."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
+from textual.widgets import Static
 
 from specmon.config import load_config
-from specmon.events import ConnectionState
+from specmon.events import ConnectionState, RunInfo
 from specmon.session.transport import HostKeyError, TransportError
 from specmon.tui import fleet_app
 from specmon.tui.fleet_app import FleetApp
 from specmon.tui.screens.fleet import FleetScreen
+from specmon.tui.screens.fleet_relaunch import FleetConfirmScreen, FleetRelaunchScreen
 from specmon.tui.screens.main import MainScreen
 from specmon.tui.widgets.fleet_table import FleetTable
 from specmon.tui.widgets.header import HeaderBar
@@ -160,3 +163,67 @@ async def test_help_on_the_overview_lists_its_keys_and_read_only_hides_relaunch(
         await pilot.press("r")  # refused: no form opens
         await pilot.pause(0.1)
         assert isinstance(app.screen, FleetScreen)
+
+
+def reattached_session() -> list:
+    """The recorded session as a console that found the run already live sees it."""
+    return [
+        (at, dataclasses.replace(event, reattached=True) if isinstance(event, RunInfo) else event)
+        for at, event in recorded_session()
+    ]
+
+
+async def test_a_fleet_reattach_gives_one_toast_per_kind_not_one_per_host() -> None:
+    """Issue 26 item 3: three hosts reattached stacked six toasts (3x Reattached, 3x Ready)
+    over half the screen."""
+    hosts = [
+        (name, ReplayController(reattached_session(), host_label=f"root@{name}:22"))
+        for name in ("alpha", "beta", "gamma")
+    ]
+    app = FleetApp(hosts, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(200, 40)) as pilot:
+        for _ in range(40):  # bounded: the toasts come within a second
+            await pilot.pause(0.1)
+            if {n.title for n in app._notifications} >= {"Reattached", "Ready"}:
+                break
+        await pilot.pause(0.7)  # a late per-host toast would show by now
+        toasts = [(n.title, n.message) for n in app._notifications]
+        assert [t for t, _ in toasts].count("Reattached") == 1, toasts
+        assert [t for t, _ in toasts].count("Ready") == 1, toasts
+        reattached = next(m for t, m in toasts if t == "Reattached")
+        assert reattached.startswith("Reattached 3 hosts: ")
+        assert all(name in reattached for name in ("alpha", "beta", "gamma"))
+        ready = next(m for t, m in toasts if t == "Ready")
+        assert ready.startswith("3 servers ready: ")
+
+
+async def test_fleet_relaunch_warns_of_unreachable_hosts_and_can_leave_them_out() -> None:
+    """Issue 26 item 4: an unreachable host among the selected is named, with why, before
+    the confirmation, and `x` leaves it out (the confirmation then lists the others only)."""
+    app = make_fleet()
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause(0.3)
+        table = app.overview.query_one(FleetTable)
+        for name in ("alpha", "gone"):
+            table.move_cursor(row=table.host_order.index(name), animate=False)
+            await pilot.press("space")
+        await pilot.press("r")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, FleetRelaunchScreen)
+        form = app.screen
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        confirm = app.screen
+        assert isinstance(confirm, FleetConfirmScreen)
+        changes = str(confirm.query_one("#changes", Static).render())
+        assert changes.startswith("Changes: none")  # the form was not edited
+        warning = str(confirm.query_one("#unreachable", Static).render())
+        assert "1 of the selected hosts cannot be reached now: gone" in warning
+        assert "connection refused" in warning
+        await pilot.press("x")
+        await pilot.pause(0.2)
+        again = app.screen
+        assert isinstance(again, FleetConfirmScreen) and again is not confirm
+        assert [host for host, _ in again.commands] == ["alpha"]
+        assert not again.query("#unreachable")
+        assert [t.name for t in form.targets] == ["alpha"]

@@ -253,6 +253,9 @@ class Backend(ABC):
     # The setting (a flag without dashes, or a named setting, as a sweep grid and ``--set``
     # take it) that sets the draft step count: the axis the tuning advisor predicts.
     steps_setting: str | None = None
+    # Whether a speculative cycle has an extend phase after the verify (SGLang's draft-extend);
+    # a server without one (vLLM) shows no extend figures.
+    has_extend_phase: bool = True
 
     # --- HTTP --------------------------------------------------------------------------
     health_path: str = "/health"

@@ -24,9 +24,19 @@ from textual.widgets import Input
 from specmon.config import Config
 from specmon.controller import HostController
 from specmon.errors import SpecmonError
-from specmon.events import AgentStatus, Dropped, LogLine, Notice, Ready, RunInfo, StopProgress
+from specmon.events import (
+    AgentStatus,
+    Dropped,
+    LogLine,
+    Notice,
+    ProbeTiming,
+    Ready,
+    RunInfo,
+    StopProgress,
+)
 from specmon.run_end import who_of
 from specmon.session.cli import BesideService
+from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
@@ -44,7 +54,7 @@ from specmon.tui.themes import load_themes, resolve_theme_name
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
 from specmon.tui.widgets.loading import LoadingPanel
-from specmon.tui.widgets.log_pane import LogPane
+from specmon.tui.widgets.log_pane import FilterInput, LogPane
 
 DEFAULT_REDRAW_HZ = 10.0
 LIVE_PANEL_HZ = 5.0
@@ -53,6 +63,8 @@ MAX_EVENTS_PER_TICK = 20_000  # the lossy bus queue holds 10,000 (plus state cha
 CLOSE_TIMEOUT_S = 10.0
 MAX_LOG_APPEND = 2000  # lines written to the log pane per tick; older ones are in the store
 # Actions that change a server (relaunch, stop, a sweep's relaunches): none in read-only mode.
+TOAST_BATCH_S = 0.5  # how long a Ready or Reattached toast waits for the other hosts' own
+TOAST_HEADLINES = {"Ready": "{count} servers ready", "Reattached": "Reattached {count} hosts"}
 SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
 READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
 
@@ -102,6 +114,9 @@ class SpecmonApp(App[int]):
         self.paused = False
         self._closed = False
         self._ticks = 0
+        # Ready and Reattached toasts held a moment so a fleet's come as one per kind.
+        self._pending_toasts: dict[str, list[tuple[str, str, str]]] = {}
+        self._toast_batch_started: dict[str, float] = {}
         ui = config.ui if config is not None else None
         self.redraw_hz = float(ui.redraw_hz if ui is not None else DEFAULT_REDRAW_HZ)
         # GPU, throughput and timing panels redraw at most LIVE_PANEL_HZ (samples come at 4 Hz)
@@ -229,6 +244,7 @@ class SpecmonApp(App[int]):
     def _tick(self) -> None:
         now = self.clock()
         self.drain(self.view, now)
+        self.flush_toasts()
         self._ticks += 1
         self.refresh_view(self.view, now, live_due=self._ticks % self._live_every == 0)
 
@@ -239,10 +255,13 @@ class SpecmonApp(App[int]):
         queue = view.queue
         shown = view.main.is_mounted and (len(self.views) == 1 or view.panels_ready)
         drained = 0
+        last_probe_at: float | None = None
         while queue is not None and drained < MAX_EVENTS_PER_TICK and not queue.empty():
             at, event = queue.get_nowait()
             drained += 1
             view.history.record(at, event)
+            if isinstance(event, ProbeTiming):
+                last_probe_at = at
             if isinstance(event, (LogLine, Dropped)):
                 view.pending_lines.append(event)
             elif isinstance(event, StopProgress) and shown:
@@ -259,7 +278,7 @@ class SpecmonApp(App[int]):
                     if seconds is not None
                     else "load time unknown"
                 )
-                self.notify(f"{prefix}Server ready ({loaded})", title="Ready")
+                self.batch_toast("Ready", prefix, f"Server ready ({loaded})", loaded)
             elif isinstance(event, RunInfo) and event.replaces:
                 self.notify(
                     f"{prefix}Run {event.replaces} was replaced by run {event.run_id} "
@@ -268,11 +287,44 @@ class SpecmonApp(App[int]):
                     title="Replaced",
                 )
             elif isinstance(event, RunInfo) and event.reattached:
-                self.notify(f"{prefix}Reattached to run {event.run_id}", title="Reattached")
+                self.batch_toast(
+                    "Reattached", prefix, f"Reattached to run {event.run_id}", f"run {event.run_id}"
+                )
             elif isinstance(event, Notice):  # said once per run and source: worth a toast
                 self.notify(f"{prefix}{event.message}", title="Left out", severity="warning")
+        if last_probe_at is not None:  # the probe's per-position counts (SGLang), for `h`
+            view.history.sample_positions(last_probe_at, store.accept_by_position.ratios())
         if len(view.pending_lines) > MAX_LOG_APPEND:  # a host out of view: the store has them
             del view.pending_lines[:-MAX_LOG_APPEND]
+
+    def batch_toast(self, title: str, prefix: str, message: str, short: str) -> None:
+        """Hold a Ready or Reattached toast for TOAST_BATCH_S: hosts of a fleet reattach or get
+        ready within moments of each other, and six stacked toasts covered half the screen.
+        ``short`` is what the collapsed toast says of this host ("run R", "loaded in 35s")."""
+        pending = self._pending_toasts.setdefault(title, [])
+        if not pending:
+            self._toast_batch_started.setdefault(title, time.monotonic())
+        pending.append((prefix, message, short))
+
+    def flush_toasts(self, *, force: bool = False) -> None:
+        """One toast per kind whose window has passed: the message itself for one host,
+        "Reattached 3 hosts: a (run R), ..." for several."""
+        now = time.monotonic()
+        for title in list(self._pending_toasts):
+            started = self._toast_batch_started.get(title, now)
+            if not force and now - started < TOAST_BATCH_S:
+                continue
+            pending = self._pending_toasts.pop(title)
+            self._toast_batch_started.pop(title, None)
+            if len(pending) == 1 or not pending[0][0]:  # one host, or a one-host console
+                for prefix, message, _ in pending:
+                    self.notify(f"{prefix}{message}", title=title)
+                continue
+            hosts = "; ".join(
+                f"{prefix.removesuffix(': ')} ({short})" for prefix, _, short in pending
+            )
+            headline = TOAST_HEADLINES.get(title, title + " {count} hosts")
+            self.notify(f"{headline.format(count=len(pending))}: {hosts}", title=title)
 
     def refresh_view(self, view: HostView, now: float, *, live_due: bool) -> None:
         """Redraw ``view``'s main screen from its store (and the GPU detail over it)."""
@@ -280,9 +332,18 @@ class SpecmonApp(App[int]):
         if view.pending_lines and live_due:  # the log scrolls at the live panels' rate
             view.main.query_one(LogPane).append_lines(view.pending_lines)
             view.pending_lines = []
+        view.main.autolaunch = view.controller.autolaunch
+        view.main.probe_on = self.probe_on(store)
         view.main.refresh_from(store, now, self.paused, live_due)
         if isinstance(self.screen, GpuDetailScreen):
             self.screen.refresh_from(store)
+
+    def probe_on(self, store: StateStore) -> bool | None:
+        """Whether the followed run's profile (in this console's config) has the probe on."""
+        run = store.run
+        if self.config is None or run is None or run.profile not in self.config.profiles:
+            return None
+        return self.config.profiles[run.profile].probe
 
     def notify(
         self,
@@ -522,14 +583,15 @@ class SpecmonApp(App[int]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         self.main.query_one(LogPane).close_filter(keep=True)
 
+    @on(FilterInput.Cleared)
+    def _filter_cleared(self, event: FilterInput.Cleared) -> None:
+        pane = self.main.query_one(LogPane)
+        if pane.has_class("-filtering"):
+            pane.close_filter(keep=False)
+            pane.show_all(self.controller.bus.store.log)
+
     def on_key(self, event: events.Key) -> None:
         self._say_read_only(event)
-        if event.key == "escape" and self.screen is self.main:
-            pane = self.main.query_one(LogPane)
-            if pane.has_class("-filtering"):
-                pane.close_filter(keep=False)
-                pane.show_all(self.controller.bus.store.log)
-                event.stop()
 
     def action_gpu_detail(self) -> None:
         if self.screen is self.main:

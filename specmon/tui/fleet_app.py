@@ -152,6 +152,7 @@ class FleetApp(SpecmonApp):
         now = self.clock()
         for view in self.views:
             self.drain(view, now, prefix=self.host_prefix(view))
+        self.flush_toasts()
         self._ticks += 1
         live_due = self._ticks % self._live_every == 0
         if self.screen is self.overview:

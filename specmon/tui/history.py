@@ -8,6 +8,7 @@ the event stream, one point per second of arrival time per series, with every la
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo, SpecDecode
@@ -61,6 +62,7 @@ class SessionHistory:
     _accept: _SecondMean = field(default_factory=_SecondMean)
     _verify: _SecondMean = field(default_factory=_SecondMean)
     _util: _SecondMean = field(default_factory=_SecondMean)
+    _server_positions: bool = False  # the server reported per-position rates itself (vLLM)
 
     def __post_init__(self) -> None:
         self.tok_s = deque(maxlen=self.limit)
@@ -79,6 +81,7 @@ class SessionHistory:
             if event.mean_accept_len is not None:
                 self._accept.add(at, event.mean_accept_len, self.accept_len)
             if event.per_position:
+                self._server_positions = True
                 self.accept_by_position.append((at, tuple(event.per_position)))
         elif isinstance(event, ProbeTiming):
             self._verify.add(at, event.verify_ms, self.verify_ms)
@@ -87,8 +90,20 @@ class SessionHistory:
             if utils:
                 self._util.add(at, sum(utils) / len(utils), self.gpu_util)
         elif isinstance(event, RunInfo) and not event.reattached:
+            self._server_positions = False  # the new run's server says again
             flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
             self.launches.append(LaunchMark(at, f"{event.profile or 'run'} {flags}".strip()))
+
+    def sample_positions(self, at: float, ratios: Sequence[float]) -> None:
+        """The run's acceptance by position so far as the store counts it from the probe
+        (SGLang reports no per-position rates of its own): at most one point a second, and
+        none once the server reported its own (they would count the same drafts twice)."""
+        if self._server_positions or not ratios:
+            return
+        if self.accept_by_position and int(self.accept_by_position[-1][0]) == int(at):
+            self.accept_by_position[-1] = (at, tuple(ratios))
+            return
+        self.accept_by_position.append((at, tuple(ratios)))
 
     def position_series(self) -> list[list[tuple[float, float]]]:
         """Acceptance over time, one series per draft position (position 1 first)."""

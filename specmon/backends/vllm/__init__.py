@@ -91,6 +91,7 @@ class VLLMBackend(Backend):
     accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
     generate_path = "/v1/completions"
     steps_setting = "num_speculative_tokens"  # a key of --speculative-config (setting_flags)
+    has_extend_phase = False  # draft, then verify: no draft-extend pass as SGLang's
     builtin_profiles_toml = DEMO_PROFILE_TOML
     loading_phases = (
         "weights",

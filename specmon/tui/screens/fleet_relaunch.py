@@ -14,12 +14,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from specmon.config import Config
-from specmon.fleet import FleetHost
+from specmon.fleet import FleetHost, unreachable_why
 from specmon.launch import form_overrides
 from specmon.tui.messages import FleetRelaunchRequested
 from specmon.tui.screens.relaunch import RelaunchScreen
 
-FleetAnswer = Literal["proceed", "all_or_none"] | None
+FleetAnswer = Literal["proceed", "all_or_none", "leave_out"] | None
 
 
 class FleetRelaunchScreen(RelaunchScreen):
@@ -53,10 +53,35 @@ class FleetRelaunchScreen(RelaunchScreen):
         if not self.valid or self.spec is None:
             self.notify("The form has problems; fix the fields marked in red.", severity="error")
             return
-        self.app.push_screen(FleetConfirmScreen(self.commands()), self._fleet_confirmed)
+        self.app.push_screen(
+            FleetConfirmScreen(self.commands(), self.unreachable(), self.change_summary()),
+            self._fleet_confirmed,
+        )
+
+    def unreachable(self) -> list[tuple[str, str]]:
+        """(host, why) for each selected host that cannot be reached now: its launch would
+        only be refused after the others', so the confirmation says so first."""
+        out = []
+        for target in self.targets:
+            why = unreachable_why(target.controller.bus.store)
+            if why is not None:
+                out.append((target.name, why))
+        return out
 
     def _fleet_confirmed(self, answer: FleetAnswer) -> None:
         if answer is None:
+            return
+        if answer == "leave_out":  # drop the unreachable hosts, then confirm again
+            left_out = {name for name, _ in self.unreachable()}
+            self.targets = [t for t in self.targets if t.name not in left_out]
+            self.query_one(VerticalScroll).border_title = "Relaunch on " + ", ".join(
+                t.name for t in self.targets
+            )
+            if not self.targets:
+                self.notify("Every selected host is unreachable: nothing to relaunch.")
+                self.dismiss(None)
+                return
+            self.action_submit()
             return
         profile = self.config.profiles[self.profile_name]
         flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
@@ -89,13 +114,25 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer('proceed')", "Launch where accepted"),
         Binding("a", "answer('all_or_none')", "Only if all accept"),
+        Binding("x", "leave_out", "Leave unreachable out"),
         Binding("n", "answer(None)", "No"),
         Binding("escape", "answer(None)", "Cancel"),
     ]
 
-    def __init__(self, commands: Sequence[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        commands: Sequence[tuple[str, str]],
+        unreachable: Sequence[tuple[str, str]] = (),
+        changes: str = "",
+    ) -> None:
         super().__init__()
         self.commands = list(commands)
+        self.unreachable = list(unreachable)  # (host, why) among the selected
+        self.changes = changes  # the form's edit as a diff (against the first host's run)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """`x` only where there is an unreachable host to leave out."""
+        return action != "leave_out" or bool(self.unreachable)
 
     def compose(self) -> ComposeResult:
         with Vertical():
@@ -104,10 +141,20 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
                 "released), then its command starts; each host's lock is taken.",
                 markup=False,
             )
+            if self.changes:
+                yield Static(self.changes, id="changes", markup=False)
             with VerticalScroll():
                 for host, command in self.commands:
                     yield Static(host, classes="host", markup=False)
                     yield Static(command, classes="command", markup=False)
+            if self.unreachable:
+                hosts = "; ".join(f"{name} ({why})" for name, why in self.unreachable)
+                yield Static(
+                    f"{len(self.unreachable)} of the selected hosts cannot be reached now: "
+                    f"{hosts}. Their launch will be refused. Leave them out (x)?",
+                    id="unreachable",
+                    markup=False,
+                )
             yield Static(
                 "If a host refuses (lock busy, a run of another console): launch on the others "
                 "(y), or launch on none unless every host accepts (a)?",
@@ -115,6 +162,8 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
             )
             with Horizontal():
                 yield Button("No (n)", id="no")
+                if self.unreachable:
+                    yield Button("Leave unreachable out (x)", id="leave-out", variant="primary")
                 yield Button("Only if all accept (a)", id="all-or-none", variant="warning")
                 yield Button("Launch where accepted (y)", id="proceed", variant="warning")
 
@@ -123,6 +172,14 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
 
     def action_answer(self, answer: FleetAnswer) -> None:
         self.dismiss(answer)
+
+    def action_leave_out(self) -> None:
+        if self.unreachable:
+            self.dismiss("leave_out")
+
+    @on(Button.Pressed, "#leave-out")
+    def _leave_out(self) -> None:
+        self.dismiss("leave_out")
 
     @on(Button.Pressed, "#proceed")
     def _proceed(self) -> None:

@@ -44,6 +44,14 @@ def split_segments(
     return segments
 
 
+def position_key(count: int) -> str:
+    """``■ 1  ■ 2 ...`` in each position's line colour (Rich markup for the legend)."""
+    return "  ".join(
+        f"[{SEGMENT_COLOURS[(position - 1) % len(SEGMENT_COLOURS)]}]■[/] {position}"
+        for position in range(1, count + 1)
+    )
+
+
 class HistoryScreen(Screen[None]):
     """Five plotext charts over the session, redrawn when opened and every two seconds."""
 
@@ -81,9 +89,11 @@ class HistoryScreen(Screen[None]):
             f"[{SEGMENT_COLOURS[(i + 1) % len(SEGMENT_COLOURS)]}]■[/] launch {i + 1}: {m.label}"
             for i, m in enumerate(launches)
         ]
-        self.query_one("#legend", Static).update(
-            "\n".join(legend[-4:]) or "No launch seen in this session yet (x axis: minutes)."
-        )
+        lines = legend[-3:] or ["No launch seen in this session yet (x axis: minutes)."]
+        positions = len(history.position_series()[:POSITIONS_CHARTED])
+        if positions:  # the position chart's key here, not over its lines
+            lines.append("acceptance by position: " + position_key(positions))
+        self.query_one("#legend", Static).update("\n".join(lines))
         for key, title, unit in CHARTS:
             widget = self.query_one(f"#chart-{key}", PlotextPlot)
             plt = widget.plt
@@ -94,6 +104,8 @@ class HistoryScreen(Screen[None]):
             plt.ylabel(unit)
             if key == "accept_by_position":
                 self._plot_positions(plt, origin)
+                for mark in launches:
+                    plt.vline((mark.at - origin) / 60, "white")
                 widget.refresh()
                 continue
             points = list(getattr(history, key))
@@ -114,7 +126,8 @@ class HistoryScreen(Screen[None]):
             xs = [(at - origin) / 60 for at, _ in points]
             ys = [value for _, value in points]
             colour = SEGMENT_COLOURS[(position - 1) % len(SEGMENT_COLOURS)]
-            plt.plot(xs, ys, color=colour, marker="braille", label=f"pos {position}")
+            # No plotext label: its legend box overprinted the lines; the key is in #legend.
+            plt.plot(xs, ys, color=colour, marker="braille")
 
     def _origin(self, launches: list[LaunchMark]) -> float:
         firsts = [series[0][0] for series in self._series() if series]

@@ -38,6 +38,10 @@ class MainScreen(Screen[None]):
     def __init__(self, host_label: str, *, screen_id: str = "main") -> None:
         super().__init__(id=screen_id)  # the fleet console has one per host
         self.host_label = host_label
+        # Set by the app from the controller and the config: the profile launched on start
+        # (the demo's) and whether the followed run's profile has the probe on (None: unknown).
+        self.autolaunch: str | None = None
+        self.probe_on: bool | None = None
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(self.host_label, id="header")
@@ -60,13 +64,13 @@ class MainScreen(Screen[None]):
         self.query_one(HeaderBar).update_from(store, now, paused)
         self.query_one(Banner).update_from(store)
         if not live:
-            self.query_one(LoadingPanel).update_from(store, now)
+            self.query_one(LoadingPanel).update_from(store, now, autolaunch=self.autolaunch)
         if paused or not live_due:
             return
         self.query_one(GpuPanel).update_from(store)
         if live:
             self.query_one(ThroughputPanel).update_from(store)
-            self.query_one(TimingPanel).update_from(store)
+            self.query_one(TimingPanel).update_from(store, probe_on=self.probe_on)
 
     def _fit_gpu_panel(self, store: StateStore, live: bool) -> None:
         """Give the GPU panel a row per GPU, but leave the log pane at least LOG_MIN_ROWS."""

@@ -41,6 +41,8 @@ from specmon.tui.screens.confirm import ConfirmScreen
 
 EXTRA_LABELS: dict[str, str] = {FORM_EXTRA_ARGS: "extra args", FORM_EXTRA_ENV: "extra env"}
 UNSET = "(unset)"
+LABEL_WIDTH = 16  # the label column, widened to the backend's longest label
+MAX_LABEL_WIDTH = 32
 
 
 def field_id(name: str) -> str:
@@ -88,6 +90,7 @@ class RelaunchScreen(ModalScreen[None]):
         else:
             self.profile_name = self.profile_names[0] if self.profile_names else ""
         self.problems: dict[str, str] = {}
+        self.loaded_values: dict[str, str] = {}
         self.secret_values = SecretValues()  # the real values behind the form's ***
         self.spec: LaunchSpec | None = None
         self.use_backend_of(self.profile_name)
@@ -103,6 +106,7 @@ class RelaunchScreen(ModalScreen[None]):
         fields = self.backend.form_fields()
         self.fields: tuple[str, ...] = form_fields(self.backend)
         self.flag_fields = frozenset(f.name for f in fields if not f.is_env)
+        self.env_fields = frozenset(f.name for f in fields if f.is_env)
         self.select_choices = {f.name: f.choices for f in fields if f.choices}
         self.labels = {**{f.name: f.shown_as for f in fields}, **EXTRA_LABELS}
 
@@ -132,8 +136,13 @@ class RelaunchScreen(ModalScreen[None]):
                                 id=field_id(name),
                             )
                         else:
+                            # Not selected on focus: the first keystroke would replace the
+                            # value (a draft model path became "5").
                             yield Input(
-                                id=field_id(name), placeholder=_placeholder(name), compact=True
+                                id=field_id(name),
+                                placeholder=_placeholder(name),
+                                compact=True,
+                                select_on_focus=False,
                             )
                         yield Static("", classes="problem -ok", id=field_id(name) + "-problem")
             yield Static(id="preview")
@@ -151,14 +160,24 @@ class RelaunchScreen(ModalScreen[None]):
             )
             self.query_one("#launch", Button).disabled = True
             return
+        self.fit_labels()
         self.load_profile(self.profile_name)
         self.first_input().focus()
 
+    def fit_labels(self) -> None:
+        """Every label on one line: a label that wrapped onto a second line ran into its
+        field's error line ("GPU memory utilisation")."""
+        widest = max((len(label) for label in self.labels.values()), default=0)
+        width = min(MAX_LABEL_WIDTH, max(LABEL_WIDTH, widest + 1))
+        for label in self.query("Label.name"):
+            label.styles.width = width
+
     def first_input(self) -> Input:
-        """Where the cursor starts: SGLang's draft steps, else the backend's first typed field
-        (vLLM's form has no speculative-num-steps)."""
+        """Where the cursor starts: the field people change most, the backend's draft step
+        count (``steps_setting``), else the backend's first typed field."""
         typed = [name for name in self.fields if name not in self.select_choices]
-        first = "speculative-num-steps" if "speculative-num-steps" in typed else typed[0]
+        steps = self.backend.steps_setting
+        first = steps if steps in typed else typed[0]
         return self.query_one("#" + field_id(first), Input)
 
     # --- reading and filling the form ---------------------------------------------------------
@@ -190,6 +209,7 @@ class RelaunchScreen(ModalScreen[None]):
         with self.prevent(Input.Changed, Select.Changed):
             for key, value in values.items():
                 self.set_field(key, value)
+        self.loaded_values = self.values()  # what the confirmation's diff starts from
         self.revalidate()
 
     def set_field(self, name: str, value: str) -> None:
@@ -264,6 +284,7 @@ class RelaunchScreen(ModalScreen[None]):
                     self.profile_name = event.value
                     self.use_backend_of(event.value)
                     await self.recompose()
+                    self.fit_labels()
                     self.load_profile(event.value)
                     self.first_input().focus()
                 else:
@@ -299,8 +320,17 @@ class RelaunchScreen(ModalScreen[None]):
             what += " and waits for its GPU memory to be released, then launches:\n\n"
         else:
             what = "No server is running. This launches:\n\n"
-        question = what + self.spec.shown().shell_command()
+        question = what + self.change_summary() + "\n\n" + self.spec.shown().shell_command()
         self.app.push_screen(ConfirmScreen(question, "Relaunch"), self._confirmed)
+
+    def change_summary(self) -> str:
+        """The edit as a diff, above the exact command: a restart costs minutes, so what
+        changes must be seen at a glance ("num steps 5 -> 2", "+NCCL_PROTO=LL")."""
+        lines = form_diff(self.loaded_values, self.values(), self.labels, self.env_fields)
+        run = self.controller.bus.store.run
+        if run is not None and run.profile and run.profile != self.profile_name:
+            lines.insert(0, f"profile {run.profile} -> {self.profile_name}")
+        return "Changes: " + ("; ".join(lines) if lines else "none (the same settings again)")
 
     def _confirmed(self, answer: bool | None) -> None:
         if not answer:
@@ -342,6 +372,32 @@ class RelaunchScreen(ModalScreen[None]):
                 select.set_options([(p, p) for p in self.profile_names])
                 select.value = self.profile_name
         self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
+
+
+def form_diff(
+    before: dict[str, str],
+    after: dict[str, str],
+    labels: dict[str, str],
+    env_fields: frozenset[str],
+) -> list[str]:
+    """One entry per changed field, in the form's order: ``label old -> new`` for a flag,
+    ``+NAME=value``, ``-NAME`` or ``NAME=old -> new`` for an environment variable."""
+    out: list[str] = []
+    for name, new in after.items():
+        old = before.get(name, "")
+        if old.strip() == new.strip():
+            continue
+        if name in env_fields:
+            if not old:
+                out.append(f"+{name}={new}")
+            elif not new:
+                out.append(f"-{name}")
+            else:
+                out.append(f"{name}={old} -> {new}")
+            continue
+        label = labels.get(name, name)
+        out.append(f"{label} {old or UNSET} -> {new or UNSET}")
+    return out
 
 
 def profile_from_form(

@@ -12,6 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
 from specmon.events import StopProgress
+from specmon.fleet import UNREACHABLE_STATES
 from specmon.store import StateStore
 from specmon.terminal_text import safe_text
 from specmon.tui.formatting import format_duration
@@ -40,6 +41,7 @@ class LoadingPanel(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Loading"
         self.stop_steps: list[StopProgress] = []
+        self.autolaunch: str | None = None
         self._last: tuple[object, ...] | None = None
 
     def compose(self) -> ComposeResult:
@@ -57,8 +59,11 @@ class LoadingPanel(Vertical):
         del self.stop_steps[:-STOP_STEPS_KEPT]
         self._last = None
 
-    def update_from(self, store: StateStore, now: float) -> None:
+    def update_from(self, store: StateStore, now: float, *, autolaunch: str | None = None) -> None:
+        """``autolaunch``: the profile the session launches on start when no run is live (the
+        demo's), so the first frames say "starting" instead of "no server is running"."""
         loading = store.loading
+        self.autolaunch = autolaunch
         last_line = store.log[-1].text if store.log else ""
         elapsed = loading.elapsed(now)
         eta = loading.eta_seconds(now)
@@ -74,11 +79,14 @@ class LoadingPanel(Vertical):
             last_line,
             len(self.stop_steps),
             tuple(loading.nodes.values()),
+            store.connection,
+            store.run is None,
+            autolaunch,
         )
         if key == self._last:
             return
         self._last = key
-        self.border_title = _title(store)
+        self.border_title = _title(store, autolaunch)
         columns = 2 if self.has_class("-compact") else 1
         self.query_one("#phases", Static).update(_phase_list(store, columns), layout=False)
         progress = self.query_one("#shards", ProgressBar)
@@ -110,8 +118,9 @@ class LoadingPanel(Vertical):
                 "  ".join(f"{s.step} {s.seconds:.1f}s" for s in self.stop_steps), style="italic"
             )
             text.append("\n")
-        if store.run is None and store.run_state == "stopped":
-            text.append("No server is running. Press r to launch a profile.", style="italic")
+        idle = idle_words(store, self.autolaunch)
+        if idle is not None:
+            text.append(idle, style="italic")
         elif last_line:
             text.append(safe_text(last_line[-400:]), style="dim")  # a server's text
         return text
@@ -136,8 +145,34 @@ def node_line(store: StateStore) -> Text:
     return text
 
 
-def _title(store: StateStore) -> str:
+def idle_words(store: StateStore, autolaunch: str | None = None) -> str | None:
+    """What the panel says while no run is known: each state its own words, since "no server
+    is running, press r" is wrong while connecting, while the demo launches, and for a host
+    that cannot be reached (its server's state is unknown); None once a run is known."""
+    if store.run is not None or store.run_state != "stopped":
+        return None
+    connection = store.connection
+    if connection is not None and connection.state in UNREACHABLE_STATES:
+        why = safe_text(connection.detail or "no answer")
+        return f"Cannot reach the host: {why}. Whether a server runs there is not known yet."
+    if connection is None or connection.state == "connecting":
+        then = f", then launching profile {autolaunch}" if autolaunch else ""
+        return f"Connecting to the host{then}…"
+    if autolaunch:
+        return f"Starting: launching profile {autolaunch}…"
+    return "No server is running. Press r to launch a profile."
+
+
+def _title(store: StateStore, autolaunch: str | None = None) -> str:
     state = store.run_state
+    if store.run is None and state == "stopped":
+        connection = store.connection
+        if connection is not None and connection.state in UNREACHABLE_STATES:
+            return "Unreachable"
+        if connection is None or connection.state == "connecting":
+            return "Connecting"
+        if autolaunch:
+            return "Starting"
     if state == "stopping":
         return "Stopping"
     if state == "stopped":

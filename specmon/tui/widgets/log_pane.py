@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
+from textual.message import Message
 from textual.widgets import Input, RichLog
 
 from specmon.events import Dropped, LogLine
@@ -60,14 +63,33 @@ class FollowingLog(RichLog):
         self.following = new_value >= self.max_scroll_y - 1
 
 
+class FilterInput(Input):
+    """The filter box. Its own Enter and Esc bindings are shown in the footer: while it has
+    focus the console's single-letter keys go into the box (and the footer hides them), so the
+    footer says how to leave instead of going blank."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("enter", "submit", "Keep filter"),
+        Binding("escape", "clear_filter", "Clear filter"),
+    ]
+
+    class Cleared(Message):
+        """Esc in the filter box: the filter is dropped and every kept line shows again."""
+
+    def action_clear_filter(self) -> None:
+        self.post_message(self.Cleared())
+
+
 class LogPane(Vertical):
     """A RichLog of raw server lines; the filter is a plain case-insensitive substring."""
 
     DEFAULT_CSS = """
     LogPane { height: 1fr; min-height: 3; border: round $primary; border-title-color: $primary; }
     LogPane:focus-within { border: round $accent; }
-    LogPane Input { display: none; height: 1; border: none; padding: 0 1; }
-    LogPane.-filtering Input { display: block; }
+    LogPane FilterInput, LogPane FilterInput:focus {
+        display: none; height: 1; border: none; padding: 0 1;
+    }
+    LogPane.-filtering FilterInput { display: block; }
     LogPane RichLog { height: 1fr; background: $surface; scrollbar-size-vertical: 1; }
     """
 
@@ -83,7 +105,7 @@ class LogPane(Vertical):
         self.log_view.max_lines = count
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
+        yield FilterInput(placeholder="filter (Enter keeps it, Esc clears)", id="log-filter")
         yield FollowingLog(max_lines=MAX_LINES, wrap=False, markup=False, id="log")
 
     @property

@@ -31,21 +31,35 @@ class TimingPanel(Static):
         self.border_title = "Draft / verify"
         self._last: tuple[object, ...] | None = None
 
-    def update_from(self, store: StateStore) -> None:
+    def update_from(self, store: StateStore, *, probe_on: bool | None = None) -> None:
+        """``probe_on``: whether the run's profile has the probe on (None: not known)."""
         width = max(20, self.size.width - 4)
         last = store.probe[-1] if store.probe else None
-        key = (len(store.probe), last, width)
+        key = (len(store.probe), last, width, probe_on, store.last_decode is None)
         if key == self._last:
             return
         self._last = key
         self.border_subtitle = timing_subtitle(store)
-        self.update(render_timing(store, width), layout=False)
+        self.update(render_timing(store, width, probe_on=probe_on), layout=False)
 
 
-def render_timing(store: StateStore, width: int) -> Text:
-    """Five lines: phase ms, a stacked bar of shares, the shares, the Amdahl bound (wrapped)."""
+def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None) -> Text:
+    """Five lines: phase ms, a stacked bar of shares, the shares, the Amdahl bound (wrapped).
+    With no cycle yet: waiting for traffic when the probe is on, else how to turn it on."""
     text = Text(no_wrap=True, overflow="ellipsis")
     means = store.phase_means(WINDOW)
+    if means is None and probe_on and store.last_decode is None:
+        text.append("Waiting for traffic.\n", style="bold")
+        text.append("The probe is on: draft and\n", style="dim")
+        text.append("verify times show once\n", style="dim")
+        text.append("requests arrive.", style="dim")
+        return text
+    if means is None and probe_on:
+        text.append("No probe cycle yet.\n", style="bold")
+        text.append("The profile has probe = true and\n", style="dim")
+        text.append("requests are served: check the\n", style="dim")
+        text.append("server's source (docs/probe.md).", style="dim")
+        return text
     if means is None:
         text.append("No per-cycle timing yet.\n", style="bold")
         text.append("Set probe = true in the launch\n", style="dim")
@@ -56,9 +70,10 @@ def render_timing(store: StateStore, width: int) -> Text:
     cycle = draft + verify + extend
     narrow = width < 60
     names = ("draft", "verify", "ext") if narrow else ("draft", "verify", "extend")
+    shown = 3 if store.has_extend_phase else 2  # no extend figures for a server without one
     if narrow:
         text.append("ms ", style="dim")
-    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+    for name, (_, style), value in zip(names[:shown], PHASE_STYLES, means, strict=False):
         text.append(f"{name} ", style=f"bold {style}")
         text.append(f"{format_number(value, 2)}{'' if narrow else ' ms'}  ")
     if not narrow:
@@ -66,7 +81,7 @@ def render_timing(store: StateStore, width: int) -> Text:
     text.append("\n")
     text.append_text(_stacked_bar(means, width))
     text.append("\n")
-    for name, (_, style), value in zip(names, PHASE_STYLES, means, strict=True):
+    for name, (_, style), value in zip(names[:shown], PHASE_STYLES, means, strict=False):
         share = 100 * value / cycle if cycle else 0.0
         text.append(f"{name} {share:.1f}%  ", style=style)
     text.append("\n")
