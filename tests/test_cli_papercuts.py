@@ -1,0 +1,67 @@
+"""The command line as a new user meets it (issue 26 items 6, 7 and 8): each test runs the
+real ``specmon`` in its own process, in a working directory without a specmon.toml and with
+HOME and the XDG dirs in a temp dir, so no file of the real user's is read or written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> dict[str, str]:
+    """The environment of a new user whose HOME, config and state dirs are fresh temp dirs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env.update(
+        HOME=str(tmp_path / "home"),
+        XDG_CONFIG_HOME=str(tmp_path / "xdg-config"),
+        XDG_STATE_HOME=str(tmp_path / "xdg-state"),
+        PYTHONPATH=str(REPO),
+        TMPDIR=str(tmp_path),
+    )
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    return env
+
+
+def specmon(
+    env: dict[str, str], cwd: Path, *args: str, stdin: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+        input=stdin,
+    )
+
+
+def local_host_config(tmp_path: Path) -> Path:
+    """A config naming one host, ``box``: this machine, with its own state dir."""
+    config = tmp_path / "box.toml"
+    config.write_text(f'[hosts.box]\ntransport = "local"\nstate_dir = "{tmp_path / "box-state"}"\n')
+    return config
+
+
+def test_config_works_after_the_subcommand_as_well_as_before(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    config = local_host_config(tmp_path)
+    work = tmp_path / "work"
+    after = specmon(home, work, "status", "box", "--config", str(config))
+    assert after.stderr == ""
+    assert after.returncode == 0
+    assert after.stdout == "no runs on box\n"
+    before = specmon(home, work, "--config", str(config), "status", "box")
+    assert (before.returncode, before.stdout) == (0, "no runs on box\n")
+    missing = specmon(home, work, "status", "box", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode != 0
+    assert "config file does not exist" in missing.stderr
