@@ -65,3 +65,21 @@ def test_config_works_after_the_subcommand_as_well_as_before(
     missing = specmon(home, work, "status", "box", "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode != 0
     assert "config file does not exist" in missing.stderr
+
+
+def test_parse_exits_1_when_no_line_is_recognised_and_0_for_errors_alone(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    work = tmp_path / "work"
+    chatter = specmon(home, work, "parse", "-", stdin="hello\nworld\n")
+    assert chatter.returncode == 1
+    assert chatter.stdout == ""
+    assert chatter.stderr == (
+        "specmon: parse: stdin: no log lines of a known server recognised (12 bytes read)\n"
+    )
+    # No server's line, but an error line: the neutral reader reports it, and that is a read.
+    watchdog = REPO / "tests" / "logs" / "c10d-watchdog-only.log"
+    errors_alone = specmon(home, work, "parse", str(watchdog), "--kind", "error")
+    assert errors_alone.returncode == 0, errors_alone.stderr
+    assert "error" in errors_alone.stdout
+    assert "exit codes: 0 events were read; 1 no line" in specmon(home, work, "parse", "-h").stdout

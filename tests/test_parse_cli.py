@@ -231,11 +231,11 @@ def test_garbage_logs_give_a_clear_message_not_a_traceback(
     paths = garbage_files(tmp_path)
     for name in ("random", "nul", "megabyte-line"):
         code, out, err = run_main(capsys, str(paths[name]), "--json")
-        assert code == 0 and out == ""
+        assert code == 1 and out == ""  # nothing read: a script learns it from the exit code
         assert err.count("\n") == 1, name
         assert "no log lines of a known server recognised" in err, name
     code, _, err = run_main(capsys, str(paths["empty"]))
-    assert code == 0 and "empty (0 bytes read)" in err
+    assert code == 1 and "empty (0 bytes read)" in err
     code, out, err = run_main(capsys, str(paths["truncated-utf8"]), "--json", "--summary")
     assert code == 0 and err == DETECTED
     assert [json.loads(line)["kind"] for line in out.splitlines()] == ["ready", "summary"]
@@ -262,7 +262,7 @@ def test_stdin_and_real_process(tmp_path: Path) -> None:
 
     garbage = garbage_files(tmp_path)["random"].read_bytes()
     done = run_cli("-", stdin=garbage)
-    assert done.returncode == 0 and b"Traceback" not in done.stderr
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
     assert done.stderr.decode().strip() == (
         "specmon: parse: stdin: no log lines of a known server recognised "
         f"({len(garbage)} bytes read)"

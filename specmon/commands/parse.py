@@ -29,6 +29,20 @@ if TYPE_CHECKING:
     from specmon.events import Event
     from specmon.log_window import TimeWindow
 
+NOTHING_RECOGNISED = 1
+"""The exit code when the log held no line specmon reads (empty, or no server's and no error
+line): a script piping a log in learns that nothing was read."""
+
+EPILOG = f"""\
+examples:
+  specmon parse server.log                     one readable line per event
+  specmon parse server.log --json --kind error the errors, as JSON Lines
+  tail -F server.log | specmon parse -         live: each event as its line arrives
+
+exit codes: 0 events were read; {NOTHING_RECOGNISED} no line of the log was recognised (empty, or
+neither a server's nor an error line); 2 a bad command line or an unreadable file.
+"""
+
 READ_BYTES = 1 << 20
 DETECT_BYTES = 64 * 1024
 """Backend detection reads up to this much of the log's beginning (less if it is sure)."""
@@ -377,6 +391,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             what = "no log lines of a known server recognised"
         print(f"specmon: parse: {name}: {what} ({bytes_read} bytes read)", file=sys.stderr)
+        return NOTHING_RECOGNISED
     elif not detected:
         print(
             "specmon: parse: no backend detected from the log's first lines; read for errors "
