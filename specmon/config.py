@@ -88,6 +88,17 @@ def builtin_config_toml() -> str:
     return "\n".join([BUILTIN_CONFIG_TOML, *(text for text in extra if text)])
 
 
+def _builtin_profile_tables() -> dict[str, Any]:
+    """The built-in profiles as TOML tables, for a file's profile to extend."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    tables: dict[str, Any] = tomllib.loads(builtin_config_toml()).get("profiles", {})
+    return tables
+
+
 def _builtin_profile_names() -> set[str]:
     """The built-in profiles' names (a file's default_profile may name one)."""
     return set(re.findall(r"^\[profiles\.([A-Za-z0-9_-]+)\]$", builtin_config_toml(), re.M))
@@ -723,10 +734,13 @@ class _Reader:
                 raise self.error(["hosts", name], f"expected a table, got {_type_name(table)}")
             hosts[name] = self.read_host(name, table)
         profiles_table = self.value(data, [], "profiles", dict, {})
+        # A file's profile may extend a built-in one (`extends = "demo"`) that it does not
+        # redefine; the built-in text itself (no source) extends only its own.
+        extendable = {**_builtin_profile_tables(), **profiles_table} if source else profiles_table
         profiles = {}
         for name in profiles_table:
             self.name_check(["profiles", name], name, "profile")
-            profiles[name] = self.read_profile(name, profiles_table)
+            profiles[name] = self.read_profile(name, extendable)
         for name, profile in profiles.items():
             if profile.baseline_profile is not None and profile.baseline_profile not in profiles:
                 raise self.error(

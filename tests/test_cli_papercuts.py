@@ -4,12 +4,14 @@ HOME and the XDG dirs in a temp dir, so no file of the real user's is read or wr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.hosts import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -83,3 +85,27 @@ def test_parse_exits_1_when_no_line_is_recognised_and_0_for_errors_alone(
     assert errors_alone.returncode == 0, errors_alone.stderr
     assert "error" in errors_alone.stdout
     assert "exit codes: 0 events were read; 1 no line" in specmon(home, work, "parse", "-h").stdout
+
+
+def test_a_profile_extends_a_built_in_one(tmp_path: Path, home: dict[str, str]) -> None:
+    config = tmp_path / "mine.toml"
+    config.write_text(
+        '[profiles.my-demo]\nextends = "demo"\n\n'
+        "[profiles.my-demo.speculative]\nnum_steps = 3\nnum_draft_tokens = 4\n"
+    )
+    work, state = tmp_path / "work", str(tmp_path / "state")
+    port = f"port={free_port()}"
+    where = ("local", "--state-dir", state, "--config", str(config))
+    launched = specmon(home, work, "launch", *where, "-p", "my-demo", "--set", port, "--json")
+    try:
+        assert launched.returncode == 0, launched.stderr
+        run = json.loads(launched.stdout)
+        assert run["profile"] == "my-demo"
+        argv = " ".join(run["argv"])
+        assert "-m specmon.sim" in argv  # the built-in demo's command and settings ...
+        assert "--speculative-eagle-topk 1" in argv
+        assert "--speculative-num-steps 3" in argv  # ... with the file's own on top
+        assert run["env"]["SPECMON_SIM_GPUS"] == "8"
+    finally:
+        stopped = specmon(home, work, "stop", *where)
+    assert stopped.returncode == 0, stopped.stderr
