@@ -109,3 +109,18 @@ def test_a_profile_extends_a_built_in_one(tmp_path: Path, home: dict[str, str]) 
     finally:
         stopped = specmon(home, work, "stop", *where)
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_parse_summary_prints_the_summary_alone_and_events_on_request(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    work, log = tmp_path / "work", str(REPO / "tests" / "logs" / "sglang-0.5.23-startup.log")
+    alone = specmon(home, work, "parse", log, "--json", "--summary")
+    assert alone.returncode == 0, alone.stderr
+    assert [json.loads(line)["kind"] for line in alone.stdout.splitlines()] == ["summary"]
+    both = specmon(home, work, "parse", log, "--json", "--summary", "--events")
+    kinds = [json.loads(line)["kind"] for line in both.stdout.splitlines()]
+    assert kinds[-1] == "summary" and "ready" in kinds and kinds.count("decode") == 4
+    assert both.stdout.endswith(alone.stdout)
+    lonely = specmon(home, work, "parse", log, "--events")
+    assert lonely.returncode == 2 and "--events is for --summary" in lonely.stderr

@@ -1,4 +1,4 @@
-"""`specmon parse LOGFILE [--json] [--summary [--no-events]] [--kind KIND] [--since/--until TIME]
+"""`specmon parse LOGFILE [--json] [--summary [--events]] [--kind KIND] [--since/--until TIME]
 [--backend NAME] [--jobs N]`: a server log, read offline or from a live pipe, plain or gzip-,
 bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend`` or detected
 from its first lines; a log in which no server is recognised is read for its errors alone
@@ -36,6 +36,7 @@ line): a script piping a log in learns that nothing was read."""
 EPILOG = f"""\
 examples:
   specmon parse server.log                     one readable line per event
+  specmon parse server.log --summary           ready?, load time, means, errors
   specmon parse server.log --json --kind error the errors, as JSON Lines
   tail -F server.log | specmon parse -         live: each event as its line arrives
 
@@ -54,12 +55,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="one JSON object per event (JSON Lines)"
     )
     parser.add_argument(
-        "--summary", action="store_true", help="end with a summary (readiness, load time, means)"
+        "--summary",
+        action="store_true",
+        help="print a summary (readiness, load time, means) instead of the events",
     )
     parser.add_argument(
-        "--no-events",
+        "--events",
         action="store_true",
-        help="with --summary: print the summary alone (the fastest read of a long log)",
+        help="with --summary: print the events too, then the summary",
+    )
+    parser.add_argument(  # the default with --summary now; kept so old command lines work
+        "--no-events", action="store_true", help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--kind",
@@ -254,8 +260,8 @@ class _LogReader(PartReader):
         self._window = window
         self._out = out
         self._with_summary = bool(args.summary)
-        self._summary_only = bool(args.no_events) and window is None
-        self._show_events = not args.no_events
+        self._show_events = _shows_events(args)
+        self._summary_only = not self._show_events and window is None
         self._write_lines, self._write_one = (
             (json_lines, _json_one) if args.json else (text_lines, _text_one)
         )
@@ -327,6 +333,12 @@ def run(args: argparse.Namespace) -> int:
     chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     if args.no_events and not args.summary:
         raise UsageError("parse: --no-events prints only the summary; add --summary")
+    if args.events and not args.summary:
+        raise UsageError("parse: --events is for --summary (the events are printed without it)")
+    if args.events and args.no_events:
+        raise UsageError("parse: --events and --no-events say opposite things; choose one")
+    if args.kind and not _shows_events(args):
+        raise UsageError("parse: --kind chooses the events printed; with --summary add --events")
     if args.jobs is not None and not 1 <= args.jobs <= 64:
         raise UsageError(f"parse: --jobs wants a number of processes from 1 to 64, not {args.jobs}")
     kinds = _chosen_kinds(args.kind)
@@ -399,6 +411,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _shows_events(args: argparse.Namespace) -> bool:
+    """Events are printed without --summary, and with it only on --events: a summary asked
+    for is not buried under a long log's events."""
+    return not args.summary or bool(args.events)
 
 
 def _is_regular(log: IO[bytes]) -> bool:
