@@ -124,3 +124,21 @@ def test_parse_summary_prints_the_summary_alone_and_events_on_request(
     assert both.stdout.endswith(alone.stdout)
     lonely = specmon(home, work, "parse", log, "--events")
     assert lonely.returncode == 2 and "--events is for --summary" in lonely.stderr
+
+
+def test_parse_kind_offers_only_the_kinds_a_log_gives(tmp_path: Path, home: dict[str, str]) -> None:
+    work = tmp_path / "work"
+    offered = specmon(home, work, "parse", "-h").stdout
+    assert "spec_decode" in offered and "weights_loaded" in offered  # vLLM's own
+    for never_in_a_log in ("gpu", "probe", "connection"):
+        done = specmon(home, work, "parse", "-", "--kind", never_in_a_log, stdin="")
+        assert done.returncode == 2, never_in_a_log
+        assert f"{never_in_a_log!r} is not a kind of event a log gives" in done.stderr
+        assert f" {never_in_a_log}," not in done.stderr
+    # Every kind the parsers give over the shipped logs is offered.
+    given: set[str] = set()
+    for log in sorted((REPO / "tests" / "logs").glob("*.log")):
+        done = specmon(home, work, "parse", str(log), "--json")
+        given |= {json.loads(line)["kind"] for line in done.stdout.splitlines()}
+    accepted = specmon(home, work, "parse", "-", *[f"--kind={k}" for k in sorted(given)], stdin="")
+    assert "not a kind" not in accepted.stderr and len(given) >= 10

@@ -71,7 +71,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--kind",
         action="append",
         metavar="KIND",
-        help="print only events of this kind (repeatable: --kind error --kind ready)",
+        help="print only events of this kind (repeatable: --kind error --kind ready); one of: "
+        + ", ".join(sorted(_event_kinds())),
     )
     parser.add_argument(
         "--since",
@@ -198,16 +199,11 @@ _KIND = attrgetter("kind")
 
 
 def _event_kinds() -> set[str]:
-    """Every event kind there is (``Event`` subclasses' tags), for checking ``--kind``."""
-    from specmon.events import Event
+    """The kinds a log can give (``--kind`` offers no others: no GPU, probe or connection
+    events are ever read from a log)."""
+    from specmon.events import LOG_EVENT_KINDS
 
-    kinds, classes = set(), [Event]
-    while classes:
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        kinds.add(cls.kind)
-    kinds.discard(Event.kind)
-    return kinds
+    return {cls.kind for cls in LOG_EVENT_KINDS}
 
 
 def _chosen_kinds(names: list[str] | None) -> set[str] | None:
@@ -217,7 +213,8 @@ def _chosen_kinds(names: list[str] | None) -> set[str] | None:
     unknown = sorted(set(names) - known)
     if unknown:
         raise UsageError(
-            f"parse: unknown event kind {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            f"parse: {unknown[0]!r} is not a kind of event a log gives; "
+            f"choose from: {', '.join(sorted(known))}"
         )
     return set(names)
 
