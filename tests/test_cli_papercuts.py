@@ -142,3 +142,33 @@ def test_parse_kind_offers_only_the_kinds_a_log_gives(tmp_path: Path, home: dict
         given |= {json.loads(line)["kind"] for line in done.stdout.splitlines()}
     accepted = specmon(home, work, "parse", "-", *[f"--kind={k}" for k in sorted(given)], stdin="")
     assert "not a kind" not in accepted.stderr and len(given) >= 10
+
+
+HOST_COMMANDS = (
+    "connect",
+    "launch",
+    "stop",
+    "status",
+    "watch",
+    "bench",
+    "sweep",
+    "nccl-sweep",
+    "advise",
+    "export",
+    "serve",
+)
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_host_is_described_in_one_wording_by_every_subcommand(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    from specmon.session.arguments import HOST_HELP
+
+    for command in HOST_COMMANDS:
+        shown = specmon(home, tmp_path / "work", command, "--help")
+        assert shown.returncode == 0, command
+        assert _words(HOST_HELP) in _words(shown.stdout), command

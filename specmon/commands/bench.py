@@ -71,10 +71,12 @@ def bench_settings(args: argparse.Namespace) -> Any:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import HOST_HELP
+
     parser.add_argument(
         "host",
         metavar="HOST",
-        help="[user@]host[:port], an ssh alias, a specmon.toml host, or local",
+        help=HOST_HELP,
     )
     parser.add_argument(
         "--profile", metavar="P", help="the profile the running server must have been launched with"

@@ -13,7 +13,9 @@ DEFAULT_RUN_TIMEOUT_S = 600.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="a specmon.toml host, an ssh alias, or local")
+    from specmon.session.arguments import HOST_HELP
+
+    parser.add_argument("host", metavar="HOST", help=HOST_HELP)
     parser.add_argument(
         "--profile", required=True, metavar="P", help="profile whose command is the benchmark"
     )

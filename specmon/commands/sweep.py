@@ -12,10 +12,12 @@ DEFAULT_READY_TIMEOUT_S = 3600.0
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import HOST_HELP
+
     parser.add_argument(
         "host",
         metavar="HOST",
-        help="[user@]host[:port], an ssh alias, a specmon.toml host, or local",
+        help=HOST_HELP,
     )
     parser.add_argument("--profile", required=True, metavar="P", help="launch profile to vary")
     parser.add_argument(
