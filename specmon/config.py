@@ -236,6 +236,13 @@ class Config:
     default_host: str | None = None
     default_profile: str | None = None
     secret_env: tuple[str, ...] = ()  # [security] secret_env: more secret env name patterns
+    searched: tuple[str, ...] = ()  # the config files looked for, each with what became of it
+
+    def searched_text(self) -> str:
+        """Which config files were searched, for a name found in none of them."""
+        if not self.searched:
+            return "the built-in config"
+        return "the config files searched: " + ", ".join(self.searched)
 
     def host(self, name: str) -> HostConfig:
         """The named host, or a ConfigError with a "did you mean" hint."""
@@ -327,6 +334,11 @@ def load_config(
     environ = os.environ if environ is None else environ
     found = find_config(path, cwd=cwd, environ=environ)
     data = _read_config_bytes(found.path) if found is not None else b""
+    local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
+    candidates = (
+        [Path(path).expanduser()] if path is not None else [local, user_config_path(environ)]
+    )
+    skipped = None
     if found is not None and found.in_working_dir:
         from specmon.trust import UntrustedConfigError, trust_state
 
@@ -335,6 +347,7 @@ def load_config(
             if not skip_untrusted:
                 shown = f"./{CONFIG_FILE_NAME}" if cwd is None else str(found.path)
                 raise UntrustedConfigError(_printable(shown), state)
+            skipped = found.path
             found = find_config(path, cwd=cwd, environ=environ, skip_working_dir=True)
             data = _read_config_bytes(found.path) if found is not None else b""
     builtin = parse_config_text(builtin_config_toml(), None, environ=environ)
@@ -350,10 +363,29 @@ def load_config(
         hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
         profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
         config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
+    config = dataclasses.replace(config, searched=_searched(candidates, found, skipped))
     from specmon.secrets import set_configured_patterns
 
     set_configured_patterns(config.secret_env)
     return _apply_environment(config, environ)
+
+
+def _searched(
+    candidates: list[Path], found: FoundConfig | None, skipped: Path | None
+) -> tuple[str, ...]:
+    """Each config file looked for and what became of it: read, not trusted, or absent."""
+    shown = []
+    for candidate in candidates:
+        if found is not None and candidate == found.path:
+            what = "read"
+        elif candidate == skipped:
+            what = "not trusted, skipped"
+        elif candidate.is_file():
+            what = "not read"
+        else:
+            what = "absent"
+        shown.append(f"{_printable(str(candidate))} ({what})")
+    return tuple(shown)
 
 
 def _read_config_bytes(path: Path) -> bytes:

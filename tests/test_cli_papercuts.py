@@ -172,3 +172,21 @@ def test_host_is_described_in_one_wording_by_every_subcommand(
         shown = specmon(home, tmp_path / "work", command, "--help")
         assert shown.returncode == 0, command
         assert _words(HOST_HELP) in _words(shown.stdout), command
+
+
+def test_an_unknown_host_says_which_config_files_were_searched(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    work, config = tmp_path / "work", local_host_config(tmp_path)
+    name = "bxo.invalid"  # a typo of box; .invalid never resolves (RFC 6761)
+    given = specmon(home, work, "status", name, "--config", str(config))
+    assert given.returncode != 0
+    assert given.stderr.startswith(f"specmon: cannot reach {name}: ")
+    assert given.stderr.count("\n") == 1
+    assert f"'{name}' is not a host of the config files searched: {config} (read)" in given.stderr
+    looked_for = specmon(home, work, "launch", name, "-p", "demo")
+    user_config = tmp_path / "xdg-config" / "specmon" / "specmon.toml"
+    assert (
+        f"'{name}' is not a host of the config files searched: {work / 'specmon.toml'} (absent), "
+        f"{user_config} (absent)"
+    ) in looked_for.stderr
