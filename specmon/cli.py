@@ -78,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         # After the subcommand too (`specmon status h1 --config X`); SUPPRESS keeps a value
         # given before the subcommand when none is given after it.
         _add_global_options(command_parser, default=argparse.SUPPRESS)
+        for action in command_parser._actions:  # and after an action (`ledger list`)
+            if isinstance(action, argparse._SubParsersAction):
+                for action_parser in action.choices.values():
+                    _add_global_options(action_parser, default=argparse.SUPPRESS)
         command_parser.set_defaults(_module=module)
     return parser
 

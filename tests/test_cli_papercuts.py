@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -190,3 +192,49 @@ def test_an_unknown_host_says_which_config_files_were_searched(
         f"'{name}' is not a host of the config files searched: {work / 'specmon.toml'} (absent), "
         f"{user_config} (absent)"
     ) in looked_for.stderr
+
+
+def test_every_subcommand_ends_its_help_with_examples_that_parse(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    from specmon.cli import COMMANDS, build_parser
+
+    parser = build_parser()
+    for name, _, _ in COMMANDS:
+        shown = specmon(home, tmp_path / "work", name, "--help")
+        assert shown.returncode == 0, name
+        examples = shown.stdout.partition("\nexamples:\n")[2]
+        commands = [line.strip() for line in examples.splitlines() if line.startswith("  specmon ")]
+        assert 2 <= len(commands) <= 3, (name, examples)
+        for line in commands:
+            words = shlex.split(re.split(r"\s{2,}|[|>]", line)[0])  # the comment or a pipe off
+            assert words[:2] == ["specmon", name], line
+            parser.parse_args(words[1:])  # every example is a valid command line
+
+
+def test_config_is_taken_after_a_ledger_action_too(tmp_path: Path, home: dict[str, str]) -> None:
+    config = str(local_host_config(tmp_path))
+    done = specmon(home, tmp_path / "work", "ledger", "list", "--config", config)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("the ledger ") and done.stdout.endswith(" is empty\n")
+
+
+def test_stop_takes_a_profile_with_nodes_alone_as_status_advises(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    """`status --profile P` advises `specmon stop --profile P`, which asked for a HOST."""
+    work = tmp_path / "work"
+    config = tmp_path / "nodes.toml"
+    config.write_text(
+        '[hosts.n0]\ntransport = "local"\nstate_dir = "' + str(tmp_path / "n0") + '"\n'
+        '[hosts.n1]\ntransport = "local"\nstate_dir = "' + str(tmp_path / "n1") + '"\n'
+        '[profiles.pair]\nextends = "demo"\nnodes = ["n0", "n1"]\ntp = 16\n'
+    )
+    done = specmon(home, work, "stop", "--profile", "pair", "--config", str(config))
+    assert "required: HOST" not in done.stderr
+    assert done.returncode == 0, done.stderr
+    no_nodes = specmon(home, work, "stop", "--profile", "demo")
+    assert no_nodes.returncode == 2
+    assert no_nodes.stderr == "specmon: profile 'demo' has no nodes; stop HOST stops its run\n"
+    nothing = specmon(home, work, "stop")
+    assert nothing.returncode == 2 and "give the HOST" in nothing.stderr

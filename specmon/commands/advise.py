@@ -11,6 +11,15 @@ NO_RUN_WAIT_S = 5.0  # a live run is reattached at once; without one, refuse aft
 DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few percent
 
 
+EPILOG = """\
+examples:
+  specmon advise local                  the best step count for the demo server here
+  specmon advise gpu-box --json         the prediction as JSON
+  specmon advise gpu-box --cycles 200 --timeout 120   read longer before predicting
+"""
+"""The examples that end `specmon advise --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import add_host_arguments
 

@@ -70,6 +70,15 @@ def bench_settings(args: argparse.Namespace) -> Any:
     return settings
 
 
+EPILOG = """\
+examples:
+  specmon bench local                   the demo server here, 8 requests, recorded
+  specmon bench gpu-box --concurrency 4 --requests 32
+  specmon bench gpu-box --url http://127.0.0.1:8000 --no-record   a server specmon did not launch
+"""
+"""The examples that end `specmon bench --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP
 

@@ -11,6 +11,15 @@ if TYPE_CHECKING:
     from specmon.trust import UntrustedConfigError
 
 
+EPILOG = """\
+examples:
+  specmon demo                            the simulated host and the console
+  specmon demo --profile demo-vllm        the vLLM personality of the simulator
+  specmon demo --headless --until ready   the events as text, until the server is ready
+"""
+"""The examples that end `specmon demo --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
     parser.add_argument("--json", action="store_true", help="headless: JSON lines")

@@ -12,6 +12,14 @@ from typing import Any
 DEFAULT_RUN_TIMEOUT_S = 600.0
 
 
+EPILOG = """\
+examples:
+  specmon nccl-sweep gpu-box --profile allreduce --grid NCCL_PROTO=LL,LL128,Simple
+  specmon nccl-sweep gpu-box --profile allreduce --grid NCCL_ALGO=Ring,Tree --json
+"""
+"""The examples that end `specmon nccl-sweep --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP
 

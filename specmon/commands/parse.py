@@ -35,10 +35,10 @@ line): a script piping a log in learns that nothing was read."""
 
 EPILOG = f"""\
 examples:
-  specmon parse server.log                     one readable line per event
-  specmon parse server.log --summary           ready?, load time, means, errors
-  specmon parse server.log --json --kind error the errors, as JSON Lines
-  tail -F server.log | specmon parse -         live: each event as its line arrives
+  specmon parse server.log                       one readable line per event
+  specmon parse server.log --summary             ready?, load time, means, errors
+  specmon parse server.log --json --kind error   the errors, as JSON Lines
+  tail -F server.log | specmon parse -           live: each event as its line arrives
 
 exit codes: 0 events were read; {NOTHING_RECOGNISED} no line of the log was recognised (empty, or
 neither a server's nor an error line); 2 a bad command line or an unreadable file.

@@ -11,6 +11,15 @@ from specmon.commands.bench import add_bench_options, bench_settings
 DEFAULT_READY_TIMEOUT_S = 3600.0
 
 
+EPILOG = """\
+examples:
+  specmon sweep local --profile demo --grid speculative-num-steps=1,3,5
+  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --grid NCCL_PROTO=LL,Simple
+  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --baseline --requests 8
+"""
+"""The examples that end `specmon sweep --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP
 
