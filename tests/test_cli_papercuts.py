@@ -238,3 +238,16 @@ def test_stop_takes_a_profile_with_nodes_alone_as_status_advises(
     assert no_nodes.stderr == "specmon: profile 'demo' has no nodes; stop HOST stops its run\n"
     nothing = specmon(home, work, "stop")
     assert nothing.returncode == 2 and "give the HOST" in nothing.stderr
+
+
+def test_sweep_says_why_its_default_request_count_differs_from_bench(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    work = tmp_path / "work"
+    bench = _words(specmon(home, work, "bench", "--help").stdout)
+    sweep = _words(specmon(home, work, "sweep", "--help").stdout)
+    assert "--requests N measured requests (default 8)" in bench
+    assert (
+        "--requests N measured requests (default 5 per point, fewer than bench's 8: a sweep "
+        "measures every point of its grid; --requests 8 to compare with a bench)"
+    ) in sweep

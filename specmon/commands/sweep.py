@@ -6,7 +6,12 @@ import argparse
 import sys
 from typing import Any
 
-from specmon.commands.bench import add_bench_options, bench_settings
+from specmon.commands.bench import (
+    BENCH_REQUESTS,
+    SWEEP_REQUESTS,
+    add_bench_options,
+    bench_settings,
+)
 
 DEFAULT_READY_TIMEOUT_S = 3600.0
 
@@ -59,7 +64,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave the last launched server running (default: stop it at the end)",
     )
-    add_bench_options(parser, requests=5)
+    add_bench_options(
+        parser,
+        requests=SWEEP_REQUESTS,
+        requests_why=f" per point, fewer than bench's {BENCH_REQUESTS}: a sweep measures every "
+        f"point of its grid; --requests {BENCH_REQUESTS} to compare with a bench",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
