@@ -764,7 +764,7 @@ class _Reader:
             self.name_check(["hosts", name], name, "host")
             if not isinstance(table, dict):
                 raise self.error(["hosts", name], f"expected a table, got {_type_name(table)}")
-            hosts[name] = self.read_host(name, table)
+            hosts[name] = self.read_host(name, table, environ)
         profiles_table = self.value(data, [], "profiles", dict, {})
         # A file's profile may extend a built-in one (`extends = "demo"`) that it does not
         # redefine; the built-in text itself (no source) extends only its own.
@@ -817,7 +817,9 @@ class _Reader:
             secret_env=secret_env,
         )
 
-    def read_host(self, name: str, table: Mapping[str, Any]) -> HostConfig:
+    def read_host(
+        self, name: str, table: Mapping[str, Any], environ: Mapping[str, str]
+    ) -> HostConfig:
         path = ["hosts", name]
         self.check_keys(table, path, HOST_KEYS)
         transport = self.choice(table, path, "transport", TRANSPORTS, "ssh")
@@ -830,6 +832,11 @@ class _Reader:
             raise self.error([*path, "user"], f"{user!r:.40} is not a user name")
         port = self.number(table, path, "port", int, 1, 65535, None)
         default_python = sys.executable if transport == "local" else "python3"
+        # This machine's runs go where its user's state goes ($SPECMON_STATE_DIR, else
+        # $XDG_STATE_HOME/specmon); a remote host's, to its own ~/.local/state/specmon.
+        default_state = (
+            str(default_state_dir(environ)) if transport == "local" else DEFAULT_REMOTE_STATE_DIR
+        )
         python = self.value(table, path, "python", str, default_python) or default_python
         return HostConfig(
             name=name,
@@ -841,7 +848,7 @@ class _Reader:
             known_hosts=self.value(table, path, "known_hosts", str, None),
             ssh_options=self.string_table(table, path, "ssh_options", scalars=True),
             python=python,
-            state_dir=self.value(table, path, "state_dir", str, DEFAULT_REMOTE_STATE_DIR),
+            state_dir=self.value(table, path, "state_dir", str, default_state),
         )
 
     def resolve_extends(

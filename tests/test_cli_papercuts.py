@@ -251,3 +251,25 @@ def test_sweep_says_why_its_default_request_count_differs_from_bench(
         "--requests N measured requests (default 5 per point, fewer than bench's 8: a sweep "
         "measures every point of its grid; --requests 8 to compare with a bench)"
     ) in sweep
+
+
+@pytest.mark.parametrize("moved_by", ["SPECMON_STATE_DIR", "XDG_STATE_HOME"])
+def test_this_machines_runs_go_where_the_state_dir_is_moved(
+    tmp_path: Path, home: dict[str, str], moved_by: str
+) -> None:
+    moved = tmp_path / "moved"
+    env = {**home, moved_by: str(moved)}
+    state = moved if moved_by == "SPECMON_STATE_DIR" else moved / "specmon"
+    work = tmp_path / "work"
+    launched = specmon(
+        env, work, "launch", "local", "-p", "demo", "--set", f"port={free_port()}", "--json"
+    )
+    try:
+        assert launched.returncode == 0, launched.stderr
+        run_dir = Path(json.loads(launched.stdout)["run_dir"])
+        assert run_dir.parent == state / "runs"
+        assert (run_dir / "run.json").is_file()
+    finally:
+        stopped = specmon(env, work, "stop", "local")
+    assert stopped.returncode == 0, stopped.stderr
+    assert not (tmp_path / "home" / ".local" / "state").exists()  # nothing left in the old place
