@@ -273,3 +273,14 @@ def test_this_machines_runs_go_where_the_state_dir_is_moved(
         stopped = specmon(env, work, "stop", "local")
     assert stopped.returncode == 0, stopped.stderr
     assert not (tmp_path / "home" / ".local" / "state").exists()  # nothing left in the old place
+
+
+def test_advise_with_nothing_running_says_how_to_start_a_server(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    done = specmon(home, tmp_path / "work", "advise", "local", "--timeout", "10")
+    assert done.returncode == 1
+    assert done.stderr == (
+        "specmon: advise local: no server is running there, so there is nothing to measure; "
+        "start one with `specmon launch local -p demo --wait ready`, then run advise again\n"
+    )
