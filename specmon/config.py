@@ -58,7 +58,7 @@ command = ["{python}", "-m", "specmon.sim"]
 model_path = "moonshotai/Kimi-K2.5"
 draft_model_path = "/models/kimi-k2.5-eagle3"
 tp = 8
-port = 30000
+port = "auto"
 mem_fraction_static = 0.88
 extra_args = ["--trust-remote-code", "--enable-metrics"]
 probe = true
@@ -160,7 +160,7 @@ class Profile:
     command: tuple[str, ...] = ()
     draft_model_path: str | None = None
     tp: int | None = None
-    port: int | None = None
+    port: int | str | None = None  # a number, or "auto" (flag_grammar.AUTO_PORT)
     host_bind: str | None = None
     speculative: SpeculativeSettings | None = None
     mem_fraction_static: float | None = None
@@ -667,6 +667,17 @@ class _Reader:
             return float(value)
         return value
 
+    def profile_port(self, table: Mapping[str, Any], path: Sequence[str]) -> int | str | None:
+        """A profile's port: 1-65535, or "auto" (a port free on the host, chosen at launch)."""
+        from specmon.flag_grammar import AUTO_PORT
+
+        if table.get("port") == AUTO_PORT:
+            return AUTO_PORT
+        if isinstance(table.get("port"), str):
+            raise self.error([*path, "port"], f'expected a number or "{AUTO_PORT}"')
+        port: int | None = self.number(table, path, "port", int, 1, 65535, None)
+        return port
+
     def number(
         self,
         table: Mapping[str, Any],
@@ -934,7 +945,7 @@ class _Reader:
             command=command,
             draft_model_path=self.value(table, path, "draft_model_path", str, None),
             tp=self.number(table, path, "tp", int, 1, 64, None),
-            port=self.number(table, path, "port", int, 1, 65535, None),
+            port=self.profile_port(table, path),
             host_bind=self.value(table, path, "host_bind", str, None),
             speculative=speculative,
             mem_fraction_static=self.number(

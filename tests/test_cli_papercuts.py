@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support.hosts import free_port
+from support.hosts import free_port, processes_mentioning
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -284,3 +284,85 @@ def test_advise_with_nothing_running_says_how_to_start_a_server(
         "specmon: advise local: no server is running there, so there is nothing to measure; "
         "start one with `specmon launch local -p demo --wait ready`, then run advise again\n"
     )
+
+
+def test_two_users_launch_the_demo_on_one_machine_each_on_a_free_port(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    """The built-in demo profiles say port = "auto": the helper picks a free port at launch
+    and records it, so two users' `launch local -p demo` no longer collide on 30000."""
+    work = tmp_path / "work"
+    users = [("--state-dir", str(tmp_path / name)) for name in ("alice", "bob")]
+    launches = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "specmon",
+                "launch",
+                "local",
+                *user,
+                "-p",
+                "demo",
+                "--wait",
+                "ready",
+                "--timeout",
+                "120",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=home,
+            cwd=work,
+        )
+        for user in users
+    ]
+    try:
+        answers = [launch.communicate(timeout=180) for launch in launches]
+        for launch, (_, err) in zip(launches, answers, strict=True):
+            assert launch.returncode == 0, err
+        runs = [json.loads(out.splitlines()[0]) for out, _ in answers]
+        ports = [run["port"] for run in runs]
+        assert all(isinstance(port, int) and port > 0 for port in ports)
+        assert ports[0] != ports[1] and 30000 not in ports
+        for run in runs:
+            assert run["argv"][run["argv"].index("--port") + 1] == str(run["port"])
+        listed = specmon(home, work, "status", "local", *users[0], "--json")
+        assert json.loads(listed.stdout)["runs"][0]["port"] == ports[0]  # as recorded
+    finally:
+        for launch in launches:
+            if launch.poll() is None:
+                launch.kill()
+        stops = [specmon(home, work, "stop", "local", *user, "--all") for user in users]
+    assert all(stop.returncode == 0 for stop in stops), [stop.stderr for stop in stops]
+
+
+def test_demo_hosts_3_runs_a_fleet_of_three_simulated_hosts(
+    tmp_path: Path, home: dict[str, str]
+) -> None:
+    """`specmon demo --hosts 3`: three simulated hosts on this machine, each with its own
+    state dir and port; headless here (no terminal), the fleet console on one."""
+    done = specmon(
+        home,
+        tmp_path / "work",
+        "demo",
+        "--hosts",
+        "3",
+        "--headless",
+        "--until",
+        "ready",
+        "--json",
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    hosts = ("demo-1", "demo-2", "demo-3")
+    assert {e["host"] for e in events if e["kind"] == "ready"} == set(hosts)
+    runs = {e["host"]: e["argv"] for e in events if e["kind"] == "run"}
+    ports = {host: argv[argv.index("--port") + 1] for host, argv in runs.items()}
+    assert sorted(ports) == list(hosts) and len(set(ports.values())) == 3
+    assert processes_mentioning(str(tmp_path)) == []  # every server stopped at the end
+    assert not list(tmp_path.glob("specmon-demo-*"))  # and its state dir removed
+    too_many = specmon(home, tmp_path / "work", "demo", "--hosts", "9", "--headless")
+    assert too_many.returncode == 2 and "--hosts 9: expected 1 to 8" in too_many.stderr
