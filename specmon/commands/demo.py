@@ -17,7 +17,6 @@ MAX_DEMO_HOSTS = 8
 EPILOG = """\
 examples:
   specmon demo                            the simulated host and the console
-  specmon demo --profile demo-vllm        the vLLM personality of the simulator
   specmon demo --hosts 3                  a fleet of three simulated hosts
   specmon demo --headless --until ready   the events as text, until the server is ready
 """
