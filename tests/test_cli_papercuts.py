@@ -142,6 +142,10 @@ def test_parse_kind_offers_only_the_kinds_a_log_gives(tmp_path: Path, home: dict
     for log in sorted((REPO / "tests" / "logs").glob("*.log")):
         done = specmon(home, work, "parse", str(log), "--json")
         given |= {json.loads(line)["kind"] for line in done.stdout.splitlines()}
+    from specmon.commands.parse import LOG_KINDS
+    from specmon.events import LOG_EVENT_KINDS
+
+    assert set(LOG_KINDS) == {cls.kind for cls in LOG_EVENT_KINDS}  # --help's list, checked
     accepted = specmon(home, work, "parse", "-", *[f"--kind={k}" for k in sorted(given)], stdin="")
     assert "not a kind" not in accepted.stderr and len(given) >= 10
 

@@ -198,12 +198,19 @@ def _read(read: Callable[[int], bytes], source: str) -> bytes:
 _KIND = attrgetter("kind")
 
 
+LOG_KINDS = (
+    "load_begin", "shard_progress", "load_end", "kv_cache", "graph_begin", "graph_end",
+    "http_up", "ready", "decode", "prefill", "error", "weights_loaded", "compile_begin",
+    "compile", "spec_decode", "spec_params", "notice",
+)  # fmt: skip
+"""The kinds of ``events.LOG_EVENT_KINDS``, spelled out so `--help` needs no import of the
+events (40 ms); tests/test_cli_papercuts.py checks that the two agree."""
+
+
 def _event_kinds() -> set[str]:
     """The kinds a log can give (``--kind`` offers no others: no GPU, probe or connection
     events are ever read from a log)."""
-    from specmon.events import LOG_EVENT_KINDS
-
-    return {cls.kind for cls in LOG_EVENT_KINDS}
+    return set(LOG_KINDS)
 
 
 def _chosen_kinds(names: list[str] | None) -> set[str] | None:
