@@ -4,7 +4,7 @@ Builds the 1M-line SGLang benchmark log (benchmarks/parse_throughput.py), then t
 processes, from start to exit with the output written to a file: the floor (a fresh Python that
 reads the file in 1 MiB chunks, decodes it and runs one compiled regex that captures a decode
 line's fields over each chunk: what any Python log reader pays at least) and `specmon parse`
-with --json --summary, the text form --summary, --summary --no-events, --kind and
+with --json --summary --events, the text form, --summary (the summary alone), --kind and
 --since/--until, and --json --summary on one core (--jobs 1; by default a log file is read
 on every core, specmon/log_parts.py). Each figure is lines/s (wall; CPU, user+sys, in
 brackets) and its ratio to the floor of the same run; the summaries with and without events are compared, and with
@@ -88,17 +88,18 @@ def main() -> int:
         size_mb = log.stat().st_size / 1e6
         cases = {
             "floor (bare regex pass)": [sys.executable, "-c", FLOOR, str(log)],
-            "--json --summary": [*specmon, str(log), "--json", "--summary"],
-            "--summary (text)": [*specmon, str(log), "--summary"],
-            "--json --summary --jobs 1 (one core)": [
+            "--json --summary --events": [*specmon, str(log), "--json", "--summary", "--events"],
+            "--summary --events (text)": [*specmon, str(log), "--summary", "--events"],
+            "--json --summary --events --jobs 1 (one core)": [
                 *specmon,
                 str(log),
                 "--json",
                 "--summary",
+                "--events",
                 "--jobs",
                 "1",
             ],
-            "--summary --no-events": [*specmon, str(log), "--summary", "--no-events"],
+            "--summary (the summary alone)": [*specmon, str(log), "--summary"],
             "--json --kind error --kind ready": [
                 *specmon,
                 str(log),

@@ -12,7 +12,8 @@ from specmon import __version__
 from specmon.errors import SpecmonError, UsageError
 
 # (name, module under specmon.commands, one-line help). Each module offers
-# `configure(parser)` (argparse only, no heavy imports) and `run(args) -> int`.
+# `configure(parser)` (argparse only, no heavy imports), `run(args) -> int` and `EPILOG`,
+# the examples (and exit codes) that end its --help.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("demo", "demo", "run the built-in simulated EAGLE-3 host and open the console"),
     ("connect", "connect", "open the console on a GPU host over SSH"),
@@ -44,23 +45,43 @@ class _OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see '{self.prog} --help')")
 
 
+def _add_global_options(parser: argparse.ArgumentParser, *, default: object) -> None:
+    """The options of specmon itself, which work before or after the subcommand."""
+    parser.add_argument(
+        "--config",
+        metavar="PATH",
+        default=default,
+        help="config file (default: ./specmon.toml once trusted, then the user config dir)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="specmon",
         description="A terminal console for speculative-decoding LLM servers on GPU hosts.",
     )
     parser.add_argument("--version", action="version", version=f"specmon {__version__}")
-    parser.add_argument(
-        "--config",
-        metavar="PATH",
-        help="config file (default: ./specmon.toml, then the user config dir)",
-    )
+    _add_global_options(parser, default=None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_OneLineParser)
     for name, module, help_text in COMMANDS:
         if importlib.util.find_spec(f"specmon.commands.{module}") is None:
             continue  # a subcommand still being built is simply not offered
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(f"specmon.commands.{module}").configure(command_parser)
+        command = importlib.import_module(f"specmon.commands.{module}")
+        command_parser = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=getattr(command, "EPILOG", None),  # examples, kept as written
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        command.configure(command_parser)
+        # After the subcommand too (`specmon status h1 --config X`); SUPPRESS keeps a value
+        # given before the subcommand when none is given after it.
+        _add_global_options(command_parser, default=argparse.SUPPRESS)
+        for action in command_parser._actions:  # and after an action (`ledger list`)
+            if isinstance(action, argparse._SubParsersAction):
+                for action_parser in action.choices.values():
+                    _add_global_options(action_parser, default=argparse.SUPPRESS)
         command_parser.set_defaults(_module=module)
     return parser
 

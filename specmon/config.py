@@ -58,7 +58,7 @@ command = ["{python}", "-m", "specmon.sim"]
 model_path = "moonshotai/Kimi-K2.5"
 draft_model_path = "/models/kimi-k2.5-eagle3"
 tp = 8
-port = 30000
+port = "auto"
 mem_fraction_static = 0.88
 extra_args = ["--trust-remote-code", "--enable-metrics"]
 probe = true
@@ -86,6 +86,17 @@ def builtin_config_toml() -> str:
 
     extra = [backend.builtin_profiles_toml for backend in all_backends()]
     return "\n".join([BUILTIN_CONFIG_TOML, *(text for text in extra if text)])
+
+
+def _builtin_profile_tables() -> dict[str, Any]:
+    """The built-in profiles as TOML tables, for a file's profile to extend."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    tables: dict[str, Any] = tomllib.loads(builtin_config_toml()).get("profiles", {})
+    return tables
 
 
 def _builtin_profile_names() -> set[str]:
@@ -149,7 +160,7 @@ class Profile:
     command: tuple[str, ...] = ()
     draft_model_path: str | None = None
     tp: int | None = None
-    port: int | None = None
+    port: int | str | None = None  # a number, or "auto" (flag_grammar.AUTO_PORT)
     host_bind: str | None = None
     speculative: SpeculativeSettings | None = None
     mem_fraction_static: float | None = None
@@ -225,6 +236,13 @@ class Config:
     default_host: str | None = None
     default_profile: str | None = None
     secret_env: tuple[str, ...] = ()  # [security] secret_env: more secret env name patterns
+    searched: tuple[str, ...] = ()  # the config files looked for, each with what became of it
+
+    def searched_text(self) -> str:
+        """Which config files were searched, for a name found in none of them."""
+        if not self.searched:
+            return "the built-in config"
+        return "the config files searched: " + ", ".join(self.searched)
 
     def host(self, name: str) -> HostConfig:
         """The named host, or a ConfigError with a "did you mean" hint."""
@@ -316,6 +334,11 @@ def load_config(
     environ = os.environ if environ is None else environ
     found = find_config(path, cwd=cwd, environ=environ)
     data = _read_config_bytes(found.path) if found is not None else b""
+    local = (cwd if cwd is not None else Path.cwd()) / CONFIG_FILE_NAME
+    candidates = (
+        [Path(path).expanduser()] if path is not None else [local, user_config_path(environ)]
+    )
+    skipped = None
     if found is not None and found.in_working_dir:
         from specmon.trust import UntrustedConfigError, trust_state
 
@@ -324,6 +347,7 @@ def load_config(
             if not skip_untrusted:
                 shown = f"./{CONFIG_FILE_NAME}" if cwd is None else str(found.path)
                 raise UntrustedConfigError(_printable(shown), state)
+            skipped = found.path
             found = find_config(path, cwd=cwd, environ=environ, skip_working_dir=True)
             data = _read_config_bytes(found.path) if found is not None else b""
     builtin = parse_config_text(builtin_config_toml(), None, environ=environ)
@@ -339,10 +363,29 @@ def load_config(
         hosts = {**config.hosts, **_missing_from(builtin.hosts, config.hosts)}
         profiles = {**config.profiles, **_missing_from(builtin.profiles, config.profiles)}
         config = dataclasses.replace(config, hosts=hosts, profiles=profiles)
+    config = dataclasses.replace(config, searched=_searched(candidates, found, skipped))
     from specmon.secrets import set_configured_patterns
 
     set_configured_patterns(config.secret_env)
     return _apply_environment(config, environ)
+
+
+def _searched(
+    candidates: list[Path], found: FoundConfig | None, skipped: Path | None
+) -> tuple[str, ...]:
+    """Each config file looked for and what became of it: read, not trusted, or absent."""
+    shown = []
+    for candidate in candidates:
+        if found is not None and candidate == found.path:
+            what = "read"
+        elif candidate == skipped:
+            what = "not trusted, skipped"
+        elif candidate.is_file():
+            what = "not read"
+        else:
+            what = "absent"
+        shown.append(f"{_printable(str(candidate))} ({what})")
+    return tuple(shown)
 
 
 def _read_config_bytes(path: Path) -> bytes:
@@ -624,6 +667,17 @@ class _Reader:
             return float(value)
         return value
 
+    def profile_port(self, table: Mapping[str, Any], path: Sequence[str]) -> int | str | None:
+        """A profile's port: 1-65535, or "auto" (a port free on the host, chosen at launch)."""
+        from specmon.flag_grammar import AUTO_PORT
+
+        if table.get("port") == AUTO_PORT:
+            return AUTO_PORT
+        if isinstance(table.get("port"), str):
+            raise self.error([*path, "port"], f'expected a number or "{AUTO_PORT}"')
+        port: int | None = self.number(table, path, "port", int, 1, 65535, None)
+        return port
+
     def number(
         self,
         table: Mapping[str, Any],
@@ -721,12 +775,15 @@ class _Reader:
             self.name_check(["hosts", name], name, "host")
             if not isinstance(table, dict):
                 raise self.error(["hosts", name], f"expected a table, got {_type_name(table)}")
-            hosts[name] = self.read_host(name, table)
+            hosts[name] = self.read_host(name, table, environ)
         profiles_table = self.value(data, [], "profiles", dict, {})
+        # A file's profile may extend a built-in one (`extends = "demo"`) that it does not
+        # redefine; the built-in text itself (no source) extends only its own.
+        extendable = {**_builtin_profile_tables(), **profiles_table} if source else profiles_table
         profiles = {}
         for name in profiles_table:
             self.name_check(["profiles", name], name, "profile")
-            profiles[name] = self.read_profile(name, profiles_table)
+            profiles[name] = self.read_profile(name, extendable)
         for name, profile in profiles.items():
             if profile.baseline_profile is not None and profile.baseline_profile not in profiles:
                 raise self.error(
@@ -771,7 +828,9 @@ class _Reader:
             secret_env=secret_env,
         )
 
-    def read_host(self, name: str, table: Mapping[str, Any]) -> HostConfig:
+    def read_host(
+        self, name: str, table: Mapping[str, Any], environ: Mapping[str, str]
+    ) -> HostConfig:
         path = ["hosts", name]
         self.check_keys(table, path, HOST_KEYS)
         transport = self.choice(table, path, "transport", TRANSPORTS, "ssh")
@@ -784,6 +843,11 @@ class _Reader:
             raise self.error([*path, "user"], f"{user!r:.40} is not a user name")
         port = self.number(table, path, "port", int, 1, 65535, None)
         default_python = sys.executable if transport == "local" else "python3"
+        # This machine's runs go where its user's state goes ($SPECMON_STATE_DIR, else
+        # $XDG_STATE_HOME/specmon); a remote host's, to its own ~/.local/state/specmon.
+        default_state = (
+            str(default_state_dir(environ)) if transport == "local" else DEFAULT_REMOTE_STATE_DIR
+        )
         python = self.value(table, path, "python", str, default_python) or default_python
         return HostConfig(
             name=name,
@@ -795,7 +859,7 @@ class _Reader:
             known_hosts=self.value(table, path, "known_hosts", str, None),
             ssh_options=self.string_table(table, path, "ssh_options", scalars=True),
             python=python,
-            state_dir=self.value(table, path, "state_dir", str, DEFAULT_REMOTE_STATE_DIR),
+            state_dir=self.value(table, path, "state_dir", str, default_state),
         )
 
     def resolve_extends(
@@ -881,7 +945,7 @@ class _Reader:
             command=command,
             draft_model_path=self.value(table, path, "draft_model_path", str, None),
             tp=self.number(table, path, "tp", int, 1, 64, None),
-            port=self.number(table, path, "port", int, 1, 65535, None),
+            port=self.profile_port(table, path),
             host_bind=self.value(table, path, "host_bind", str, None),
             speculative=speculative,
             mem_fraction_static=self.number(

@@ -587,4 +587,12 @@ LOG_EVENT_KINDS: tuple[type[Event], ...] = (
     Decode,
     Prefill,
     ServerError,
+    WeightsLoaded,
+    CompileBegin,
+    CompileEnd,
+    SpecDecode,
+    SpecParams,
+    Notice,
 )
+"""The events a server log's parser gives (every backend's, and the neutral reader's): what
+`specmon parse --kind` offers; the session's, the agent's and the probe's are never in a log."""

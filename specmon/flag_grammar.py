@@ -59,6 +59,11 @@ def parse_flags(args: Sequence[str]) -> tuple[list[FlagItem], list[str]]:
     return items, problems
 
 
+AUTO_PORT = "auto"
+"""A profile's ``port = "auto"``: the host's helper picks a port free there at launch and
+writes it into the server's argv and the run record (two users of one machine never collide)."""
+
+
 def render_flag(name: str, value: str | bool) -> tuple[str, ...]:
     """The argv tokens of one flag; values starting with '-' use the unambiguous --name=value."""
     name = name.lstrip("-")

@@ -92,10 +92,12 @@ def test_watch_parse_and_summary_show_no_bidi_control(
     assert f'vllm:hostile_note{{note="a\u202eb{BIDI}c"}}' in labels
 
     log = next(Path(where[2]).glob("runs/*/*.log"))
-    parsed = _specmon(config, "parse", "--backend", "vllm", "--summary", str(log))
+    parsed = _specmon(config, "parse", "--backend", "vllm", "--summary", "--events", str(log))
     assert "RuntimeError: hostile bidi error end" in parsed.stdout, parsed.stdout
     assert "first error:         RuntimeError: hostile bidi error end" in parsed.stdout
     assert _no_raw_bidi(parsed.stdout), ascii(parsed.stdout)
-    parsed_json = _specmon(config, "parse", "--backend", "vllm", "--json", "--summary", str(log))
+    parsed_json = _specmon(
+        config, "parse", "--backend", "vllm", "--json", "--summary", "--events", str(log)
+    )
     assert parsed_json.stdout.isascii() and "\\u202e" in parsed_json.stdout
     assert _specmon(config, "stop", *where).returncode == 0

@@ -102,7 +102,7 @@ def test_demo_profile_runs_the_simulator_and_matches_the_built_in_one():
     assert shipped == builtin
     spec = shipped.to_launch_spec(python="/venv/bin/python")
     assert spec.command == ("/venv/bin/python", "-m", "specmon.sim")
-    assert spec.key_flags()["tp"] == "8" and spec.flag("port") == "30000"
+    assert spec.key_flags()["tp"] == "8" and spec.flag("port") == "auto"
     assert spec.has_flag("enable-metrics") and shipped.probe and shipped.gpu_agent == "sim"
     assert spec.env_dict()["SPECMON_SIM_SHARDS"] == "64"
     assert spec.env_dict()["SPECMON_SIM_GPUS"] == "8"
@@ -343,6 +343,7 @@ def test_importing_config_loads_no_heavy_modules():
 
 
 def test_the_simulator_accepts_every_shipped_profile_launch():
+    from specmon.session.remote_helper import _with_port
     from specmon.sim.args import parse_launch
 
     config = load_config(SHIPPED, environ=NO_USER_DIR)
@@ -350,12 +351,15 @@ def test_the_simulator_accepts_every_shipped_profile_launch():
         if profile.backend != DEFAULT_BACKEND:
             continue  # the vLLM profiles: the next test
         spec = profile.to_launch_spec()
-        parse_launch(list(spec.args), spec.env_dict())
+        # as the host's helper launches it: a port = "auto" made a free port's number
+        parse_launch(_with_port(list(spec.args), 30001), spec.env_dict())
 
 
 def test_the_vllm_simulator_accepts_every_shipped_vllm_profile_launch():
     """The simulator's vLLM personality parses each vLLM profile's `serve MODEL flags` as
     vLLM would. Skipped where the personality (specmon.sim.vllm) is not in this tree."""
+    from specmon.session.remote_helper import _with_port
+
     serve = pytest.importorskip("specmon.sim.vllm.args", reason="no simulator vLLM personality")
     config = load_config(SHIPPED, environ=NO_USER_DIR)
     vllm_profiles = [p for p in config.profiles.values() if p.backend == "vllm"]
@@ -363,7 +367,7 @@ def test_the_vllm_simulator_accepts_every_shipped_vllm_profile_launch():
     for profile in vllm_profiles:
         spec = profile.to_launch_spec()
         argv = list(spec.command[spec.command.index("serve") :] + spec.args)
-        serve.parse_serve(argv, spec.env_dict())
+        serve.parse_serve(_with_port(argv, 30001), spec.env_dict())
 
 
 scalar_values = st.one_of(

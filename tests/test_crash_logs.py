@@ -203,7 +203,7 @@ def test_a_cut_traceback_at_the_end_of_a_file_read_in_parts_is_reported_once(
         target = tmp_path / f"out-{jobs}"
         with target.open("w", encoding="utf-8") as out:
             monkeypatch.setattr(sys, "stdout", out)
-            assert main(["parse", str(log), "--json", "--summary", "--jobs", jobs]) == 0
+            assert main(["parse", str(log), "--json", "--summary", "--events", "--jobs", jobs]) == 0
             monkeypatch.undo()
         outputs.append(target.read_text())
     assert outputs[1] == outputs[0] and outputs[2] == outputs[0]
@@ -307,7 +307,7 @@ def run_parse(
 def test_a_log_of_c10d_lines_alone_is_read_for_errors_by_the_neutral_reader(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    records, err = run_parse(capsys, LOGS / "c10d-watchdog-only.log", "--summary")
+    records, err = run_parse(capsys, LOGS / "c10d-watchdog-only.log", "--summary", "--events")
     assert "no backend detected" in err and "read for errors alone" in err
     events = records[:-1]
     assert {r["kind"] for r in events} == {"error"}  # no shard bar: no server's events

@@ -104,7 +104,7 @@ def check_schema(record: dict) -> None:
     ids=str,
 )
 def test_json_lines_follow_the_schema(capsys: pytest.CaptureFixture[str], log: Path) -> None:
-    code, out, err = run_main(capsys, str(log), "--json", "--summary")
+    code, out, err = run_main(capsys, str(log), "--json", "--summary", "--events")
     server = "vllm" if log.name.startswith("vllm-") else "sglang"
     assert code == 0 and err == f"specmon: detected backend {server}\n"
     records = [json.loads(line) for line in out.splitlines()]
@@ -121,7 +121,7 @@ def test_json_lines_follow_the_schema(capsys: pytest.CaptureFixture[str], log: P
 @pytest.mark.skipif(not VLLM_TRANSCRIPT.exists(), reason="reference transcript not present")
 def test_vllm_transcript_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
     """A vLLM log without --backend: detected, read by vLLM's parser, vLLM's summary."""
-    code, out, err = run_main(capsys, str(VLLM_TRANSCRIPT), "--json", "--summary")
+    code, out, err = run_main(capsys, str(VLLM_TRANSCRIPT), "--json", "--summary", "--events")
     summary = json.loads(out.splitlines()[-1])
     assert code == 0 and err == "specmon: detected backend vllm\n"
     assert {k: summary[k] for k in ("ready", "load_seconds", "shards_total", "decode_lines")} == {
@@ -138,7 +138,7 @@ def test_vllm_transcript_summary_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 @pytest.mark.skipif(not TRANSCRIPT.exists(), reason="reference transcript not present")
 def test_transcript_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run_main(capsys, str(TRANSCRIPT), "--json", "--summary")
+    code, out, _ = run_main(capsys, str(TRANSCRIPT), "--json", "--summary", "--events")
     summary = json.loads(out.splitlines()[-1])
     assert code == 0
     assert {k: summary[k] for k in ("ready", "load_seconds", "shards_total", "decode_lines")} == {
@@ -154,7 +154,7 @@ def test_transcript_summary_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_text_form_is_one_line_per_event(capsys: pytest.CaptureFixture[str]) -> None:
     log = LOGS / "sglang-oom-traceback.log"
-    code, out, _ = run_main(capsys, str(log), "--summary")
+    code, out, _ = run_main(capsys, str(log), "--summary", "--events")
     lines = out.splitlines()
     assert code == 0
     assert lines[0].split() == [
@@ -231,12 +231,14 @@ def test_garbage_logs_give_a_clear_message_not_a_traceback(
     paths = garbage_files(tmp_path)
     for name in ("random", "nul", "megabyte-line"):
         code, out, err = run_main(capsys, str(paths[name]), "--json")
-        assert code == 0 and out == ""
+        assert code == 1 and out == ""  # nothing read: a script learns it from the exit code
         assert err.count("\n") == 1, name
         assert "no log lines of a known server recognised" in err, name
     code, _, err = run_main(capsys, str(paths["empty"]))
-    assert code == 0 and "empty (0 bytes read)" in err
-    code, out, err = run_main(capsys, str(paths["truncated-utf8"]), "--json", "--summary")
+    assert code == 1 and "empty (0 bytes read)" in err
+    code, out, err = run_main(
+        capsys, str(paths["truncated-utf8"]), "--json", "--summary", "--events"
+    )
     assert code == 0 and err == DETECTED
     assert [json.loads(line)["kind"] for line in out.splitlines()] == ["ready", "summary"]
 
@@ -254,7 +256,7 @@ def run_cli(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes
 
 def test_stdin_and_real_process(tmp_path: Path) -> None:
     data = (LOGS / "sglang-0.5.23-startup.log").read_bytes()
-    done = run_cli("-", "--json", "--summary", stdin=data)
+    done = run_cli("-", "--json", "--summary", "--events", stdin=data)
     assert done.returncode == 0 and done.stderr == DETECTED.encode()
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert records[-1]["kind"] == "summary" and records[-1]["ready"] is True
@@ -262,7 +264,7 @@ def test_stdin_and_real_process(tmp_path: Path) -> None:
 
     garbage = garbage_files(tmp_path)["random"].read_bytes()
     done = run_cli("-", stdin=garbage)
-    assert done.returncode == 0 and b"Traceback" not in done.stderr
+    assert done.returncode == 1 and b"Traceback" not in done.stderr
     assert done.stderr.decode().strip() == (
         "specmon: parse: stdin: no log lines of a known server recognised "
         f"({len(garbage)} bytes read)"
@@ -323,7 +325,7 @@ def test_summary_reports_decode_lines_that_did_not_parse(
         "0.02, cuda graph: True, gen throughput (token/s): 412.55, #queue-req: 0\n"
         "[2026-02-10 09:19:13 TP0] Decode batch, #running-req: 6, #tokens-in-flight: 3\n"
     )
-    code, out, _ = run_main(capsys, str(log), "--json", "--summary")
+    code, out, _ = run_main(capsys, str(log), "--json", "--summary", "--events")
     summary = json.loads(out.splitlines()[-1])
     assert code == 0 and summary["decode_lines"] == 1 and summary["unparsed_decode_like"] == 1
 

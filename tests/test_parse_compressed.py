@@ -31,23 +31,26 @@ def parse(*argv: str, stdin: bytes | None = None) -> subprocess.CompletedProcess
     ("suffix", "compress"), [(".gz", gzip.compress), (".bz2", bz2.compress), (".xz", lzma.compress)]
 )
 def test_a_compressed_log_reads_as_the_plain_one(tmp_path: Path, suffix: str, compress) -> None:
-    plain = parse(str(FIELD_LOG), "--json", "--summary")
+    plain = parse(str(FIELD_LOG), "--json", "--summary", "--events")
     assert plain.returncode == 0 and b'"kind": "error"' in plain.stdout
     packed = tmp_path / ("rotated.log.1" + suffix)
     packed.write_bytes(compress(FIELD_LOG.read_bytes()))
-    assert parse(str(packed), "--json", "--summary").stdout == plain.stdout
+    assert parse(str(packed), "--json", "--summary", "--events").stdout == plain.stdout
     # from stdin, and whatever the file is called
     renamed = tmp_path / "server.log"
     renamed.write_bytes(packed.read_bytes())
-    assert parse(str(renamed), "--json", "--summary").stdout == plain.stdout
-    assert parse("-", "--json", "--summary", stdin=packed.read_bytes()).stdout == plain.stdout
+    assert parse(str(renamed), "--json", "--summary", "--events").stdout == plain.stdout
+    assert (
+        parse("-", "--json", "--summary", "--events", stdin=packed.read_bytes()).stdout
+        == plain.stdout
+    )
 
 
 def test_a_compressed_log_cut_short_gives_what_it_held(tmp_path: Path) -> None:
     data = FIELD_LOG.read_bytes() * 20
     cut = tmp_path / "server.log.gz"
     cut.write_bytes(gzip.compress(data)[:-200])
-    done = parse(str(cut), "--summary")
+    done = parse(str(cut), "--summary", "--events")
     assert done.returncode == 0
     assert b"compressed data ends early" in done.stderr
     assert b"errors:" in done.stdout and b"Traceback" not in done.stderr

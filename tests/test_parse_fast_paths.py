@@ -131,9 +131,11 @@ def test_no_events_prints_the_same_summary_alone(
     log = tmp_path / "odd.log"
     log.write_text(ODD_LOG + "\n")
     for path in [log, *sorted(LOGS.glob("*.log"))]:
-        _, with_events, _ = run_main(capsys, str(path), "--summary", *form)
+        _, with_events, _ = run_main(capsys, str(path), "--summary", "--events", *form)
         code, alone, _ = run_main(capsys, str(path), "--summary", "--no-events", *form)
         assert code == 0 and alone and with_events.endswith(alone), path
+        _, by_default, _ = run_main(capsys, str(path), "--summary", *form)
+        assert by_default == alone, path  # --summary alone prints the summary alone
         assert alone.startswith("summary:" if not form else '{"kind": "summary"')
 
 
@@ -153,7 +155,7 @@ def test_kind_keeps_only_those_events(capsys: pytest.CaptureFixture[str]) -> Non
     ]
     code, out, err = run_main(capsys, log, "--kind", "errors")
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert "unknown event kind 'errors'" in err and "error" in err
+    assert "'errors' is not a kind of event a log gives" in err and "error" in err
 
 
 def test_since_until_cut_the_log_by_its_stamps(

@@ -60,12 +60,20 @@ def run_parse(
 
 
 FORMS = [
-    ("--json", "--summary"),
-    ("--summary",),
-    ("--summary", "--no-events"),
-    ("--json", "--kind", "error", "--kind", "shard_progress", "--summary"),
+    ("--json", "--summary", "--events"),
+    ("--summary", "--events"),
+    ("--summary",),  # the summary alone
+    ("--json", "--kind", "error", "--kind", "shard_progress", "--summary", "--events"),
     # A window whose edges fall inside the shuffled blocks: parts begin inside and outside.
-    ("--json", "--since", "2026-02-10 09:15", "--until", "2026-02-10 10:03", "--summary"),
+    (
+        "--json",
+        "--since",
+        "2026-02-10 09:15",
+        "--until",
+        "2026-02-10 10:03",
+        "--summary",
+        "--events",
+    ),
     ("--since", "08:31", "--until", "11:01:05", "--summary", "--no-events"),
 ]
 
@@ -96,9 +104,11 @@ def test_parts_match_on_a_serving_log_cut_inside_its_crash(
     log = tmp_path / "server.log"
     write_log(log, 30_000)
     for part_bytes in (8 << 10, 40 << 10, 1 << 20):
-        one = run_parse(monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "1")
+        one = run_parse(
+            monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "1"
+        )
         parts = run_parse(
-            monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "2",
+            monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "2",
             part_bytes=part_bytes,
         )  # fmt: skip
         assert parts == one
@@ -122,7 +132,9 @@ def test_a_cut_inside_a_traceback_is_read_again_in_order(
     )
     log = tmp_path / "server.log"
     log.write_text(block * 30)
-    one = run_parse(monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "1")
+    one = run_parse(
+        monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "1"
+    )
     thrown_away: list[int] = []
     original = log_parts._Part.discard
 
@@ -132,7 +144,9 @@ def test_a_cut_inside_a_traceback_is_read_again_in_order(
         original(part)
 
     monkeypatch.setattr(log_parts._Part, "discard", discard)
-    parts = run_parse(monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "2")
+    parts = run_parse(
+        monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "2"
+    )
     assert parts == one
     assert len(thrown_away) >= 3
     assert one.count(b'"category": "nccl"') == 30
@@ -142,13 +156,17 @@ def test_a_failed_forked_reader_is_replaced(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     log = mixed_log(tmp_path / "server.log", copies=8, seed=3)
-    one = run_parse(monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "1")
+    one = run_parse(
+        monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "1"
+    )
 
     def fail(self: object, out: object) -> None:
         raise MemoryError("a forked reader that dies")
 
     monkeypatch.setattr(parse_command._LogReader, "begin_part", fail)
-    parts = run_parse(monkeypatch, tmp_path, str(log), "--json", "--summary", "--jobs", "3")
+    parts = run_parse(
+        monkeypatch, tmp_path, str(log), "--json", "--summary", "--events", "--jobs", "3"
+    )
     assert parts == one
 
 
@@ -158,8 +176,12 @@ def test_a_log_without_its_last_newline_and_a_vllm_log(
     log = mixed_log(tmp_path / "server.log", copies=6, seed=5)
     log.write_bytes(log.read_bytes() + b"[2026-02-10 09:30:00 TP0] Load weight begin. avail mem=1")
     for path in (log, LOGS / "vllm-0.33-dp-docker-ray.log"):
-        one = run_parse(monkeypatch, tmp_path, str(path), "--json", "--summary", "--jobs", "1")
-        parts = run_parse(monkeypatch, tmp_path, str(path), "--json", "--summary", "--jobs", "4")
+        one = run_parse(
+            monkeypatch, tmp_path, str(path), "--json", "--summary", "--events", "--jobs", "1"
+        )
+        parts = run_parse(
+            monkeypatch, tmp_path, str(path), "--json", "--summary", "--events", "--jobs", "4"
+        )
         assert parts == one
 
 
@@ -168,10 +190,10 @@ def test_parts_to_a_text_stream_without_a_file(
 ) -> None:
     """Where stdout is no file (captured), the parts' outputs are copied as text."""
     log = mixed_log(tmp_path / "server.log", copies=8, seed=9)
-    one = run_parse(monkeypatch, tmp_path, str(log), "--summary", "--jobs", "1")
+    one = run_parse(monkeypatch, tmp_path, str(log), "--summary", "--events", "--jobs", "1")
     monkeypatch.setattr(log_parts, "PART_BYTES", 16 << 10)
     monkeypatch.setattr(log_parts, "MIN_PART_BYTES", 4 << 10)
-    assert main(["parse", str(log), "--summary", "--jobs", "3"]) == 0
+    assert main(["parse", str(log), "--summary", "--events", "--jobs", "3"]) == 0
     assert capsys.readouterr().out.encode() == one
 
 
@@ -191,8 +213,8 @@ def run_cli(*argv: str, stdout: int | None = subprocess.PIPE) -> subprocess.Comp
 
 def test_parts_into_a_pipe_and_a_reader_that_goes_away(tmp_path: Path) -> None:
     log = mixed_log(tmp_path / "server.log", copies=40, seed=11)
-    one = run_cli("parse", str(log), "--json", "--summary", "--jobs", "1")
-    parts = run_cli("parse", str(log), "--json", "--summary", "--jobs", "2")
+    one = run_cli("parse", str(log), "--json", "--summary", "--events", "--jobs", "1")
+    parts = run_cli("parse", str(log), "--json", "--summary", "--events", "--jobs", "2")
     assert one.returncode == parts.returncode == 0
     assert parts.stdout == one.stdout
     # `| head -1`: the reader leaves at once; no traceback, exit 0, no forked reader left.

@@ -434,7 +434,7 @@ def test_probe_times_draft_and_verify_in_the_real_process(server: SpecmonRun) ->
 
 def parse_cli(*args: str) -> list[dict]:
     result = subprocess.run(
-        [sys.executable, "-m", "specmon", "parse", "--json", "--summary", *args],
+        [sys.executable, "-m", "specmon", "parse", "--json", "--summary", "--events", *args],
         capture_output=True,
         text=True,
         timeout=120,

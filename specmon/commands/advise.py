@@ -11,6 +11,15 @@ NO_RUN_WAIT_S = 5.0  # a live run is reattached at once; without one, refuse aft
 DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few percent
 
 
+EPILOG = """\
+examples:
+  specmon advise local                  the best step count for the demo server here
+  specmon advise gpu-box --json         the prediction as JSON
+  specmon advise gpu-box --cycles 200 --timeout 120   read longer before predicting
+"""
+"""The examples that end `specmon advise --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import add_host_arguments
 
@@ -64,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.2)
         finally:
             await session.close()
+        if store.run is None:
+            raise SpecmonError(no_server_text(args.host, session.host_label))
         with Ledger(args.ledger) as ledger:
             try:
                 advice, _model = advise_from_store(store, ledger, session.host_label)
@@ -76,6 +87,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_async(main)
+
+
+def no_server_text(host: str, label: str) -> str:
+    """What to do when the host runs no server: the launch command to start one (the built-in
+    demo profile on this machine, where a new user most often tries it)."""
+    import shlex
+
+    profile = "demo" if label == "local" else "PROFILE"
+    launch = shlex.join(["specmon", "launch", host, "-p", profile, "--wait", "ready"])
+    return (
+        f"advise {label}: no server is running there, so there is nothing to measure; "
+        f"start one with `{launch}`, then run advise again"
+    )
 
 
 def advice_text(advice: Any, host: str, store: Any) -> str:

@@ -9,6 +9,14 @@ import argparse
 
 from specmon.errors import UsageError
 
+EPILOG = """\
+examples:
+  specmon agent --once                  one GPU sample as a JSON line
+  specmon agent --rate 4 --duration 10  4 samples a second for 10 s
+  specmon agent --source nvidia-smi --count 3   read nvidia-smi instead of NVML
+"""
+"""The examples that end `specmon agent --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.agent import add_agent_arguments  # standard library only: cheap to import

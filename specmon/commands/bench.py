@@ -9,7 +9,17 @@ from typing import Any
 DEFAULT_WAIT_S = 0.0
 
 
-def add_bench_options(parser: argparse.ArgumentParser, *, requests: int) -> None:
+BENCH_REQUESTS = 8
+"""Measured requests of one `specmon bench`."""
+SWEEP_REQUESTS = 5
+"""Measured requests per point of a sweep: fewer than a bench, because a sweep measures every
+point of its grid (and relaunches the server between them), so a grid of 6 points takes 30
+requests rather than 48; `--requests 8` makes its points comparable with a bench."""
+
+
+def add_bench_options(
+    parser: argparse.ArgumentParser, *, requests: int, requests_why: str = ""
+) -> None:
     """Options shared by `bench` and `sweep` (what is measured)."""
     group = parser.add_argument_group("benchmark")
     group.add_argument(
@@ -17,7 +27,7 @@ def add_bench_options(parser: argparse.ArgumentParser, *, requests: int) -> None
         type=int,
         default=requests,
         metavar="N",
-        help=f"measured requests (default {requests})",
+        help=f"measured requests (default {requests}{requests_why})",
     )
     group.add_argument(
         "--concurrency",
@@ -70,11 +80,22 @@ def bench_settings(args: argparse.Namespace) -> Any:
     return settings
 
 
+EPILOG = """\
+examples:
+  specmon bench local                   the demo server here, 8 requests, recorded
+  specmon bench gpu-box --concurrency 4 --requests 32
+  specmon bench gpu-box --url http://127.0.0.1:8000 --no-record   a server specmon did not launch
+"""
+"""The examples that end `specmon bench --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import HOST_HELP
+
     parser.add_argument(
         "host",
         metavar="HOST",
-        help="[user@]host[:port], an ssh alias, a specmon.toml host, or local",
+        help=HOST_HELP,
     )
     parser.add_argument(
         "--profile", metavar="P", help="the profile the running server must have been launched with"
@@ -94,7 +115,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
     parser.add_argument("--no-record", action="store_true", help="do not write to the ledger")
-    add_bench_options(parser, requests=8)
+    add_bench_options(parser, requests=BENCH_REQUESTS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,15 @@ if TYPE_CHECKING:
     from specmon.exporter.server import MetricsServer
 
 
+EPILOG = """\
+examples:
+  specmon connect gpu-box               the console on one host of specmon.toml
+  specmon connect a b c                 the fleet console over three hosts
+  specmon connect --all --read-only     every configured host, nothing can be changed
+"""
+"""The examples that end `specmon connect --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments
 

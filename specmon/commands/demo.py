@@ -11,6 +11,18 @@ if TYPE_CHECKING:
     from specmon.trust import UntrustedConfigError
 
 
+MAX_DEMO_HOSTS = 8
+"""A playground fleet: each simulated host is a server process on this machine."""
+
+EPILOG = """\
+examples:
+  specmon demo                            the simulated host and the console
+  specmon demo --hosts 3                  a fleet of three simulated hosts
+  specmon demo --headless --until ready   the events as text, until the server is ready
+"""
+"""The examples that end `specmon demo --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
     parser.add_argument("--json", action="store_true", help="headless: JSON lines")
@@ -34,6 +46,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="simulated start-up speed (0.02 loads in ~20 s; default from the profile)",
     )
     parser.add_argument("--profile", default="demo", help="profile to run (default: demo)")
+    parser.add_argument(
+        "--hosts",
+        type=int,
+        default=1,
+        metavar="N",
+        help=f"N simulated hosts (1 to {MAX_DEMO_HOSTS}), each with its own state dir and "
+        "port, in the fleet console (default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from specmon.errors import UsageError
-    from specmon.session.cli import watch_headless
+    from specmon.session.cli import watch_fleet_headless, watch_headless
     from specmon.tempdirs import owned_tempdir
 
     if args.time_scale is not None:
@@ -52,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         os.environ["SPECMON_SIM_TIME_SCALE"] = repr(args.time_scale)
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
+    if not 1 <= args.hosts <= MAX_DEMO_HOSTS:
+        raise UsageError(f"--hosts {args.hosts}: expected 1 to {MAX_DEMO_HOSTS}")
     config, ignored = _demo_config(args)
     if args.profile not in config.profiles:
         if ignored is not None:
@@ -76,18 +98,31 @@ def run(args: argparse.Namespace) -> int:
             )
             headless = True
 
-    state_dir = str(owned_tempdir("specmon-demo-"))  # stale ones (kill -9) removed first
-    session = _demo_session(config, args.profile, state_dir)
+    # Each simulated host: its own state dir (stale ones, kill -9, removed first) and port.
+    state_dirs = [str(owned_tempdir("specmon-demo-")) for _ in range(args.hosts)]
+    names = ["demo"] if args.hosts == 1 else [f"demo-{i + 1}" for i in range(args.hosts)]
+    sessions = [
+        (name, _demo_session(config, args.profile, state_dir, label=name))
+        for name, state_dir in zip(names, state_dirs, strict=True)
+    ]
     try:
         if headless:
-            return watch_headless(session, args)
+            if len(sessions) > 1:
+                return watch_fleet_headless(sessions, args)
+            return watch_headless(sessions[0][1], args)
         assert run_console is not None
-        return run_console(session, config, read_only=args.read_only)
+        if len(sessions) > 1:
+            from specmon.tui.fleet_app import run_fleet_console
+
+            return run_fleet_console(sessions, config, read_only=args.read_only)
+        return run_console(sessions[0][1], config, read_only=args.read_only)
     finally:
         try:
-            asyncio.run(_stop_leftovers(config, args.profile, state_dir))
+            for state_dir in state_dirs:
+                asyncio.run(_stop_leftovers(config, args.profile, state_dir))
         finally:
-            shutil.rmtree(state_dir, ignore_errors=True)
+            for state_dir in state_dirs:
+                shutil.rmtree(state_dir, ignore_errors=True)
 
 
 def _demo_config(args: argparse.Namespace) -> tuple[Any, UntrustedConfigError | None]:
@@ -104,7 +139,9 @@ def _demo_config(args: argparse.Namespace) -> tuple[Any, UntrustedConfigError | 
         return load_config(getattr(args, "config", None), skip_untrusted=True), exc
 
 
-def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession:
+def _demo_session(
+    config: Any, profile_name: str, state_dir: str, *, label: str = "demo"
+) -> HostSession:
     import dataclasses
     import socket
 
@@ -130,7 +167,7 @@ def _demo_session(config: Any, profile_name: str, state_dir: str) -> HostSession
         config,
     )
     session = DemoSession(
-        LocalTransport("demo"),
+        LocalTransport(label),
         profiles=profiles,
         options=options,
         stop_server_on_close=True,

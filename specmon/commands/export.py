@@ -18,6 +18,15 @@ if TYPE_CHECKING:
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
 
+EPILOG = """\
+examples:
+  specmon export local                  http://127.0.0.1:9464/metrics for Prometheus
+  specmon export a b c --listen 127.0.0.1:9500
+  specmon export gpu-box --listen 0.0.0.0:9464 --public --bearer-token-file token.txt
+"""
+"""The examples that end `specmon export --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP, add_connection_arguments
 

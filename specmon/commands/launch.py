@@ -7,6 +7,14 @@ import argparse
 import json
 import sys
 
+EPILOG = """\
+examples:
+  specmon launch local -p demo --wait ready       the simulator here, until it is ready
+  specmon launch gpu-box -p kimi --set speculative-num-steps=3
+  specmon launch gpu-box -p kimi --env NCCL_PROTO=LL --json
+"""
+"""The examples that end `specmon launch --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP, UNTIL_CHOICES, add_connection_arguments

@@ -11,6 +11,15 @@ from specmon.terminal_text import safe_text
 TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions", "collective_results")
 
 
+EPILOG = """\
+examples:
+  specmon ledger list                   recent sweeps and benchmarks
+  specmon ledger show s3                one sweep, its points and the best
+  specmon ledger export --csv --table benchmarks > benchmarks.csv
+"""
+"""The examples that end `specmon ledger --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ledger", metavar="PATH", help="ledger file (default: user data dir or $SPECMON_DATA_DIR)"

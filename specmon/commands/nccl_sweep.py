@@ -12,8 +12,18 @@ from typing import Any
 DEFAULT_RUN_TIMEOUT_S = 600.0
 
 
+EPILOG = """\
+examples:
+  specmon nccl-sweep gpu-box --profile allreduce --grid NCCL_PROTO=LL,LL128,Simple
+  specmon nccl-sweep gpu-box --profile allreduce --grid NCCL_ALGO=Ring,Tree --json
+"""
+"""The examples that end `specmon nccl-sweep --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("host", metavar="HOST", help="a specmon.toml host, an ssh alias, or local")
+    from specmon.session.arguments import HOST_HELP
+
+    parser.add_argument("host", metavar="HOST", help=HOST_HELP)
     parser.add_argument(
         "--profile", required=True, metavar="P", help="profile whose command is the benchmark"
     )

@@ -1,4 +1,4 @@
-"""`specmon parse LOGFILE [--json] [--summary [--no-events]] [--kind KIND] [--since/--until TIME]
+"""`specmon parse LOGFILE [--json] [--summary [--events]] [--kind KIND] [--since/--until TIME]
 [--backend NAME] [--jobs N]`: a server log, read offline or from a live pipe, plain or gzip-,
 bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend`` or detected
 from its first lines; a log in which no server is recognised is read for its errors alone
@@ -29,6 +29,21 @@ if TYPE_CHECKING:
     from specmon.events import Event
     from specmon.log_window import TimeWindow
 
+NOTHING_RECOGNISED = 1
+"""The exit code when the log held no line specmon reads (empty, or no server's and no error
+line): a script piping a log in learns that nothing was read."""
+
+EPILOG = f"""\
+examples:
+  specmon parse server.log                       one readable line per event
+  specmon parse server.log --summary             ready?, load time, means, errors
+  specmon parse server.log --json --kind error   the errors, as JSON Lines
+  tail -F server.log | specmon parse -           live: each event as its line arrives
+
+exit codes: 0 events were read; {NOTHING_RECOGNISED} no line of the log was recognised (empty, or
+neither a server's nor an error line); 2 a bad command line or an unreadable file.
+"""
+
 READ_BYTES = 1 << 20
 DETECT_BYTES = 64 * 1024
 """Backend detection reads up to this much of the log's beginning (less if it is sure)."""
@@ -40,18 +55,24 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="one JSON object per event (JSON Lines)"
     )
     parser.add_argument(
-        "--summary", action="store_true", help="end with a summary (readiness, load time, means)"
+        "--summary",
+        action="store_true",
+        help="print a summary (readiness, load time, means) instead of the events",
     )
     parser.add_argument(
-        "--no-events",
+        "--events",
         action="store_true",
-        help="with --summary: print the summary alone (the fastest read of a long log)",
+        help="with --summary: print the events too, then the summary",
+    )
+    parser.add_argument(  # the default with --summary now; kept so old command lines work
+        "--no-events", action="store_true", help=argparse.SUPPRESS
     )
     parser.add_argument(
         "--kind",
         action="append",
         metavar="KIND",
-        help="print only events of this kind (repeatable: --kind error --kind ready)",
+        help="print only events of this kind (repeatable: --kind error --kind ready); one of: "
+        + ", ".join(sorted(_event_kinds())),
     )
     parser.add_argument(
         "--since",
@@ -177,17 +198,19 @@ def _read(read: Callable[[int], bytes], source: str) -> bytes:
 _KIND = attrgetter("kind")
 
 
-def _event_kinds() -> set[str]:
-    """Every event kind there is (``Event`` subclasses' tags), for checking ``--kind``."""
-    from specmon.events import Event
+LOG_KINDS = (
+    "load_begin", "shard_progress", "load_end", "kv_cache", "graph_begin", "graph_end",
+    "http_up", "ready", "decode", "prefill", "error", "weights_loaded", "compile_begin",
+    "compile", "spec_decode", "spec_params", "notice",
+)  # fmt: skip
+"""The kinds of ``events.LOG_EVENT_KINDS``, spelled out so `--help` needs no import of the
+events (40 ms); tests/test_cli_papercuts.py checks that the two agree."""
 
-    kinds, classes = set(), [Event]
-    while classes:
-        cls = classes.pop()
-        classes.extend(cls.__subclasses__())
-        kinds.add(cls.kind)
-    kinds.discard(Event.kind)
-    return kinds
+
+def _event_kinds() -> set[str]:
+    """The kinds a log can give (``--kind`` offers no others: no GPU, probe or connection
+    events are ever read from a log)."""
+    return set(LOG_KINDS)
 
 
 def _chosen_kinds(names: list[str] | None) -> set[str] | None:
@@ -197,7 +220,8 @@ def _chosen_kinds(names: list[str] | None) -> set[str] | None:
     unknown = sorted(set(names) - known)
     if unknown:
         raise UsageError(
-            f"parse: unknown event kind {unknown[0]!r}; known: {', '.join(sorted(known))}"
+            f"parse: {unknown[0]!r} is not a kind of event a log gives; "
+            f"choose from: {', '.join(sorted(known))}"
         )
     return set(names)
 
@@ -240,8 +264,8 @@ class _LogReader(PartReader):
         self._window = window
         self._out = out
         self._with_summary = bool(args.summary)
-        self._summary_only = bool(args.no_events) and window is None
-        self._show_events = not args.no_events
+        self._show_events = _shows_events(args)
+        self._summary_only = not self._show_events and window is None
         self._write_lines, self._write_one = (
             (json_lines, _json_one) if args.json else (text_lines, _text_one)
         )
@@ -313,6 +337,12 @@ def run(args: argparse.Namespace) -> int:
     chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     if args.no_events and not args.summary:
         raise UsageError("parse: --no-events prints only the summary; add --summary")
+    if args.events and not args.summary:
+        raise UsageError("parse: --events is for --summary (the events are printed without it)")
+    if args.events and args.no_events:
+        raise UsageError("parse: --events and --no-events say opposite things; choose one")
+    if args.kind and not _shows_events(args):
+        raise UsageError("parse: --kind chooses the events printed; with --summary add --events")
     if args.jobs is not None and not 1 <= args.jobs <= 64:
         raise UsageError(f"parse: --jobs wants a number of processes from 1 to 64, not {args.jobs}")
     kinds = _chosen_kinds(args.kind)
@@ -377,6 +407,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             what = "no log lines of a known server recognised"
         print(f"specmon: parse: {name}: {what} ({bytes_read} bytes read)", file=sys.stderr)
+        return NOTHING_RECOGNISED
     elif not detected:
         print(
             "specmon: parse: no backend detected from the log's first lines; read for errors "
@@ -384,6 +415,12 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _shows_events(args: argparse.Namespace) -> bool:
+    """Events are printed without --summary, and with it only on --events: a summary asked
+    for is not buried under a long log's events."""
+    return not args.summary or bool(args.events)
 
 
 def _is_regular(log: IO[bytes]) -> bool:

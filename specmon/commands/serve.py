@@ -20,6 +20,15 @@ NO_TOKEN_NOTE = (
 )
 
 
+EPILOG = """\
+examples:
+  specmon serve                         the demo console as a web page (token in the URL)
+  specmon serve gpu-box --read-only     one host's console, nothing can be changed
+  specmon serve a b --listen 127.0.0.1:8080
+"""
+"""The examples that end `specmon serve --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import HOST_HELP, add_connection_arguments
 

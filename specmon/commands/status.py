@@ -14,6 +14,14 @@ import json
 import time
 from typing import Any
 
+EPILOG = """\
+examples:
+  specmon status gpu-box                the live runs and the last 5 ended
+  specmon status a b c --json           several hosts at once, as JSON lines
+  specmon status --profile kimi-2x8     is every node of a multi-node run running?
+"""
+"""The examples that end `specmon status --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import add_hosts_arguments

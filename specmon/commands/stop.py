@@ -8,11 +8,23 @@ from __future__ import annotations
 import argparse
 import json
 
+EPILOG = """\
+examples:
+  specmon stop gpu-box                  stop the live run on gpu-box
+  specmon stop gpu-box --run-id 20261203-104750-4e05
+  specmon stop --profile kimi-2x8       every node of a multi-node run
+"""
+"""The examples that end `specmon stop --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import add_host_arguments
 
     add_host_arguments(parser)
+    for action in parser._actions:
+        if action.dest == "host":
+            action.nargs = "?"  # none with --profile: its nodes
+            action.help = f"{action.help}; optional with --profile of a profile with nodes"
     parser.add_argument("--json", action="store_true", help="print the steps as JSON")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--run-id", metavar="ID", help="stop this run (see specmon status)")
@@ -34,6 +46,10 @@ def run(args: argparse.Namespace) -> int:
         from specmon.errors import UsageError
 
         raise UsageError(f"profile {args.profile!r} has no nodes; stop HOST stops its run")
+    elif not args.host:
+        from specmon.errors import UsageError
+
+        raise UsageError("stop: give the HOST to stop a run on (or --profile P with nodes)")
     else:
         session = session_from_args(args, config)
 

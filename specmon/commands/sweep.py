@@ -6,16 +6,32 @@ import argparse
 import sys
 from typing import Any
 
-from specmon.commands.bench import add_bench_options, bench_settings
+from specmon.commands.bench import (
+    BENCH_REQUESTS,
+    SWEEP_REQUESTS,
+    add_bench_options,
+    bench_settings,
+)
 
 DEFAULT_READY_TIMEOUT_S = 3600.0
 
 
+EPILOG = """\
+examples:
+  specmon sweep local --profile demo --grid speculative-num-steps=1,3,5
+  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --grid NCCL_PROTO=LL,Simple
+  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --baseline --requests 8
+"""
+"""The examples that end `specmon sweep --help`."""
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
+    from specmon.session.arguments import HOST_HELP
+
     parser.add_argument(
         "host",
         metavar="HOST",
-        help="[user@]host[:port], an ssh alias, a specmon.toml host, or local",
+        help=HOST_HELP,
     )
     parser.add_argument("--profile", required=True, metavar="P", help="launch profile to vary")
     parser.add_argument(
@@ -48,7 +64,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="leave the last launched server running (default: stop it at the end)",
     )
-    add_bench_options(parser, requests=5)
+    add_bench_options(
+        parser,
+        requests=SWEEP_REQUESTS,
+        requests_why=f" per point, fewer than bench's {BENCH_REQUESTS}: a sweep measures every "
+        f"point of its grid; --requests {BENCH_REQUESTS} to compare with a bench",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+EPILOG = """\
+examples:
+  specmon trust ./specmon.toml          use this checkout's config from now on
+  specmon trust --list                  every trusted file and whether it changed since
+  specmon trust --revoke ./specmon.toml
+"""
+"""The examples that end `specmon trust --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(

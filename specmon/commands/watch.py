@@ -8,6 +8,14 @@ from __future__ import annotations
 
 import argparse
 
+EPILOG = """\
+examples:
+  specmon watch gpu-box                 the host's events as text
+  specmon watch gpu-box --json --log    JSON lines, with the server's log lines
+  specmon watch gpu-box --until ready   wait for the server to be ready, then end
+"""
+"""The examples that end `specmon watch --help`."""
+
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments

@@ -98,6 +98,8 @@ def open_session(
         else:
             user, address, port = parse_host(host)
             target = SshTarget(host=address, port=port, username=user)
+            if config is not None:
+                target.not_configured = f"{host!r} is not a host of {config.searched_text()}"
         if known_hosts is not None:
             target.known_hosts = known_hosts
         if identity_files:

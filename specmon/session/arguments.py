@@ -6,6 +6,7 @@ import argparse
 
 UNTIL_CHOICES = ("ready", "failed", "exit")
 HOST_HELP = "[user@]host[:port], an ~/.ssh/config alias, a host from specmon.toml, or 'local'"
+"""HOST in every subcommand's help: one wording (a command adds its own clause after it)."""
 
 
 def add_host_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
+from specmon.flag_grammar import AUTO_PORT
 from specmon.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -21,11 +22,14 @@ PROBE_FILE = "{run_dir}/probe.jsonl"  # the helper fills in the run dir
 PROBE_DIR = "{run_dir}/probe"
 
 
-def port_of(spec: LaunchSpec, chosen: Profile | None) -> int:
-    """The port the server listens on: its flag, the profile's, else the backend's default."""
+def port_of(spec: LaunchSpec, chosen: Profile | None) -> int | str:
+    """The port the server listens on: its flag, the profile's, else the backend's default;
+    "auto" (AUTO_PORT) for the helper to choose one free on the host."""
     value: str | int | None = spec.flag("port")
     if value is None and chosen is not None:
         value = chosen.port
+    if value == AUTO_PORT:
+        return AUTO_PORT
     try:
         return int(value) if value is not None else get_backend(spec.backend).default_port
     except ValueError:

@@ -370,6 +370,17 @@ def cmd_listener(args):
 # --- launch ---------------------------------------------------------------------------------
 
 
+def _with_port(argv, port):
+    """``argv`` with its ``--port auto`` (or ``--port=auto``) given ``port``."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        if word == "--port=auto":
+            out[i] = f"--port={port}"
+        elif word == "auto" and i > 0 and out[i - 1] == "--port":
+            out[i] = str(port)
+    return out
+
+
 def cmd_launch(args):
     state = state_dir(args.state_dir)
     spec = json.load(sys.stdin)
@@ -382,6 +393,15 @@ def cmd_launch(args):
         time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-%04x" % (os.getpid() & 0xFFFF)
     )
     rdir = run_dir(state, run_id)
+    if spec.get("port") == "auto":
+        # The profile's port = "auto": a port free here now, written into the server's argv
+        # (as `--port auto` or `--port=auto`) and its run record.
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            spec["port"] = sock.getsockname()[1]
+        argv = _with_port(argv, spec["port"])
+        if spec.get("record_argv"):
+            spec["record_argv"] = _with_port([str(a) for a in spec["record_argv"]], spec["port"])
     if spec.get("port_must_be_free") and spec.get("port"):
         # A server that cannot bind its port dies, and whatever holds the port would answer
         # for it: refused before anything starts, naming the listener.

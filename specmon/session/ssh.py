@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,7 @@ class SshTarget:
     options: dict[str, str] = field(default_factory=dict)  # extra ssh config lines
     connect_timeout: float = 15.0
     keepalive_s: float = 5.0
+    not_configured: str | None = None  # a name not in the config: which files were searched
 
     @property
     def label(self) -> str:
@@ -156,7 +158,12 @@ class SshTransport(Transport):
                 raise TransportError(
                     f"ssh to {self.label}: {exc.filename}: {exc.strerror or exc}"
                 ) from None
-            raise TransportError(f"cannot reach {self.label}: {exc.strerror or exc}") from None
+            unknown = ""
+            if isinstance(exc, socket.gaierror) and t.not_configured:
+                unknown = f" ({t.not_configured})"  # perhaps a config host, mistyped
+            raise TransportError(
+                f"cannot reach {self.label}: {exc.strerror or exc}{unknown}"
+            ) from None
 
     def _resolved(self) -> tuple[str, int, str]:
         """The HostName, Port and known_hosts file ssh would use for the target (an

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from specmon.backends import FlagKind, Problem
 from specmon.backends.sglang.flag_schema import BOOLEAN_FLAGS, VALUED_FLAGS
-from specmon.flag_grammar import parse_flags
+from specmon.flag_grammar import AUTO_PORT, parse_flags
 from specmon.nccl import did_you_mean, nccl_env_problem
 
 SPECULATIVE_ALGORITHM_VALUES: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
@@ -175,7 +175,9 @@ def _server_problems(values: Mapping[str, str | None]) -> list[Problem]:
         problem = _int_in_range(values, name, TP_RANGE)[1]
         if problem:
             problems.append(problem)
-    problem = _int_in_range(values, "port", PORT_RANGE)[1]
+    problem = (
+        None if values.get("port") == AUTO_PORT else _int_in_range(values, "port", PORT_RANGE)[1]
+    )
     if problem:
         problems.append(problem)
     if "mem-fraction-static" in values:

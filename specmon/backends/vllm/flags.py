@@ -23,7 +23,7 @@ from typing import Any
 
 from specmon.backends import FlagKind, Problem
 from specmon.backends.vllm.flag_schema import BOOLEAN_FLAGS, REMOVED_FLAGS, VALUED_FLAGS
-from specmon.flag_grammar import FlagValue, parse_flags
+from specmon.flag_grammar import AUTO_PORT, FlagValue, parse_flags
 from specmon.nccl import did_you_mean, nccl_env_problem
 
 SPEC_CONFIG_FLAG = "speculative-config"
@@ -213,7 +213,9 @@ def vllm_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[Pr
         elif name in VALUED_FLAGS and item.value is None:
             problems.append(Problem(f"--{item.name}", "needs a value"))
     tp, tp_problem = _int_in_range(values, "tensor-parallel-size", TP_RANGE)
-    port_problem = _int_in_range(values, "port", PORT_RANGE)[1]
+    port_problem = (
+        None if values.get("port") == AUTO_PORT else _int_in_range(values, "port", PORT_RANGE)[1]
+    )
     problems += [p for p in (tp_problem, port_problem) if p]
     if values.get("gpu-memory-utilization") is not None:
         raw = values["gpu-memory-utilization"] or ""
