@@ -179,8 +179,9 @@ def test_advise_refuses_in_one_line_without_a_run(tmp_path):
     assert completed.returncode == 1, completed.stderr
     assert completed.stdout == ""
     lines = completed.stderr.strip().splitlines()
-    assert lines == ["specmon: advise local: the running server's draft step count is unknown "
-                     "(no run seen yet)"]  # fmt: skip
+    assert lines == ["specmon: advise local: no server is running there, so there is nothing "
+                     "to measure; start one with `specmon launch local -p demo --wait ready`, "
+                     "then run advise again"]  # fmt: skip
 
 
 def test_a_sweep_over_steps_stores_the_prediction_the_store_supports(tmp_path):

@@ -183,9 +183,9 @@ def proc_state(pid):
     return stat[stat.rfind(")") + 2 :].split()[0]
 
 
-def group_members(pgid):
-    """Pids whose process group is pgid (zombies excluded: they hold no resources)."""
-    members = []
+def live_process_stats():
+    """(pid, the fields of /proc/PID/stat after the command) of every process but zombies
+    (they hold no resources): fields[2] is the process group, fields[3] the session."""
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -195,9 +195,13 @@ def group_members(pgid):
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(name))
-    return members
+        if fields[0] != "Z":
+            yield int(name), fields
+
+
+def group_members(pgid):
+    """Pids whose process group is pgid (zombies excluded)."""
+    return [pid for pid, fields in live_process_stats() if int(fields[2]) == pgid]
 
 
 def leader_alive(run):
@@ -321,19 +325,7 @@ def port_listeners(port):
 
 def session_members(sid):
     """Pids whose session or process group is ``sid`` (the run's leader started both)."""
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if fields[0] != "Z" and sid in (int(fields[2]), int(fields[3])):
-            members.append(int(name))
-    return members
+    return [pid for pid, fields in live_process_stats() if sid in (int(fields[2]), int(fields[3]))]
 
 
 def run_listener(run):

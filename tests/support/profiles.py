@@ -34,7 +34,7 @@ def vllm_sim_profile_toml(name: str, server_port: int, k: int, time_scale: str) 
 
     text = get_backend("vllm").builtin_profiles_toml.replace("demo-vllm", name)
     replacements = {
-        "port = 8000": f"port = {server_port}",
+        'port = "auto"': f"port = {server_port}",
         "num_speculative_tokens = 3": f"num_speculative_tokens = {k}",
         'gpu_agent = "sim"': 'gpu_agent = "none"',
         'SPECMON_SIM_TIME_SCALE = "0.02"': f'SPECMON_SIM_TIME_SCALE = "{time_scale}"',
