@@ -492,17 +492,21 @@ def test_costly_link_reads_are_spaced_out_with_one_notice(tmp_path: Path):
     )
     assert code == 0, stderr
     calls = json.loads(calls_file.read_text())
-    for index in (0, 1):
-        # Passes at 0 s, 0.2 s (the second comes soon), then ~2.4 s apart: 3-4, not 26.
-        assert 3 <= link_reads(calls, index) <= 5, calls
     notices = [n["message"] for n in of_type(lines, "notice") if "pcie and nvlink" in n["message"]]
     assert len(notices) == 1, notices
     spaced = re.search(
         r"costs ([\d.]+) ms of CPU here, so they are read every ([\d.]+) s", notices[0]
     )
     assert spaced is not None, notices[0]
-    assert float(spaced[1]) >= 0.2 and 2.0 <= float(spaced[2]) <= 6.0
+    spacing = float(spaced[2])
+    assert float(spaced[1]) >= 0.2 and 2.0 <= spacing <= 6.0
     assert "instead of every 0.2 s" in notices[0]
+    # Passes at 0 s, 0.2 s (the second comes soon), then `spacing` apart (about 2.4 s; more
+    # where this machine measured the reads dearer): 3-4 in 5 s at 2.4 s, never 26. The
+    # lower bound follows the spacing the agent measured, with 0.5 s for start-up.
+    fewest = 2 + int((5 - 0.2 - 0.5) / spacing)
+    for index in (0, 1):
+        assert fewest <= link_reads(calls, index) <= 5, (spacing, calls)
 
 
 REPORT_KEYS = {
