@@ -388,8 +388,17 @@ def test_metrics_acceptance_by_position(server: SpecmonRun, install: RealVLLMIns
     assert rates.generation_tokens_per_s and rates.generation_tokens_per_s > 0
 
 
-def probe_records(run: SpecmonRun) -> list[ProbeTiming | ProbeWarning]:
-    lines = run.probe_path.read_text().splitlines() if run.probe_path.exists() else []
+def probe_lines(run: SpecmonRun) -> list[str]:
+    """The probe file's complete lines, read once: the writer flushes every 0.2 s while a test
+    reads, so a second read can hold more lines and the last one can be cut mid-write."""
+    text = run.probe_path.read_text() if run.probe_path.exists() else ""
+    return text[: text.rfind("\n") + 1].splitlines()
+
+
+def probe_records(
+    run: SpecmonRun, lines: list[str] | None = None
+) -> list[ProbeTiming | ProbeWarning]:
+    lines = probe_lines(run) if lines is None else lines
     records = [parse_probe_line(line) for line in lines]
     assert None not in records, lines
     return records  # type: ignore[return-value]
@@ -409,11 +418,12 @@ def test_probe_times_draft_and_verify_in_the_real_process(server: SpecmonRun) ->
         "[specmon probe] timing GPUModelRunner.execute_model, GPUModelRunner.sample_tokens, "
         "EagleProposer.propose, RejectionSampler.forward (V1 GPUModelRunner)"
     ) in server.log_text()
-    records = probe_records(server)
+    lines = probe_lines(server)  # one read for both views: the writer may still be flushing
+    records = probe_records(server, lines)
     assert not [r for r in records if isinstance(r, ProbeWarning)], records
     timings = [r for r in records if isinstance(r, ProbeTiming)]
     assert len(timings) >= 10
-    raw = [json.loads(line) for line in server.probe_path.read_text().splitlines()]
+    raw = [json.loads(line) for line in lines]
     assert {line["clock"] for line in raw} == {"perf_counter"}
     for record, line in zip(timings, raw, strict=True):
         # decode steps only: the prefill's pass through the rejection sampler is not a cycle
