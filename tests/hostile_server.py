@@ -10,6 +10,9 @@ step by step (comma-separated):
                declares ready only when the run's own process listens on the port)
   sleep:S      wait S seconds
   fork         a child in the same process group that outlives this leader
+  ignore-term  ignore SIGTERM from here on (SIG_IGN: a later ``fork`` child inherits it), as a
+               server stuck in a CUDA or NCCL call never runs its SIGTERM handler: only the
+               stop's SIGKILL after the grace period ends it
   crash:C      a traceback, then exit with code C
   serve        sleep until killed
   tick:MS      a numbered line ("tick 0" ...) every MS milliseconds, until killed
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 import sys
 import threading
 import time
@@ -165,6 +169,8 @@ def main() -> int:
             out.write(READY_LINE + "\n")
         elif name == "sleep":
             time.sleep(float(value))
+        elif name == "ignore-term":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         elif name == "fork":
             out.flush()
             if os.fork() == 0:
