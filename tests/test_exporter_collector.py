@@ -133,6 +133,46 @@ def test_collector_exports_what_the_events_said() -> None:
     assert ("model", "m/K") in info and ("tp", "8") in info and ("backend", "sglang") in info
 
 
+def test_histograms_are_in_seconds_bucket_by_bucket_with_their_sum_and_count() -> None:
+    """Every bucket, the sum and the count of a phase and the whole cycle for known probe
+    times: the store keeps milliseconds, the exposition is in seconds (a ``_sum`` written in
+    ms survived the other tests, issue 30 item 3)."""
+    bus = EventBus()
+    bus.publish(RunInfo(run_id="r1", profile="p"), at=1.0)
+    for verify_ms, cycle_ms in ((0.2, 12.5), (9.0, 31.0), (21.0, 31.0), (3000.0, 4000.0)):
+        bus.publish(
+            ProbeTiming(wall=2.0, draft_ms=2, verify_ms=verify_ms, extend_ms=1, cycle_ms=cycle_ms),
+            at=2.0,
+        )
+    got = samples(bus)
+    host = (("host", "gpu-a"),)
+    verify = (*host, ("phase", "verify"))
+
+    def buckets(name: str, labels: tuple[tuple[str, str], ...]) -> dict[str, float]:
+        return {
+            dict(key)["le"]: value
+            for (family, key), value in got.items()
+            if family == name and tuple(kv for kv in key if kv[0] != "le") == labels
+        }
+
+    # le in seconds -> verify times at or under it (0.2, 9, 21 ms; 3 s only in +Inf)
+    assert buckets("specmon_spec_phase_seconds_bucket", verify) == {
+        "0.00025": 1, "0.0005": 1, "0.001": 1, "0.002": 1, "0.003": 1, "0.005": 1,
+        "0.0075": 1, "0.01": 2, "0.015": 2, "0.02": 2, "0.03": 3, "0.05": 3, "0.075": 3,
+        "0.1": 3, "0.15": 3, "0.25": 3, "0.5": 3, "1.0": 3, "2.5": 3, "+Inf": 4,
+    }  # fmt: skip
+    assert got[("specmon_spec_phase_seconds_count", verify)] == 4
+    assert got[("specmon_spec_phase_seconds_sum", verify)] == pytest.approx(3.0302, abs=1e-9)
+    cycle = buckets("specmon_spec_cycle_seconds_bucket", host)
+    assert (cycle["0.01"], cycle["0.015"], cycle["0.03"], cycle["0.05"]) == (0, 1, 1, 3)
+    assert (cycle["2.5"], cycle["+Inf"]) == (3, 4)
+    assert got[("specmon_spec_cycle_seconds_count", host)] == 4
+    assert got[("specmon_spec_cycle_seconds_sum", host)] == pytest.approx(4.0745, abs=1e-9)
+    draft = (*host, ("phase", "draft"))
+    assert got[("specmon_spec_phase_seconds_sum", draft)] == pytest.approx(0.008, abs=1e-12)
+    assert buckets("specmon_spec_phase_seconds_bucket", draft)["0.002"] == 4  # 2 ms <= 2 ms
+
+
 def decode(tok_s: float) -> Decode:
     return Decode(
         running_req=2,

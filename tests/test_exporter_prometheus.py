@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -17,13 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from support import hosts
 from support.hosts import free_port, kill_everything_under, sim_profiles
 from support.prom import require_binary, run_prometheus
 
+from specmon.config import Profile
 from specmon.session.demo import DemoSession
 from specmon.session.host import HostSession
 from specmon.session.local import LocalTransport
+from specmon.sim import perf
 
 SCRAPE_S = 1.0  # support.prom's scrape interval
 
@@ -33,17 +37,50 @@ SHIPPED_CONFIG = ("--config", str(REPO_ROOT / "specmon.toml"))
 GRAFANA_VARIABLES = {"$__rate_interval": "5s", "$host": ".*", "$gpu": ".*"}
 
 
-def dashboard_expressions() -> list[str]:
-    """The PromQL of docs/grafana/specmon.json with Grafana's variables filled in."""
+def dashboard_expressions() -> list[tuple[str, str]]:
+    """(the panel's unit, its PromQL with Grafana's variables filled in) for every query of
+    docs/grafana/specmon.json."""
     dashboard = json.loads((REPO_ROOT / "docs" / "grafana" / "specmon.json").read_text())
     out = []
     for panel in dashboard["panels"]:
+        unit = panel.get("fieldConfig", {}).get("defaults", {}).get("unit") or "none"
         for target in panel.get("targets", ()):
             expr = target["expr"]
             for name, value in GRAFANA_VARIABLES.items():
                 expr = expr.replace(name, value)
-            out.append(expr)
+            out.append((unit, expr))
     return out
+
+
+# The values a panel's unit makes sensible on the simulated host (8 GPUs at 500-700 W, around
+# 40 C, 1.98 GHz; times of a few ms to a few s); any other unit: a finite value >= 0.
+SENSIBLE_BY_UNIT = {
+    "percentunit": (0.0, 1.0),
+    "s": (0.0, 600.0),
+    "watt": (50.0, 2000.0),
+    "celsius": (10.0, 120.0),
+    "hertz": (1e8, 5e9),
+}
+ANY_COUNT = (0.0, 1e9)
+# Told only while a run loads: a ready run has no ETA, so this query is empty then.
+EMPTY_WHILE_READY = ("specmon_loading_eta_seconds",)
+
+
+def sensible(result: list[dict[str, Any]], low: float, high: float) -> bool:
+    """Whether ``result`` has data and every value is a number within [low, high]."""
+    values = [float(series["value"][1]) for series in result]
+    return bool(values) and all(math.isfinite(v) and low <= v <= high for v in values)
+
+
+def wait_sensible(prom: Any, expr: str, low: float, high: float) -> list[dict[str, Any]]:
+    """The answer to ``expr`` once it holds sensible values (a rate needs two scrapes in its
+    window), or the last answer after 20 s."""
+    deadline = time.monotonic() + 20
+    result = prom.query(expr)
+    while not sensible(result, low, high) and time.monotonic() < deadline:
+        time.sleep(0.5)
+        result = prom.query(expr)
+    return result
 
 
 def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
@@ -54,6 +91,17 @@ def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[by
     argv += ["--gpu-agent", "sim", "--listen", f"127.0.0.1:{port}"]
     with log.open("wb") as out:
         return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def simulated_verify_ms(profile: Profile) -> float:
+    """The verify time the simulator's model gives ``profile`` at one running request (the
+    demo's clients send one request at a time), before its per-cycle jitter."""
+    spec = profile.speculative
+    assert spec is not None
+    settings = perf.SpecSettings.from_launch(
+        spec.num_steps, spec.eagle_topk, spec.num_draft_tokens, False, profile.env
+    )
+    return perf.cycle_cost(settings, batch_size=1).verify_ms
 
 
 async def scrape_when(
@@ -78,9 +126,10 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
     promtool = require_binary("promtool", "prometheus")
     require_binary("prometheus", "prometheus")
     state_dir = tmp_path / "state"
+    profiles = sim_profiles()
     session = DemoSession(
         LocalTransport(),
-        profiles=sim_profiles(),
+        profiles=profiles,
         options=hosts.test_options(state_dir),
         stop_server_on_close=True,
         autolaunch="fast",
@@ -117,17 +166,38 @@ async def test_exporter_scraped_by_prometheus(tmp_path: Path) -> None:
             )
             assert sorted(int(s["metric"]["gpu"]) for s in gpus) == list(range(8))
             assert all(0.0 <= float(s["value"][1]) <= 1.0 for s in gpus)
+            # The mean verify time (the histogram's _sum over its _count, in seconds) is the
+            # simulator's model for this profile at one request: 28.7 ms, 3 % jitter a cycle.
+            expected_verify_s = simulated_verify_ms(profiles["fast"]) / 1000
+            mean_verify = await asyncio.to_thread(
+                prom.wait_query,
+                'rate(specmon_spec_phase_seconds_sum{phase="verify"}[5s])'
+                ' / rate(specmon_spec_phase_seconds_count{phase="verify"}[5s]) > 0',
+            )
+            assert float(mean_verify[0]["value"][1]) == pytest.approx(expected_verify_s, rel=0.15)
+            # The median from the buckets lies in the bucket that holds the model's time.
             verify = await asyncio.to_thread(
                 prom.wait_query,
                 'histogram_quantile(0.5, rate(specmon_spec_phase_seconds_bucket{phase="verify"}[5s])) > 0',
             )
-            assert 0.0 < float(verify[0]["value"][1]) < 10.0
+            assert (
+                0.020 < float(verify[0]["value"][1]) <= 0.030 and 0.020 < expected_verify_s <= 0.030
+            )
             tok_s = await asyncio.to_thread(
                 prom.wait_query, 'specmon_generation_tokens_per_second{host="local"} > 0'
             )
             assert float(tok_s[0]["value"][1]) > 0
-            for expr in dashboard_expressions():  # the dashboard's PromQL parses and answers
-                assert await asyncio.to_thread(prom.query, expr) is not None, expr
+            # Every panel of the dashboard answers with data in its unit's sensible range (a
+            # query answers a list: an empty one is a panel that shows nothing).
+            for unit, expr in dashboard_expressions():
+                if any(name in expr for name in EMPTY_WHILE_READY):
+                    assert await asyncio.to_thread(prom.query, expr) == [], expr
+                    continue
+                low, high = SENSIBLE_BY_UNIT.get(unit, ANY_COUNT)
+                result = await asyncio.to_thread(wait_sensible, prom, expr, low, high)
+                assert sensible(result, low, high), (expr, unit, result)
+            for expr in ('specmon_host_up{host="local"}', 'specmon_ready{host="local"}'):
+                assert [s["value"][1] for s in prom.query(expr)] == ["1"], expr
     finally:
         if exporter is not None:
             exporter.send_signal(signal.SIGTERM)
