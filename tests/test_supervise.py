@@ -86,11 +86,24 @@ def children_of(pid: int) -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit() and parent_of(p) == pid]
 
 
+# Exits with status 3 a second after it starts, first printing the system-wide monotonic
+# clock: a 1 s poll that began as the helper started it next wakes almost a second later.
+EXITS = "import sys, time; time.sleep(1.0); print(time.monotonic(), flush=True); sys.exit(3)"
+# Well under the 1 s poll a pidfd spares (measured on a busy two-core machine: 0.02 to 0.07 s
+# with the pidfd in 10 runs, 1.02 s with the poll in 5).
+EXIT_NOTICED_S = 0.5
+
+
 def test_the_helper_exits_with_its_childs_status_at_once(tmp_path: Path):
-    with supervised(tmp_path, "import sys, time; time.sleep(0.2); sys.exit(3)") as helper:
-        started = time.monotonic()
+    """The helper wakes on its child's exit (a pidfd), not on a 1 s poll: the delay from the
+    child's last word to the helper's exit is measured, not the helper's whole life (a 1 s
+    poll passed a bound on that, issue 30 item 4)."""
+    with supervised(tmp_path, EXITS) as helper:
+        assert helper.stdout is not None
+        child_exiting = float(helper.stdout.readline())
         assert helper.wait(BOUND_S) == 3
-        assert time.monotonic() - started < 1.0 + 0.2  # a pidfd wakes it, not a 1 s poll
+        delay = time.monotonic() - child_exiting
+        assert delay < EXIT_NOTICED_S, delay
 
 
 # Says it is ready, then answers each SIGUSR1 with a line.
