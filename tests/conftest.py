@@ -9,26 +9,29 @@ import pytest
 from hypothesis import settings
 from support.hypothesis_profiles import (
     CI,
+    PROFILE_VARIABLE,
     SETTINGS_ATTRIBUTE,
     ProfileError,
+    load,
+    loaded,
     profile_name,
     scaled,
 )
 
-_profile = CI
 
-
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's own: its options build on this profile
 def pytest_configure(config: pytest.Config) -> None:
-    global _profile
+    """Load the profile SPECMON_HYPOTHESIS names (``--hypothesis-profile`` wins)."""
+    chosen = config.getoption("--hypothesis-profile", default=None)
     try:
-        _profile = profile_name(os.environ)
+        name = profile_name({PROFILE_VARIABLE: chosen} if chosen else os.environ)
     except ProfileError as error:
         raise pytest.UsageError(str(error)) from None
-    settings.load_profile(_profile)
+    load(name)
 
 
 def pytest_report_header() -> str:
-    return f"hypothesis profile: {_profile} (SPECMON_HYPOTHESIS; docs/testing.md)"
+    return f"hypothesis profile: {loaded()} (SPECMON_HYPOTHESIS; docs/testing.md)"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -41,9 +44,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not isinstance(test_settings, settings) or id(function) in done:
             continue
         done.add(id(function))
-        if _profile == CI and not test_settings.derandomize:
+        if loaded() == CI and not test_settings.derandomize:
             raise pytest.UsageError(
                 f"{item.nodeid} sets derandomize=False: the ci Hypothesis profile runs every "
                 "property test derandomized (docs/testing.md)"
             )
-        setattr(function, SETTINGS_ATTRIBUTE, scaled(test_settings, _profile))
+        setattr(function, SETTINGS_ATTRIBUTE, scaled(test_settings, loaded()))

@@ -3,8 +3,6 @@ the same examples on every run; ``random`` draws new ones, five times as many.""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,11 +13,12 @@ from support.hypothesis_profiles import (
     RANDOM_FACTOR,
     SETTINGS_ATTRIBUTE,
     ProfileError,
+    loaded,
     profile_name,
     scaled,
 )
 
-PROFILE = profile_name(os.environ)
+PROFILE = loaded()  # SPECMON_HYPOTHESIS's, or --hypothesis-profile's
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,21 @@ settings.register_profile(
 )
 
 
+_loaded = CI
+
+
+def load(name: str) -> None:
+    """Make profile ``name`` the default for every settings object made from now on."""
+    global _loaded
+    settings.load_profile(name)
+    _loaded = name
+
+
+def loaded() -> str:
+    """The profile tests/conftest.py loaded for this run (``ci`` or ``random``)."""
+    return _loaded
+
+
 class ProfileError(ValueError):
     """SPECMON_HYPOTHESIS names no profile."""
 
