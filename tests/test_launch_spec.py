@@ -14,7 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specmon.backends.sglang.flags import validate_sglang_launch
+from specmon.backends.sglang.flags import (
+    EAGLE_TOPK_RANGE,
+    NUM_DRAFT_TOKENS_RANGE,
+    NUM_STEPS_RANGE,
+    validate_sglang_launch,
+)
 from specmon.config import Profile, SpeculativeSettings
 from specmon.errors import LaunchSpecError
 from specmon.launch import (
@@ -78,6 +83,49 @@ def test_topk_one_requires_draft_tokens_equal_steps_plus_one_and_says_sglang_wou
     assert problems[0].startswith("--speculative-num-draft-tokens: ")
     assert "= 4" in problems[0] and "silently" in problems[0]
     assert problems_with({"speculative-num-steps": "5", "speculative-num-draft-tokens": "6"}) == []
+
+
+@pytest.mark.parametrize("steps", [1, 3, 31])
+@pytest.mark.parametrize(("offset", "refused"), [(-1, True), (0, False), (1, True)])
+def test_topk_one_draft_tokens_just_below_at_and_just_above_steps_plus_one(steps, offset, refused):
+    """Too few draft tokens are refused as too many are: only steps + 1 passes with topk 1."""
+    drafts = steps + 1 + offset
+    problems = problems_with(
+        {
+            "speculative-num-steps": str(steps),
+            "speculative-eagle-topk": "1",
+            "speculative-num-draft-tokens": str(drafts),
+        }
+    )
+    if not refused:
+        assert problems == []
+        return
+    assert len(problems) == 1
+    assert problems[0].startswith(
+        f"--speculative-num-draft-tokens: must be --speculative-num-steps + 1 = {steps + 1} "
+    )
+    assert f"(got {drafts})" in problems[0]
+
+
+@pytest.mark.parametrize(("drafts", "message"), [("3", True), ("4", False), ("5", True)])
+def test_the_relaunch_form_shows_the_topk_rule_on_the_draft_tokens_field(drafts, message):
+    """The form's own check (fast, headless): steps 3, topk 1."""
+    values = {
+        "speculative-num-steps": "3",
+        "speculative-eagle-topk": "1",
+        "speculative-num-draft-tokens": drafts,
+    }
+    messages = validate_form(values, base=kimi_spec())
+    if message:
+        assert list(messages) == ["speculative-num-draft-tokens"]
+        assert "steps + 1 = 4" in messages["speculative-num-draft-tokens"]
+    else:
+        assert messages == {}
+
+
+def test_topk_above_one_takes_fewer_draft_tokens_than_steps_plus_one():
+    changes = {"speculative-eagle-topk": "2", "speculative-num-draft-tokens": "2"}
+    assert problems_with(changes) == []
 
 
 def test_topk_above_one_allows_any_draft_token_count():
@@ -523,34 +571,121 @@ def test_nul_and_unpaired_surrogates_are_refused_not_rendered(before, after, whe
             spec.validate()
 
 
+FORM_FIELD_NAMES = (
+    "speculative-num-steps",
+    "speculative-eagle-topk",
+    "speculative-num-draft-tokens",
+    "mem-fraction-static",
+    "NCCL_PROTO",
+    "NCCL_ALGO",
+    "NCCL_P2P_LEVEL",
+    "extra-args",
+    "extra-env",
+)
+
+
+def one_line(text: str) -> bool:
+    return bool(text.strip()) and "\n" not in text and "\r" not in text
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.fixed_dictionaries(
         {},
         optional={
             name: st.one_of(hostile_text, st.text(max_size=12), st.sampled_from(["1", "4", "LL"]))
-            for name in (
-                "speculative-num-steps",
-                "speculative-eagle-topk",
-                "speculative-num-draft-tokens",
-                "mem-fraction-static",
-                "NCCL_PROTO",
-                "NCCL_ALGO",
-                "NCCL_P2P_LEVEL",
-                "extra-args",
-                "extra-env",
-            )
+            for name in FORM_FIELD_NAMES
         },
     )
 )
-def test_any_form_input_gives_messages_never_an_exception_and_valid_forms_launch(values):
+def test_any_form_input_gives_one_line_messages_never_an_exception(values):
+    """Whatever is typed: the form's messages are one line each, and a form whose free text
+    cannot be read is one the form already flagged (submitting it is refused with one-line
+    problems, never another exception)."""
     messages = validate_form(values)
-    assert all(isinstance(message, str) and message for message in messages.values())
+    assert all(isinstance(message, str) and one_line(message) for message in messages.values())
     base = kimi_spec()
     try:
         flags, env = form_overrides(values, base)
-        edited = base.with_flags(flags).with_env(env)
-    except LaunchSpecError:
-        return
-    if not messages:  # a form the console lets through must launch
-        assert edited.problems() == []
+    except LaunchSpecError as error:
+        assert messages, f"submitting raised {error.problems} but the form showed no message"
+        assert error.problems and all(one_line(problem) for problem in error.problems)
+    else:
+        base.with_flags(flags).with_env(env).problems()
+
+
+@st.composite
+def valid_forms(draw: st.DrawFn) -> dict[str, str]:
+    """Relaunch-form values that obey every rule: the speculative three all given (topk 1:
+    draft tokens = steps + 1) or all blank, values in range, known NCCL words, real SGLang
+    flags in the extra arguments and allowed names in the extra environment."""
+    values: dict[str, str] = {}
+    if draw(st.booleans()):
+        steps = draw(st.integers(*NUM_STEPS_RANGE))
+        topk = draw(st.integers(*EAGLE_TOPK_RANGE))
+        drafts = steps + 1 if topk == 1 else draw(st.integers(*NUM_DRAFT_TOKENS_RANGE))
+        values["speculative-num-steps"] = str(steps)
+        values["speculative-eagle-topk"] = str(topk)
+        values["speculative-num-draft-tokens"] = str(drafts)
+    else:
+        for name in FORM_FIELD_NAMES[:3]:
+            if draw(st.booleans()):
+                values[name] = draw(st.sampled_from(["", " "]))  # blank: not set
+    fraction = draw(st.one_of(st.just(""), st.integers(1, 100).map(lambda n: f"{n / 100:.2f}")))
+    values["mem-fraction-static"] = fraction
+    for name, words in (
+        ("NCCL_PROTO", NCCL_PROTO_VALUES),
+        ("NCCL_ALGO", NCCL_ALGO_VALUES),
+        ("NCCL_P2P_LEVEL", NCCL_P2P_LEVEL_VALUES),
+    ):
+        values[name] = draw(st.sampled_from(("", *words)))
+    extra = draw(
+        st.lists(
+            st.sampled_from(
+                [
+                    "--context-length 8192",
+                    "--enable-metrics",
+                    "--chunked-prefill-size 4096",
+                    "--max-running-requests 64",
+                    "--disable-radix-cache",
+                    "--log-level info",
+                ]
+            ),
+            unique=True,
+            max_size=3,
+        )
+    )
+    values["extra-args"] = " ".join(extra)
+    env_names = st.sampled_from(
+        ["SPECMON_SIM_FAULT", "NCCL_DEBUG_FILE", "TORCH_SHOW_CPP_STACKTRACES"]
+    )
+    env_values = st.text("abcxyz019_./-", min_size=1, max_size=12)
+    extra_env = draw(st.dictionaries(env_names, env_values, max_size=3))
+    values["extra-env"] = " ".join(
+        f"{name}={shlex.quote(value)}" for name, value in extra_env.items()
+    )
+    return values
+
+
+@settings(max_examples=200, deadline=None)
+@given(values=valid_forms())
+def test_valid_forms_always_build_a_launch_that_validates(values):
+    """A form that obeys every rule shows no message, and what it submits is a launch with
+    no problems, carrying what was typed."""
+    assert validate_form(values) == {}
+    base = kimi_spec()
+    flags, env = form_overrides(values, base)
+    edited = base.with_flags(flags).with_env(env)
+    assert edited.problems() == []
+    edited.validate()
+    argv = shlex.split(edited.shell_command())
+    for name in FORM_FIELD_NAMES[:4]:
+        typed = values.get(name, "").strip()
+        if typed:
+            assert argv[argv.index(f"--{name}") + 1] == typed
+        else:
+            assert f"--{name}" not in argv
+    for name in ("NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL"):
+        assert edited.env_dict().get(name) == (values[name] or None)
+    for word in values["extra-args"].split():
+        assert word in argv

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.hosts import kill_everything_under, local_session, sim_profiles
 
 from specmon.session.host import HostSession
-from tests.support.hosts import kill_everything_under, local_session, sim_profiles
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.hosts import kill_everything_under, local_session, sim_profiles
 
 from specmon.backends import DEFAULT_BACKEND, get_backend
 from specmon.events import Decode, Dropped, LoadBegin, LogLine, Ready, ServerError
 from specmon.session.log_follower import LogFollower
-from tests.support.hosts import kill_everything_under, local_session, sim_profiles
 
 
 def decode_line(n: int, gen: float) -> str:

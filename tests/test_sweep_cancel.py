@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.hosts import kill_everything_under, local_session, sim_profiles
 
 from specmon.bench.runner import BenchSettings
 from specmon.config import BUILTIN_CONFIG_TOML, parse_config_text
 from specmon.ledger import Ledger
 from specmon.sweep import PointStarted, SweepEvent, SweepPlan, SweepRunner, parse_grid, plan_points
-from tests.support.hosts import kill_everything_under, local_session, sim_profiles
 
 
 @pytest.fixture

@@ -188,6 +188,8 @@ _EVENT_ANCHOR = re.compile(
     r"Decode batch|Prefill batch|Load weight (?:begin|end)|Capture |Uvicorn running"
     r"|The server is fired up|Adaptive spec params updated"
 )
+# Markers tried per line by the event search (a line holds one event; ten markers are noise).
+_MAX_MARKERS_TRIED = 16
 _ERROR_HINT = re.compile(
     r"rror|xception|Interrupt|out of memory|Out of memory|Not enough memory|NCCL|nccl|atchdog|is dead"
     r"|sigquit|SIGQUIT|ailed|unbalanced|LONGER_CONTEXT_LEN"
@@ -367,37 +369,29 @@ def _shard_progress(text: str) -> ShardProgress | None:
 
 
 def _message_event(ts: str | None, rank: int | None, message: str, prefixed: bool) -> Event | None:
-    """The event for one line's message (after its prefix), or None."""
-    if message.startswith(_EVENT_STARTS):
+    """The event for one line's message (after its prefix), or None.
+
+    A branch chosen by how the message starts (or by a marker in it) that finds no event
+    falls through to the event search: the marker may stand in a prefix (an operator's
+    format, a cut line) before the event's own message.
+    """
+    started = message.startswith(_EVENT_STARTS)
+    if started:
         event = _started_event(ts, rank, message)
         if event is not None:
             return event
-    else:
-        # The KV cache and shard markers may also stand in an unrecognised prefix: where
-        # they give no event, the line is searched for an event like any other.
-        if "is allocated." in message:
-            tokens = _KV_TOKENS.search(message)
-            if tokens is not None:
-                kv = _KV_SIZE.search(message)
-                if kv is not None:
-                    size: float | None = float(kv.group(1))
-                else:
-                    k_v = _K_V_SIZES.search(message)
-                    size = round(float(k_v.group(1)) + float(k_v.group(2)), 4) if k_v else None
-                return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
-        elif not prefixed and "hards" in message:
-            progress = _shard_progress(message)
-            if progress is not None:
-                return progress
-        anchor = _EVENT_ANCHOR.search(message)
-        if anchor is not None:
-            # An event behind a prefix not recognised as one (cut off, or an odd format).
-            head, rest = message[: anchor.start()], message[anchor.start() :]
-            event = _message_event(
-                ts or _ts_in(head), rank if rank is not None else _rank_in(head), rest, True
-            )
-            if event is not None and not isinstance(event, ServerError):
-                return event
+    elif "is allocated." in message:
+        kv_cache = _kv_cache(ts, rank, message)
+        if kv_cache is not None:
+            return kv_cache
+    elif not prefixed and "hards" in message:
+        progress = _shard_progress(message)
+        if progress is not None:
+            return progress
+    # Past the start when the start was tried: the search never tries the same text again.
+    event = _searched_event(ts, rank, message, 1 if started else 0)
+    if event is not None:
+        return event
     if (" HTTP/" in message and '" ' in message) or _ERROR_HINT.search(message) is None:
         return None  # uvicorn access lines are never events, whatever their status
     category = error_category(message)
@@ -406,6 +400,43 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
     if category is None:
         return None
     return ServerError(ts=ts, rank=rank, category=category, message=message.strip())
+
+
+def _kv_cache(ts: str | None, rank: int | None, message: str) -> KvCache | None:
+    """The KV cache line (`KV Cache is allocated. #tokens: ..., KV size: ... GB`), or None."""
+    tokens = _KV_TOKENS.search(message)
+    if tokens is None:
+        return None
+    kv = _KV_SIZE.search(message)
+    if kv is not None:
+        size: float | None = float(kv.group(1))
+    else:
+        k_v = _K_V_SIZES.search(message)
+        size = round(float(k_v.group(1)) + float(k_v.group(2)), 4) if k_v else None
+    return KvCache(ts=ts, rank=rank, tokens=int(tokens.group(1)), size_gb=size)
+
+
+def _searched_event(ts: str | None, rank: int | None, message: str, start: int) -> Event | None:
+    """The first event whose message starts at an event marker found in ``message[start:]``
+    (whatever stands before it is a prefix not recognised as one: its time and rank count
+    where the line's own prefix gave none).
+
+    Every marker is tried, not only the first: text before the event's own message (a
+    prefix, an operator's format) may hold another marker that gives no event. At most
+    _MAX_MARKERS_TRIED are, so a line made of markers costs no more than a few reads.
+    """
+    for tried, anchor in enumerate(_EVENT_ANCHOR.finditer(message, start)):
+        if tried == _MAX_MARKERS_TRIED:
+            break
+        head = message[: anchor.start()]
+        event = _started_event(
+            ts or _ts_in(head),
+            rank if rank is not None else _rank_in(head),
+            message[anchor.start() :],
+        )
+        if event is not None:
+            return event
+    return None
 
 
 def _started_event(ts: str | None, rank: int | None, message: str) -> Event | None:
@@ -454,7 +485,7 @@ def _started_event(ts: str | None, rank: int | None, message: str) -> Event | No
                 mem_usage_gb=parse_float(usage and usage.group(1)),
                 avail_mem_gb=parse_float(avail and avail.group(1)),
             )
-    elif message.startswith("Uvicorn running"):
+    elif message.startswith("Uvicorn running on "):
         match = _UVICORN.match(message)
         return HttpUp(ts=ts, rank=rank, port=parse_int(match and match.group(1)))
     elif message.startswith("The server is fired up and ready to roll"):

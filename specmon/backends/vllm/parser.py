@@ -526,7 +526,9 @@ class VLLMLogParser(LogParser):
             return cut[0]
         if message.startswith(_IGNORED_EXCEPTION):
             self._ignored[prefix.source] = _IGNORED_WINDOW_LINES
-            return None
+            # Python's report of an exception it ignored, no error; an event after the
+            # words (they stood in a prefix) is still read.
+            return self._event_in(prefix, message[len(_IGNORED_EXCEPTION) :])[0]
         if prefix.source in self._ignored:
             left = self._ignored.pop(prefix.source)
             if TRACEBACK_HEAD in message:  # read, not reported
@@ -560,7 +562,30 @@ class VLLMLogParser(LogParser):
         return self._message_event(prefix, message)
 
     def _message_event(self, prefix: _Prefix, message: str) -> Event | None:
+        """The event for one line's message, or None. A line that looked like a decode or
+        metrics line and gave no event counts in ``unparsed_decode_like`` (and is no error,
+        whatever words it holds)."""
+        event, decode_like = self._event_in(prefix, message)
+        if event is not None:
+            return event
+        if decode_like:
+            self.unparsed_decode_like += 1
+            return None
+        if "[shutdown]" in message or "received signal" in message:
+            self._stopping = True
+            return None
+        return self._error_event(prefix, message)
+
+    def _event_in(self, prefix: _Prefix, message: str) -> tuple[Event | None, bool]:
+        """(the event other than an error in ``message`` or None, whether it looked like a
+        decode or metrics line).
+
+        A branch chosen by a marker in the message (`metrics: `, `Engine N: `) that reads no
+        event there falls through to the others: the marker may stand in text before the
+        event's own message (an operator's prefix, a cut line).
+        """
         ts, rank = prefix.ts, prefix.rank
+        decode_like = False
         if "metrics: " in message:
             head = _SPEC_HEAD.search(message)
             if head is not None:
@@ -569,9 +594,9 @@ class VLLMLogParser(LogParser):
                 spec = spec_decode_from_message(
                     message[head.end() :], ts, rank, engine, self._position_rates
                 )
-                if spec is None:
-                    self.unparsed_decode_like += 1
-                return spec
+                if spec is not None:
+                    return spec, True
+                decode_like = True
         if "Avg prompt throughput" in message or "Engine" in message:
             stats = _STATS_LINE.search(message)
             if stats is not None:
@@ -579,24 +604,17 @@ class VLLMLogParser(LogParser):
                 self._last_engine[prefix.source] = self._last_engine[_ANY_SOURCE] = (
                     int(engine) if engine else None
                 )
-                return _decode(prefix, engine or "", gen, running, waiting, usage)
-            if _DECODE_LIKE.search(message):
-                self.unparsed_decode_like += 1
-                return None
-        event = self._phase_event(prefix, message)
-        if event is not None:
-            return event
-        if "[shutdown]" in message or "received signal" in message:
-            self._stopping = True
-            return None
-        return self._error_event(prefix, message)
+                return _decode(prefix, engine or "", gen, running, waiting, usage), True
+            decode_like = decode_like or _DECODE_LIKE.search(message) is not None
+        return self._phase_event(prefix, message), decode_like
 
     def _phase_event(self, prefix: _Prefix, message: str) -> Event | None:
         ts, rank = prefix.ts, prefix.rank
         if "hards" in message:
             shards = _SHARDS.search(message)
-            if shards is not None:
-                return self._shards(shards, ts, rank)
+            progress = None if shards is None else self._shards(shards, ts, rank)
+            if progress is not None:
+                return progress
         if "oad" in message:
             if any(text in message for text in _LOAD_BEGIN):
                 if self._run_done or self._stopping:
@@ -604,8 +622,7 @@ class VLLMLogParser(LogParser):
                 self._load_open = True
                 return LoadBegin(ts=ts, rank=rank)
             if "Loading drafter model" in message:
-                self._drafter = True
-                return None
+                self._drafter = True  # no event of its own: an event after it is still read
             weights = _WEIGHTS.search(message)
             if weights is not None:
                 # Each rank that reports it reads the target first, then the draft.
@@ -658,9 +675,8 @@ class VLLMLogParser(LogParser):
                 self._block_size = parse_int(stated.group(1))
         if "KV cache" in message:
             memory = _KV_MEMORY.search(message)
-            if memory is not None:
+            if memory is not None:  # no event of its own: the KV cache event's size
                 self._kv_gib = float(memory.group(1) or memory.group(2))
-                return None
             size = _KV_SIZE.search(message)
             if size is not None:
                 tokens = parse_int(size.group(1).replace(",", ""))
@@ -668,10 +684,8 @@ class VLLMLogParser(LogParser):
                     KvCache(ts=ts, rank=rank, tokens=tokens, size_gb=self._kv_gib)
                 )
         if "apturing" in message:
-            if _GRAPH_BAR.search(message) is not None:
-                if self._capturing:
-                    return None
-                self._capturing = True
+            if not self._capturing and _GRAPH_BAR.search(message) is not None:
+                self._capturing = True  # the bar's redraws give no event of their own
                 return GraphBegin(ts=ts, rank=rank)
             graph = _GRAPH_END.search(message)
             if graph is not None:

@@ -1,0 +1,52 @@
+"""Suite-wide set-up: the Hypothesis profile (tests/support/hypothesis_profiles.py), loaded
+before any test module is imported, so that every property test's own settings inherit it."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import settings
+from support.hypothesis_profiles import (
+    CI,
+    PROFILE_VARIABLE,
+    SETTINGS_ATTRIBUTE,
+    ProfileError,
+    load,
+    loaded,
+    profile_name,
+    scaled,
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before Hypothesis's own: its options build on this profile
+def pytest_configure(config: pytest.Config) -> None:
+    """Load the profile SPECMON_HYPOTHESIS names (``--hypothesis-profile`` wins)."""
+    chosen = config.getoption("--hypothesis-profile", default=None)
+    try:
+        name = profile_name({PROFILE_VARIABLE: chosen} if chosen else os.environ)
+    except ProfileError as error:
+        raise pytest.UsageError(str(error)) from None
+    load(name)
+
+
+def pytest_report_header() -> str:
+    return f"hypothesis profile: {loaded()} (SPECMON_HYPOTHESIS; docs/testing.md)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every property test under the profile: derandomized under ``ci`` (a test that set
+    ``derandomize=False`` itself is a usage error), five times the examples under ``random``."""
+    done: set[int] = set()  # a parametrized test's items share one function: scaled once
+    for item in items:
+        function = getattr(item, "obj", None)
+        test_settings = getattr(function, SETTINGS_ATTRIBUTE, None)
+        if not isinstance(test_settings, settings) or id(function) in done:
+            continue
+        done.add(id(function))
+        if loaded() == CI and not test_settings.derandomize:
+            raise pytest.UsageError(
+                f"{item.nodeid} sets derandomize=False: the ci Hypothesis profile runs every "
+                "property test derandomized (docs/testing.md)"
+            )
+        setattr(function, SETTINGS_ATTRIBUTE, scaled(test_settings, loaded()))
