@@ -693,3 +693,26 @@ def test_an_ignored_exception_does_not_hide_a_later_failure() -> None:
     )
     errors = of_kind(parse_bytes(log.encode()), ServerError)
     assert [e.message for e in errors] == ["RuntimeError: the real failure"]  # type: ignore[attr-defined]
+
+
+def test_an_error_text_in_an_exception_continuation_is_still_reported_when_it_happens() -> None:
+    """A line after an exception's own line continues its message and is no error of its own;
+    reading it must not mark its text as reported, or the same error, when it later happens
+    for real, is swallowed as a repeat."""
+    head = "(EngineCore_DP0 pid=7) ERROR 11-30 06:00:44 [core.py:708] "
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    lines = [
+        head + "Traceback (most recent call last):",
+        head + '  File "/vllm/v1/engine/core.py", line 699, in run_engine_core',
+        head + "    engine_core.run_busy_loop()",
+        head + "ValueError: the engine could not schedule the request; earlier it said:",
+        head + oom,
+        "(APIServer pid=1) INFO 11-30 06:01:00 [loggers.py:335] " + STATS,
+        "(Worker_TP1 pid=9) ERROR 11-30 06:01:02 [gpu_worker.py:90] " + oom,
+    ]
+    events = parse_bytes("\n".join(lines).encode())
+    errors = of_kind(events, ServerError)
+    assert [(e.category, e.message) for e in errors] == [
+        ("other", "ValueError: the engine could not schedule the request; earlier it said:"),
+        ("oom", oom),
+    ]

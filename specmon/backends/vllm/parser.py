@@ -553,18 +553,19 @@ class VLLMLogParser(LogParser):
                 del self._after_exception[prefix.source]
             else:
                 self._after_exception[prefix.source] = left
-            event = self._message_event(prefix, message)
-            return None if isinstance(event, ServerError) else event
+            # the exception's message continues here: no error of its own, and its text is
+            # not marked as reported (the same error may happen for real later)
+            return self._message_event(prefix, message, errors=False)
         if starts_inside(message):
             # A frame outside any traceback: the log (a tail, a paste) begins inside one.
             self._tracebacks[prefix.source] = opened_inside(prefix.ts, prefix.rank, message)
             return None
         return self._message_event(prefix, message)
 
-    def _message_event(self, prefix: _Prefix, message: str) -> Event | None:
+    def _message_event(self, prefix: _Prefix, message: str, *, errors: bool = True) -> Event | None:
         """The event for one line's message, or None. A line that looked like a decode or
         metrics line and gave no event counts in ``unparsed_decode_like`` (and is no error,
-        whatever words it holds)."""
+        whatever words it holds); ``errors=False`` reads no error at all."""
         event, decode_like = self._event_in(prefix, message)
         if event is not None:
             return event
@@ -574,7 +575,7 @@ class VLLMLogParser(LogParser):
         if "[shutdown]" in message or "received signal" in message:
             self._stopping = True
             return None
-        return self._error_event(prefix, message)
+        return self._error_event(prefix, message) if errors else None
 
     def _event_in(self, prefix: _Prefix, message: str) -> tuple[Event | None, bool]:
         """(the event other than an error in ``message`` or None, whether it looked like a
