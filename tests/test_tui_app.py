@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from support.console import wait_until
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
 from textual.widgets import Button, Footer, Input, Select, Sparkline, Static
 
@@ -257,15 +258,39 @@ async def test_gpu_detail_and_history_charts_open_and_close():
         assert table.row_count == 8
         assert table.get_row("0")[:3] == ["0", "NVIDIA H200", "95"]
         await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is app.main, 10, "the GPU detail to close")
         await pilot.press("h")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, HistoryScreen)
+        # a loaded machine (a full run on 2 cores) takes longer than a fixed pause for the
+        # five charts
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, HistoryScreen), 10, "the history charts"
+        )
         assert len(app.screen.query(PlotextPlot)) == 5  # with acceptance by position
         assert "launch 1: kimi-eagle3-nccl steps=3 topk=1 draft=4" in str(
             app.screen.query_one("#legend", Static).render()
         )
         await pilot.press("escape")
         assert app.screen is app.main
+
+
+async def test_the_gpu_detail_redraw_skips_a_screen_whose_table_is_gone():
+    """A pushed screen is current before its widgets are mounted, and at shutdown its widgets
+    go while it is still current; the timer's redraw must not raise NoMatches then (a full
+    run on a loaded machine hit it: the app died and ignored the next keys)."""
+    from textual.widgets import DataTable
+
+    from specmon.tui.screens.gpu_detail import GpuDetailScreen
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("g")
+        await wait_until(
+            pilot, lambda: isinstance(app.screen, GpuDetailScreen), 10, "the GPU detail"
+        )
+        await app.screen.query_one(DataTable).remove()
+        app.refresh_view(app.view, FROZEN_NOW, live_due=True)
+        await pilot.pause(0.2)  # a timer tick too
+        assert isinstance(app.screen, GpuDetailScreen)
 
 
 async def test_quit_during_a_relaunch_asks_first():

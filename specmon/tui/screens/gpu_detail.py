@@ -66,7 +66,10 @@ class GpuDetailScreen(Screen[None]):
             table.add_column(label, key=key)
 
     def refresh_from(self, store: StateStore) -> None:
-        table = self.query_one(DataTable)
+        tables = self.query(DataTable)
+        if not tables:
+            return  # current, but not composed yet (just pushed) or torn down (the console exits)
+        table = tables.first()
         if len(table.columns) != len(COLUMNS):
             return  # the app's timer can fire between compose and on_mount: no columns yet
         for index in sorted(store.gpus):
