@@ -181,7 +181,8 @@ def test_a_group_left_by_its_leader_is_stopped_only_while_its_monitor_vouches(
     leader = start_group(
         started,
         "import subprocess, sys\n"
-        f"subprocess.Popen([sys.executable, '-c', {STUBBORN!r}])\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {STUBBORN!r}], stdout=subprocess.PIPE)\n"
+        "child.stdout.readline()\n"  # its SIGTERM handler is in place
         "print('ready', flush=True)\n",
     )
     assert leader.wait(timeout=30) == 0
