@@ -4,6 +4,8 @@ simulator's GPU count bounds (docs/testing.md, "Mutation testing", found these h
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specmon.launch import LaunchSpec, LaunchSpecError, env_name_problem, simulator_env_problem
@@ -51,3 +53,11 @@ def test_the_simulators_gpu_count_is_one_to_sixty_four() -> None:
         "'65' is not a whole number from 1 to 64"
     )
     assert simulator_env_problem("SPECMON_SIM_SHARDS", "65") is None
+
+
+def test_a_spec_without_env_reads_as_none_and_an_empty_command_is_named() -> None:
+    spec = LaunchSpec.from_json(json.dumps({"backend": "sglang", "command": ["python3"]}))
+    assert spec == LaunchSpec(backend="sglang", command=("python3",))
+    assert LaunchSpec(backend="sglang", command=()).problems() == [
+        "command: is empty; name the server program to run"
+    ]

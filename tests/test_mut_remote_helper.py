@@ -41,14 +41,17 @@ def started() -> Iterator[list[subprocess.Popen[bytes]]]:
         proc.wait(timeout=10)
 
 
-def start_group(procs: list[subprocess.Popen[bytes]], code: str) -> subprocess.Popen[bytes]:
+def start_group(
+    procs: list[subprocess.Popen[bytes]], code: str, ready: bool = True
+) -> subprocess.Popen[bytes]:
     """A python child leading its own session and process group, once it has said ready."""
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
     )
     procs.append(proc)
     assert proc.stdout is not None
-    assert proc.stdout.readline() == b"ready\n"
+    if ready:
+        assert proc.stdout.readline() == b"ready\n"
     return proc
 
 
@@ -233,3 +236,50 @@ def test_waiting_for_a_group_honours_its_deadline(
     assert remote_helper.wait_group_gone(proc.pid, before + 5) is True
     assert time.time() - before < 1
     assert remote_helper.wait_group_gone(proc.pid, before - 1) is True  # deadline past: one look
+
+
+def test_a_live_leader_without_a_monitor_is_stopped_by_its_own_record(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], started: list[subprocess.Popen[bytes]]
+) -> None:
+    """The leader's pid and start time alone say the run lives (no monitor vouches)."""
+    proc = start_group(started, POLITE)
+    write_run(tmp_path, record_of(proc, monitored=False))
+    code, lines = stop(tmp_path, capsys, "--grace", "20")
+    assert code == 0
+    assert [line.get("step") for line in lines] == ["sigterm", "exited", "group_gone", None]
+    # Each step's time is given in milliseconds, and a polite server goes well within a second.
+    assert all(round(line["seconds"], 3) == line["seconds"] for line in lines[:3])
+    assert lines[1]["seconds"] < 1.0
+    assert proc.wait(timeout=10) == -signal.SIGTERM
+
+
+def test_only_the_runs_process_group_is_signalled_not_its_session(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A run whose group is not its session's: the session's other processes are left."""
+    leader = start_group(
+        started,
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {POLITE!r}], stdout=subprocess.PIPE,"
+        " process_group=0)\n"
+        "child.stdout.readline()\n"
+        "print(child.pid, flush=True)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(60)\n",
+        ready=False,
+    )
+    assert leader.stdout is not None
+    child = int(leader.stdout.readline())
+    assert leader.stdout.readline() == b"ready\n"
+    assert os.getsid(child) == leader.pid != os.getpgid(child) == child
+    record = {
+        "pid": child,
+        "pgid": child,
+        "start_ticks": remote_helper.proc_start_ticks(child),
+    }
+    write_run(tmp_path, record)
+    code, lines = stop(tmp_path, capsys, "--grace", "20")
+    assert code == 0
+    assert [line.get("step") for line in lines] == ["sigterm", "exited", "group_gone", None]
+    assert remote_helper.group_members(child) == []
+    assert leader.poll() is None  # the session's leader, in another group, lives on

@@ -137,3 +137,35 @@ def test_a_flag_renders_as_its_tokens_and_false_has_none() -> None:
 def test_a_bad_flag_name_is_quoted_up_to_sixty_characters() -> None:
     token = "---" + "a" * 70
     assert parse_flags([token]) == ([], [f"{token[:60]!r}: not a valid flag name"])
+
+
+def test_edges_of_the_node_address_the_unknown_flag_and_the_speculative_trio() -> None:
+    def problems(args: list[str]) -> list[tuple[str, str]]:
+        return [(p.subject, p.message) for p in sglang_launch_problems(args, {})]
+
+    assert problems(["--nnodes", "2", "--dist-init-addr", "X:5000", "--tp", "8"]) == []
+    assert problems(["--not-a-flag", "--enable-torch-compile=yes"]) == [
+        ("--not-a-flag", "is not an SGLang flag"),
+        (
+            "--enable-torch-compile",
+            "is a switch and takes no value (got 'yes'); give it bare, or leave it out to "
+            "turn it off",
+        ),
+    ]
+    alone = (
+        "needs --speculative-num-steps too (without it SGLang picks steps, topk and draft "
+        "tokens itself); give all three or none"
+    )
+    assert problems(
+        [
+            "--speculative-algorithm",
+            "EAGLE3",
+            "--speculative-draft-model-path",
+            "/d",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+        ]
+    ) == [("--speculative-eagle-topk", alone), ("--speculative-num-draft-tokens", alone)]
+    assert render_flag("Xtp", "1") == ("--Xtp", "1")

@@ -10,11 +10,13 @@ import asyncio
 
 import pytest
 
+from specmon.agent import GpuReading
 from specmon.events import (
     CompileBegin,
     CompileEnd,
     Decode,
     Dropped,
+    GpuSample,
     GraphBegin,
     HttpUp,
     KvCache,
@@ -34,6 +36,8 @@ from specmon.events import (
     WeightsLoaded,
 )
 from specmon.store import (
+    ERRORS,
+    LOG_LINES,
     CycleHistogram,
     EventBus,
     LoadingState,
@@ -372,3 +376,33 @@ def test_a_lossy_subscriber_that_catches_up_gets_the_drop_marker_at_once() -> No
     assert lossy.qsize() == 0 and lossy.dropped == 0
     assert unbounded.qsize() == 3 and not unbounded.full_for_follower
     assert unbounded.get_nowait() == (0.0, LogLine(text="0"))
+
+
+def test_every_history_is_bounded() -> None:
+    store = StateStore(history=2)
+    for wall in (1.0, 2.0, 3.0):
+        store.apply(GpuSample(wall=wall, gpus=(GpuReading(index=0, util_gpu=50.0),)), at=9.0)
+    assert [(p.at, p.value) for p in store.gpu_util[0]] == [(2.0, 50.0), (3.0, 50.0)]
+    for i in range(LOG_LINES + 1):
+        store.apply(LogLine(text=str(i)))
+    for i in range(ERRORS + 1):
+        store.apply(ServerError(category="other", message=str(i)))
+    assert len(store.log) == LOG_LINES and store.log[0].text == "1"
+    assert len(store.errors) == ERRORS and store.error_counts == {"other": ERRORS + 1}
+
+
+def test_a_compile_end_alone_enters_the_compile_phase() -> None:
+    store = StateStore()
+    store.apply(RunInfo(run_id="v", backend="vllm"))
+    store.apply(LoadBegin())
+    store.apply(CompileEnd(seconds=3.0))
+    assert store.loading.phase == "torch.compile"
+
+
+def test_the_drafts_load_end_does_not_complete_the_targets_shards() -> None:
+    store = StateStore()
+    store.apply(LoadBegin(), at=1.0)
+    store.apply(ShardProgress(done=4, total=8), at=2.0)
+    store.apply(LoadBegin(), at=3.0)  # the draft's load, the target's shards still short
+    store.apply(LoadEnd(), at=4.0)
+    assert (store.loading.shards_done, store.loading.shards_total) == (4, 8)

@@ -357,3 +357,14 @@ def test_flag_kinds_config_json_and_config_errors() -> None:
         "is not valid JSON (Expecting property name enclosed in double quotes at character 1)",
     )
     assert read_spec_config('{"a": 1}') == ({"a": 1}, None)
+
+
+def test_grammar_problems_and_an_empty_fraction_are_named() -> None:
+    problems = vllm_launch_problems(["---x", "--gpu-memory-utilization="], {})
+    assert [(p.subject, p.message) for p in problems] == [
+        ("arguments", "'---x': not a valid flag name"),
+        (
+            "--gpu-memory-utilization",
+            "'' is not a fraction greater than 0 and at most 1 (e.g. 0.9)",
+        ),
+    ]

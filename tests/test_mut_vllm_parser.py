@@ -75,3 +75,28 @@ def test_every_percentage_is_a_fraction() -> None:
         (event,) = read(line)
         assert isinstance(event, Decode)
         assert event.token_usage == round(float(percent) / 100, 6)
+
+
+def test_lines_read_the_same_while_another_workers_traceback_is_open() -> None:
+    """An open traceback sends every line through the per-line reader: it must read each
+    line as the bulk reader does (fields, rank, engine, percentages)."""
+    lines = [
+        WORKER + "[gpu_worker.py:772] Available KV cache memory: 88.20 GiB",
+        WORKER + "[kv_cache_utils.py:1147] GPU KV cache size: 1,204,224 tokens, Maximum "
+        "concurrency for 40,960 tokens per request: 29.40x",
+        WORKER + "[entry.py:139] Starting vLLM server on http://0.0.0.0:8000",
+        WORKER + "[loggers.py:335] Engine 003: " + STATS.replace("10.5%", "7.3%"),
+        WORKER + "[loggers.py:335] " + STATS.replace("10.5%", "41.7%"),
+        WORKER + "[metrics.py:86] " + SPEC,
+    ]
+    other = "(EngineCore_DP0 pid=559) (Worker_TP1 pid=567) ERROR 11-30 06:01:40 [x.py:1] "
+    opened = VLLMLogParser()
+    events = opened.feed(
+        other
+        + "Traceback (most recent call last):\n"
+        + other
+        + '  File "x.py", line 1, in f\n'
+        + "".join(line + "\n" for line in lines)
+    )
+    assert events == read(*lines)
+    assert [e.token_usage for e in events if isinstance(e, Decode)] == [0.073, 0.417]
