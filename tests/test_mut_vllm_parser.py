@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.backends.vllm.parser import VLLMLogParser
-from specmon.events import Decode, HttpUp, KvCache, SpecDecode
+from specmon.events import Decode, HttpUp, KvCache, Ready, ServerError, SpecDecode
 
 LOGS = Path(__file__).parent / "logs"
 WORKER = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) INFO 11-30 06:01:44 "
@@ -100,3 +100,39 @@ def test_lines_read_the_same_while_another_workers_traceback_is_open() -> None:
     )
     assert events == read(*lines)
     assert [e.token_usage for e in events if isinstance(e, Decode)] == [0.073, 0.417]
+
+
+def test_a_traceback_through_nccl_code_names_nccl_unless_its_exception_says_more() -> None:
+    def errors(exception: str) -> list[object]:
+        frame = '  File "/v/distributed/device_communicators/pynccl.py", line 1, in all_reduce'
+        head = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) ERROR 11-30 06:01:44 [x.py:1] "
+        text = "".join(
+            head + line + "\n" for line in ("Traceback (most recent call last):", frame, exception)
+        )
+        return [e for e in read(text.rstrip("\n")) if isinstance(e, ServerError)]
+
+    assert errors("RuntimeError: boom") == [
+        ServerError(ts="11-30 06:01:44", rank=2, category="nccl", message="RuntimeError: boom")
+    ]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert errors(oom) == [ServerError(ts="11-30 06:01:44", rank=2, category="oom", message=oom)]
+
+
+def test_lines_of_one_chunk_are_read_at_once_and_a_bare_line_takes_the_last_stamp() -> None:
+    parser = VLLMLogParser()
+    events = parser.feed(
+        "(APIServer pid=1) INFO 11-30 06:02:05 [metrics.py:86] " + SPEC + "\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert [type(e) for e in events] == [SpecDecode, Ready]
+    assert events[1] == Ready(ts="11-30 06:02:05", rank=None)
+
+
+def test_v0_blocks_carry_the_rank_and_the_kv_memory_read_before() -> None:
+    head = "(Worker_TP2 pid=5) INFO 09-05 10:00:44 [worker.py:1] "
+    (kv,) = read(
+        head + "block_size=16",
+        head + "Available KV cache memory: 8.00 GiB",
+        head + "# GPU blocks: 100, # CPU blocks: 0",
+    )
+    assert kv == KvCache(ts="09-05 10:00:44", rank=2, tokens=1600, size_gb=8.0)
