@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specmon.backends.logtext import MAX_LINE_CHARS
 from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.events import Decode, HttpUp, KvCache, Ready, ServerError, SpecDecode
 
@@ -136,3 +137,14 @@ def test_v0_blocks_carry_the_rank_and_the_kv_memory_read_before() -> None:
         head + "# GPU blocks: 100, # CPU blocks: 0",
     )
     assert kv == KvCache(ts="09-05 10:00:44", rank=2, tokens=1600, size_gb=8.0)
+
+
+def test_a_line_past_the_bulk_readers_length_reads_the_same_per_line() -> None:
+    """Lines longer than MAX_LINE_CHARS skip the bulk reader; the per-line reader must give
+    the same decode (its engine included)."""
+    for engine in ("Engine 003: ", ""):
+        line = WORKER + "[loggers.py:335] " + engine + STATS
+        (short,) = read(line)
+        (long,) = read(line + " " * (MAX_LINE_CHARS + 1 - len(line)))
+        assert long == short
+        assert isinstance(long, Decode) and long.engine == (3 if engine else None)
