@@ -1,0 +1,59 @@
+"""Secrets, at the edges the other tests leave open: a configured setting name, a password
+echoed with no other secret word, a secret flag as the last word, settings masked only when
+they hold a value (docs/testing.md, "Mutation testing", found these holes)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from specmon import secrets
+from specmon.secrets import (
+    is_secret_name,
+    is_secret_setting,
+    mask_secrets_in_text,
+    redact_argv,
+    redact_settings,
+    set_configured_patterns,
+)
+
+
+@pytest.fixture
+def configured() -> Iterator[None]:
+    """``[security] secret_env = ["my_cred"]`` for one test, then what was there before."""
+    before = secrets._configured
+    set_configured_patterns(["my_cred"])
+    yield
+    secrets._configured = before
+
+
+def test_a_configured_name_is_a_secret_setting_and_sweep_axis(configured: None) -> None:
+    assert is_secret_setting("my_cred")
+    assert is_secret_setting("MY_CRED")
+    assert is_secret_name("--my_cred")
+    assert is_secret_name("my_cred")
+    assert not is_secret_setting("my_credit")
+
+
+def test_a_password_echoed_alone_is_masked() -> None:
+    assert mask_secrets_in_text("db_password='hunter2'") == "db_password='***'"
+    assert mask_secrets_in_text("--db-passwd hunter2 --tp 8") == "--db-passwd *** --tp 8"
+
+
+def test_a_secret_flag_as_the_last_word_keeps_no_value_to_mask() -> None:
+    assert redact_argv(["python", "--api-key"]) == ("python", "--api-key")
+    assert redact_argv(["--api-key", "--tp", "8"]) == ("--api-key", "--tp", "8")
+    assert redact_argv(["--api-key", "s3", "--hf-token=x", "--hf-token="]) == (
+        "--api-key",
+        "***",
+        "--hf-token=***",
+        "--hf-token=",
+    )
+
+
+def test_reported_settings_mask_secret_values_but_not_empty_ones() -> None:
+    assert redact_settings(
+        {"api_key": "s3", "hf_token": None, "ssl_keyfile": "", "max_total_tokens": 5}
+    ) == {"api_key": "***", "hf_token": None, "ssl_keyfile": "", "max_total_tokens": 5}
+    assert redact_settings(["api_key"]) == ["api_key"]  # not an object: as it came

@@ -1,0 +1,107 @@
+"""SGLang's parser, field by field where the other tests look only at some: a prefill line
+in another field order, a decode line without its cuda graph field, the end of each load and
+graph capture with its role and stamp, an error whose text ends in capitals, the state a
+bulk read leaves, a summary of another kind (docs/testing.md, "Mutation testing", found
+these holes)."""
+
+from __future__ import annotations
+
+from specmon.backends.sglang.parser import SGLangLogParser, parse_line
+from specmon.backends.vllm.summary import VLLMLogSummary
+from specmon.events import Decode, GraphEnd, LoadEnd, Prefill, ServerError
+
+PREFIX = "[2026-02-10 09:19:12 TP3] "
+TS = "2026-02-10 09:19:12"
+DECODE = (
+    "Decode batch, #running-req: 4, #token: 9000, token usage: 0.10, "
+    "gen throughput (token/s): 60.00, #queue-req: 1"
+)
+
+
+def test_a_prefill_line_in_another_field_order_keeps_every_field() -> None:
+    line = (
+        "Prefill batch, #new-token: 7, #new-seq: 2, #cached-token: 0, token usage: 0.05, "
+        "#running-req: 1, #queue-req: 0"
+    )
+    assert parse_line(PREFIX + line) == Prefill(
+        ts=TS,
+        rank=3,
+        new_seq=2,
+        new_token=7,
+        cached_token=0,
+        running_req=1,
+        queue_req=0,
+        input_throughput=None,
+    )
+
+
+def test_a_decode_line_without_its_cuda_graph_field() -> None:
+    assert parse_line(PREFIX + DECODE) == Decode(
+        ts=TS,
+        rank=3,
+        running_req=4,
+        tokens=9000,
+        token_usage=0.1,
+        gen_throughput=60.0,
+        queue_req=1,
+        cuda_graph=None,
+    )
+
+
+def test_the_end_of_each_load_and_capture_has_its_role_and_stamp() -> None:
+    def end(text: str) -> object:
+        return parse_line(PREFIX + text)
+
+    assert end(
+        "Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, avail mem=60.00 GB, "
+        "mem usage=15.00 GB."
+    ) == LoadEnd(
+        ts=TS,
+        rank=3,
+        mem_usage_gb=15.0,
+        avail_mem_gb=60.0,
+        model_type="LlamaForCausalLM",
+        role="target",
+    )
+    assert end(
+        "Load weight end. type=LlamaForCausalLMEagle3, dtype=torch.bfloat16, "
+        "avail mem=58.00 GB, mem usage=1.00 GB."
+    ) == LoadEnd(
+        ts=TS,
+        rank=3,
+        mem_usage_gb=1.0,
+        avail_mem_gb=58.0,
+        model_type="LlamaForCausalLMEagle3",
+        role="draft",
+    )
+    assert end(
+        "Capture draft cuda graph end. Time elapsed: 2.00 s. mem usage=0.25 GB. avail mem=19.00 GB."
+    ) == GraphEnd(ts=TS, rank=3, role="draft", seconds=2.0, mem_usage_gb=0.25, avail_mem_gb=19.0)
+
+
+def test_only_the_line_end_is_cut_from_a_message() -> None:
+    text = "RuntimeError: CUDA error: an illegal memory access XX"
+    assert parse_line(PREFIX + text + "\r\n") == ServerError(
+        ts=TS, rank=3, category="other", message=text
+    )
+
+
+def test_a_bulk_read_through_a_traceback_leaves_a_fresh_parsers_state() -> None:
+    decodes = (PREFIX + DECODE + "\n") * 40
+    traceback = (
+        PREFIX + "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "RuntimeError: boom\n"
+    )
+    parser = SGLangLogParser()
+    events = parser.feed(decodes + traceback + decodes)
+    assert sum(isinstance(e, Decode) for e in events) == 80
+    assert parser.line_state() == SGLangLogParser().line_state()
+
+
+def test_a_summary_of_another_kind_is_given_the_events() -> None:
+    parser = SGLangLogParser()
+    summary = VLLMLogSummary()
+    assert parser.summarize((PREFIX + DECODE + "\n") * 3, summary) == 3
+    assert parser.summarize("", summary) == 0
+    assert summary.decode_lines == 3

@@ -1,0 +1,150 @@
+"""vLLM's parser, field by field where the other tests look only at some: the rank of a
+worker's prefix on every event kind, the KV cache's size and tokens (v1 and v0's blocks x
+block size), the engine of a data-parallel decode line, percentages as fractions
+(docs/testing.md, "Mutation testing", found these holes)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specmon.backends.logtext import MAX_LINE_CHARS
+from specmon.backends.vllm.parser import VLLMLogParser
+from specmon.events import Decode, HttpUp, KvCache, Ready, ServerError, SpecDecode
+
+LOGS = Path(__file__).parent / "logs"
+WORKER = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) INFO 11-30 06:01:44 "
+STATS = (
+    "Avg prompt throughput: 800.0 tokens/s, Avg generation throughput: 400.0 tokens/s, "
+    "Running: 8 reqs, Waiting: 2 reqs, GPU KV cache usage: 10.5%, Prefix cache hit rate: 50.0%"
+)
+SPEC = (
+    "SpecDecoding metrics: Draft acceptance rate: 58.4%, Mean acceptance length: 2.75, "
+    "Accepted throughput: 119.10 tokens/s, Drafted throughput: 203.90 tokens/s, "
+    "Accepted: 1191 tokens, Drafted: 2039 tokens, Per-position acceptance rate: 0.771, 0.583"
+)
+
+
+def read(*lines: str) -> list[object]:
+    parser = VLLMLogParser()
+    return parser.feed("".join(line + "\n" for line in lines)) + parser.flush()
+
+
+def test_a_workers_rank_reaches_every_event_it_logs() -> None:
+    events = read(
+        WORKER + "[gpu_worker.py:772] Available KV cache memory: 88.20 GiB",
+        WORKER + "[kv_cache_utils.py:1147] GPU KV cache size: 1,204,224 tokens, Maximum "
+        "concurrency for 40,960 tokens per request: 29.40x",
+        WORKER + "[entry.py:139] Starting vLLM server on http://0.0.0.0:8000",
+        WORKER + "[loggers.py:335] Engine 003: " + STATS,
+        WORKER + "[loggers.py:335] " + STATS,
+    )
+    decode = dict(running_req=8, tokens=None, token_usage=0.105, gen_throughput=400.0, queue_req=2)
+    assert events == [
+        KvCache(ts="11-30 06:01:44", rank=2, tokens=1204224, size_gb=88.2),
+        HttpUp(ts="11-30 06:01:44", rank=2, port=8000),
+        Decode(ts="11-30 06:01:44", rank=2, engine=3, **decode),
+        Decode(ts="11-30 06:01:44", rank=2, **decode),
+    ]
+
+
+def test_a_v0_kv_cache_is_its_gpu_blocks_times_the_block_size() -> None:
+    parser = VLLMLogParser()
+    events = parser.feed((LOGS / "vllm-0.6-v0-gpu-blocks.log").read_bytes()) + parser.flush()
+    kv = [e for e in events if isinstance(e, KvCache)]
+    assert kv == [KvCache(ts="09-05 10:00:44", rank=None, tokens=5691 * 16, size_gb=None)]
+
+
+def test_spec_decoding_lines_with_and_without_a_stamp() -> None:
+    stamped, bare = read(WORKER + "[metrics.py:86] " + SPEC, SPEC)
+    fields = dict(
+        engine=None,
+        mean_accept_len=2.75,
+        accepted=1191,
+        drafted=2039,
+        per_position=(0.771, 0.583),
+        draft_acceptance_rate=0.584,
+        accepted_throughput=119.1,
+        drafted_throughput=203.9,
+    )
+    assert stamped == SpecDecode(ts="11-30 06:01:44", rank=2, **fields)
+    assert bare == SpecDecode(ts=None, rank=None, **fields)
+
+
+def test_every_percentage_is_a_fraction() -> None:
+    for percent in ("0.0", "7.3", "33.3", "99.9", "100.0"):
+        line = WORKER + "[loggers.py:335] " + STATS.replace("10.5%", percent + "%")
+        (event,) = read(line)
+        assert isinstance(event, Decode)
+        assert event.token_usage == round(float(percent) / 100, 6)
+
+
+def test_lines_read_the_same_while_another_workers_traceback_is_open() -> None:
+    """An open traceback sends every line through the per-line reader: it must read each
+    line as the bulk reader does (fields, rank, engine, percentages)."""
+    lines = [
+        WORKER + "[gpu_worker.py:772] Available KV cache memory: 88.20 GiB",
+        WORKER + "[kv_cache_utils.py:1147] GPU KV cache size: 1,204,224 tokens, Maximum "
+        "concurrency for 40,960 tokens per request: 29.40x",
+        WORKER + "[entry.py:139] Starting vLLM server on http://0.0.0.0:8000",
+        WORKER + "[loggers.py:335] Engine 003: " + STATS.replace("10.5%", "7.3%"),
+        WORKER + "[loggers.py:335] " + STATS.replace("10.5%", "41.7%"),
+        WORKER + "[metrics.py:86] " + SPEC,
+    ]
+    other = "(EngineCore_DP0 pid=559) (Worker_TP1 pid=567) ERROR 11-30 06:01:40 [x.py:1] "
+    opened = VLLMLogParser()
+    events = opened.feed(
+        other
+        + "Traceback (most recent call last):\n"
+        + other
+        + '  File "x.py", line 1, in f\n'
+        + "".join(line + "\n" for line in lines)
+    )
+    assert events == read(*lines)
+    assert [e.token_usage for e in events if isinstance(e, Decode)] == [0.073, 0.417]
+
+
+def test_a_traceback_through_nccl_code_names_nccl_unless_its_exception_says_more() -> None:
+    def errors(exception: str) -> list[object]:
+        frame = '  File "/v/distributed/device_communicators/pynccl.py", line 1, in all_reduce'
+        head = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) ERROR 11-30 06:01:44 [x.py:1] "
+        text = "".join(
+            head + line + "\n" for line in ("Traceback (most recent call last):", frame, exception)
+        )
+        return [e for e in read(text.rstrip("\n")) if isinstance(e, ServerError)]
+
+    assert errors("RuntimeError: boom") == [
+        ServerError(ts="11-30 06:01:44", rank=2, category="nccl", message="RuntimeError: boom")
+    ]
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert errors(oom) == [ServerError(ts="11-30 06:01:44", rank=2, category="oom", message=oom)]
+
+
+def test_lines_of_one_chunk_are_read_at_once_and_a_bare_line_takes_the_last_stamp() -> None:
+    parser = VLLMLogParser()
+    events = parser.feed(
+        "(APIServer pid=1) INFO 11-30 06:02:05 [metrics.py:86] " + SPEC + "\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert [type(e) for e in events] == [SpecDecode, Ready]
+    assert events[1] == Ready(ts="11-30 06:02:05", rank=None)
+
+
+def test_v0_blocks_carry_the_rank_and_the_kv_memory_read_before() -> None:
+    head = "(Worker_TP2 pid=5) INFO 09-05 10:00:44 [worker.py:1] "
+    (kv,) = read(
+        head + "block_size=16",
+        head + "Available KV cache memory: 8.00 GiB",
+        head + "# GPU blocks: 100, # CPU blocks: 0",
+    )
+    assert kv == KvCache(ts="09-05 10:00:44", rank=2, tokens=1600, size_gb=8.0)
+
+
+def test_a_line_past_the_bulk_readers_length_reads_the_same_per_line() -> None:
+    """Lines longer than MAX_LINE_CHARS skip the bulk reader; the per-line reader must give
+    the same decode (its engine included)."""
+    for engine in ("Engine 003: ", ""):
+        line = WORKER + "[loggers.py:335] " + engine + STATS
+        (short,) = read(line)
+        (long,) = read(line + " " * (MAX_LINE_CHARS + 1 - len(line)))
+        assert long == short
+        assert isinstance(long, Decode) and long.engine == (3 if engine else None)
