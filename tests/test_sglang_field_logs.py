@@ -192,6 +192,7 @@ _PREFIX_PIECES = st.lists(
 @example(["hards"])
 @example(["Load weight"])  # a message start (`Load weight begin`) whose branch found nothing
 @example(["Capture "])
+@example(["INFO", "."])  # `INFO.Decode` read as a dotted logger name (found under mutmut)
 @settings(max_examples=300, deadline=None)
 @given(_PREFIX_PIECES)
 def test_property_any_prefix_then_a_decode_message_is_that_decode(pieces: list[str]) -> None:

@@ -188,6 +188,7 @@ _EVENT_ANCHOR = re.compile(
     r"Decode batch|Prefill batch|Load weight (?:begin|end)|Capture |Uvicorn running"
     r"|The server is fired up|Adaptive spec params updated"
 )
+_LONGEST_ANCHOR = len("Adaptive spec params updated")
 # Markers tried per line by the event search (a line holds one event; ten markers are noise).
 _MAX_MARKERS_TRIED = 16
 _ERROR_HINT = re.compile(
@@ -251,9 +252,16 @@ def _split_prefix(line: str, outer: str = "") -> tuple[str | None, int | None, s
         if match is not None:
             return _ts_in(outer + match.group()), int(match.group(1)), line[match.end() :], True
     match = _GENERIC_PREFIX.match(line)
-    if match is not None and _STRONG_PREFIX.search(match.group()) is not None:
-        prefix = match.group()
-        return _ts_in(outer + prefix), _rank_in(prefix), line[match.end() :], True
+    if match is not None:
+        end = match.end()
+        # A token may run into the message (`INFO.Decode batch` reads as a dotted logger
+        # name): the prefix ends where an event's message begins.
+        marker = _EVENT_ANCHOR.search(line, 0, end + _LONGEST_ANCHOR)
+        if marker is not None and marker.start() < end:
+            end = marker.start()
+        prefix = line[:end]
+        if _STRONG_PREFIX.search(prefix) is not None:
+            return _ts_in(outer + prefix), _rank_in(prefix), line[end:], True
     if "[" in line:  # SGLang's prefix behind an unknown wrapper
         match = _SGLANG_PREFIX.search(line, 0, _PREFIX_SEARCH_CHARS)
         if match is not None:
