@@ -6,6 +6,7 @@ these holes)."""
 
 from __future__ import annotations
 
+from specmon.backends.logtext import MAX_LINE_CHARS
 from specmon.backends.sglang.parser import SGLangLogParser, parse_line
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.events import Decode, GraphEnd, LoadEnd, Prefill, ServerError
@@ -105,3 +106,56 @@ def test_a_summary_of_another_kind_is_given_the_events() -> None:
     assert parser.summarize((PREFIX + DECODE + "\n") * 3, summary) == 3
     assert parser.summarize("", summary) == 0
     assert summary.decode_lines == 3
+
+
+def test_decode_lines_in_bulk_close_a_chained_exceptions_message() -> None:
+    """A chunk of decode lines only (read in one bulk scan) ends what a chained exception's
+    `During handling ...` line left open: the state is a fresh parser's, ``_chained`` False."""
+    parser = SGLangLogParser()
+    parser.feed(
+        PREFIX + "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "RuntimeError: boom\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+    )
+    assert parser.line_state() != SGLangLogParser().line_state()  # the chain is open
+    events = parser.feed((PREFIX + DECODE + "\n") * 3)
+    assert len(events) == 3
+    assert parser.line_state() == SGLangLogParser().line_state()
+
+
+def test_the_rest_of_a_line_cut_at_max_line_chars_is_not_read() -> None:
+    """A line longer than MAX_LINE_CHARS is read as its first MAX_LINE_CHARS characters: the
+    rest, arriving in a later chunk, is discarded unread (a `Decode batch` there is not even
+    counted as a decode line that did not read); the next line is read again."""
+    parser = SGLangLogParser()
+    assert parser.feed(PREFIX + "x" * MAX_LINE_CHARS) == []
+    assert parser.feed("y" * 100) == []
+    events = parser.feed(" Decode batch, #running-req: 1\n" + PREFIX + DECODE + "\n")
+    assert [type(e) for e in events] == [Decode]
+    assert parser.lines_seen == 2
+    assert parser.unparsed_decode_like == 0
+
+
+def test_a_traceback_announced_by_the_record_above_takes_that_records_time_and_rank() -> None:
+    """`Exception in run_tp_server:` announces a traceback printed without a prefix: its error
+    takes the announcing record's time and rank; a traceback with its own prefix keeps its
+    own."""
+
+    def error(head: str) -> object:
+        (event,) = SGLangLogParser().feed(
+            "[2026-02-10 09:19:10 TP5] Exception in run_tp_server:\n"
+            + head
+            + "Traceback (most recent call last):\n"
+            '  File "x.py", line 1, in <module>\n'
+            "RuntimeError: boom\n"
+        )
+        return event
+
+    assert error("") == ServerError(
+        ts="2026-02-10 09:19:10", rank=5, category="other", message="RuntimeError: boom"
+    )
+    assert error(PREFIX) == ServerError(
+        ts=TS, rank=3, category="other", message="RuntimeError: boom"
+    )

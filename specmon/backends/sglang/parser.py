@@ -684,9 +684,9 @@ class SGLangLogParser(LogParser):
         return [event]
 
     def _scan(
-        self, text: str, events: list[Event], start: int = 0, end: int = -1, depth: int = 0
+        self, text: str, events: list[Event], start: int = 0, end: int | None = None, depth: int = 0
     ) -> int:
-        """The lines of ``text[start:end]`` (end -1: to the end), each ended by a newline, to
+        """The lines of ``text[start:end]`` (end None: to the end), each ended by a newline, to
         events: lines in the current decode shape in bulk, others one by one. Returns how
         many lines there were.
 
@@ -695,7 +695,7 @@ class SGLangLogParser(LogParser):
         convert their numbers when first read (``Decode.from_texts``), so a decode line costs
         no Python bytecode here.
         """
-        if end < 0:
+        if end is None:
             end = len(text)
         if not self._templates:
             lines = text[start:end].split("\n")
