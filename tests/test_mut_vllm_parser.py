@@ -148,3 +148,39 @@ def test_a_line_past_the_bulk_readers_length_reads_the_same_per_line() -> None:
         (long,) = read(line + " " * (MAX_LINE_CHARS + 1 - len(line)))
         assert long == short
         assert isinstance(long, Decode) and long.engine == (3 if engine else None)
+
+
+# The SpecDecoding shape since ~Sep 2025 (0.33's), the one the bulk reader takes on the spot.
+CURRENT_SPEC = (
+    "SpecDecoding metrics: Mean acceptance length: 2.75, Accepted throughput: 119.10 tokens/s, "
+    "Drafted throughput: 203.90 tokens/s, Accepted: 1191 tokens, Drafted: 2039 tokens, "
+    "Per-position acceptance rate: 0.771, 0.583, Avg Draft acceptance rate: 58.4%"
+)
+
+
+def test_a_bare_line_takes_the_stamp_of_a_current_spec_decoding_line_before_it() -> None:
+    parser = VLLMLogParser()
+    events = parser.feed(
+        "(APIServer pid=1) INFO 11-30 06:02:05 [metrics.py:86] " + CURRENT_SPEC + "\n"
+        "INFO:     Application startup complete.\n"
+    )
+    assert [type(e) for e in events] == [SpecDecode, Ready]
+    assert events[0].ts == events[1].ts == "11-30 06:02:05"
+
+
+def test_a_spec_decoding_line_at_a_lines_start_does_not_cut_a_traceback() -> None:
+    """A current SpecDecoding line with no prefix at all is read on the spot, as one after a
+    prefix is: between a traceback's lines it is no line of the traceback's, and does not cut
+    it (its exception is still the error)."""
+    parser = VLLMLogParser()
+    events = parser.feed(
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in f\n'
+        "    f()\n" + CURRENT_SPEC + "\n"
+        "RuntimeError: boom\n"
+    )
+    events += parser.flush()
+    assert [type(e) for e in events] == [SpecDecode, ServerError]
+    assert events[1] == ServerError(
+        ts=None, rank=None, category="other", message="RuntimeError: boom"
+    )
