@@ -184,3 +184,17 @@ def test_a_spec_decoding_line_at_a_lines_start_does_not_cut_a_traceback() -> Non
     assert events[1] == ServerError(
         ts=None, rank=None, category="other", message="RuntimeError: boom"
     )
+
+
+def test_a_log_that_begins_inside_a_workers_traceback_reports_that_workers_rank() -> None:
+    """A tail or a paste that begins at a frame: the traceback is read from there, and its
+    exception is the error of the worker (time and rank) whose prefix the frame has."""
+    head = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) ERROR 11-30 06:01:44 [x.py:1] "
+    events = read(
+        head + '  File "/v/worker/gpu_model_runner.py", line 1, in execute_model',
+        head + "    self.model(x)",
+        head + "RuntimeError: boom",
+    )
+    assert events == [
+        ServerError(ts="11-30 06:01:44", rank=2, category="other", message="RuntimeError: boom")
+    ]
