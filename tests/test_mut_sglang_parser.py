@@ -6,6 +6,9 @@ these holes)."""
 
 from __future__ import annotations
 
+import secrets
+import time
+
 from specmon.backends.logtext import MAX_LINE_CHARS
 from specmon.backends.sglang.parser import SGLangLogParser, parse_line
 from specmon.backends.vllm.summary import VLLMLogSummary
@@ -159,3 +162,60 @@ def test_a_traceback_announced_by_the_record_above_takes_that_records_time_and_r
     assert error(PREFIX) == ServerError(
         ts=TS, rank=3, category="other", message="RuntimeError: boom"
     )
+
+
+def _speedup(text: str, lines: list[str]) -> float:
+    """How many times faster a parser reads ``text`` than ``parse_line`` reads ``lines`` (the
+    same lines) one by one, which is what the bulk scan falls back to: best of five runs
+    each, interleaved, so that a busy machine slows both alike. The events must agree."""
+    bulk_best = line_best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        events = SGLangLogParser().feed(text)
+        bulk_best = min(bulk_best, time.perf_counter() - started)
+        started = time.perf_counter()
+        one_by_one = [parse_line(line) for line in lines]
+        line_best = min(line_best, time.perf_counter() - started)
+    assert events == one_by_one
+    return line_best / bulk_best
+
+
+def _assert_read_in_bulk(lines: list[str]) -> None:
+    """Measured twice at most: a burst of load on the machine gets one more chance, a bulk
+    scan that fails reads slower than the bound every time."""
+    text = "".join(line + "\n" for line in lines)
+    speedup = _speedup(text, lines)
+    if speedup < BULK_SPEEDUP:
+        speedup = _speedup(text, lines)
+    assert speedup >= BULK_SPEEDUP, f"bulk read only {speedup:.1f}x line by line"
+
+
+def _fresh_word() -> str:
+    """Letters no other test's log uses: a decode shape this process has not learned (the
+    learned templates are cached per shape for the process's life)."""
+    return "".join(chr(ord("a") + byte % 26) for byte in secrets.token_bytes(12))
+
+
+# Bulk reading measured 5.8 (coloured lines) and 12.7 (an operator's prefix) times faster
+# than line by line here; with its scan made to fail, 1.8 (colour codes left in: each line
+# then takes the per-line decode path) and 0.3 to 0.4 (a learned template that never matches).
+BULK_SPEEDUP = 3.0
+
+
+def test_decode_lines_of_a_newly_learned_shape_are_read_in_bulk() -> None:
+    """An operator's prefix and a `Decode batch [N]` head: the shape is learned from the first
+    line and the rest are read by its template, not one by one."""
+    logger = _fresh_word()
+    lines = [
+        f"2026-02-10 09:19:{i % 60:02d} {logger}.sched INFO TP3 "
+        + DECODE.replace("Decode batch, ", "Decode batch [7], ")
+        for i in range(3000)
+    ]
+    _assert_read_in_bulk(lines)
+
+
+def test_coloured_decode_lines_are_read_in_bulk() -> None:
+    """Colour codes come off the whole chunk before the scan, so coloured decode lines are
+    still read by the template."""
+    lines = [f"\x1b[32m[2026-02-10 09:19:{i % 60:02d} TP3]\x1b[0m {DECODE}" for i in range(3000)]
+    _assert_read_in_bulk(lines)
