@@ -8,8 +8,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.backends.logtext import MAX_LINE_CHARS
-from specmon.backends.vllm.parser import VLLMLogParser
-from specmon.events import Decode, HttpUp, KvCache, Ready, ServerError, SpecDecode
+from specmon.backends.vllm.parser import MAX_POSITIONS, VLLMLogParser
+from specmon.events import (
+    CompileBegin,
+    Decode,
+    HttpUp,
+    KvCache,
+    Notice,
+    Ready,
+    ServerError,
+    ShardProgress,
+    SpecDecode,
+)
 
 LOGS = Path(__file__).parent / "logs"
 WORKER = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) INFO 11-30 06:01:44 "
@@ -198,3 +208,88 @@ def test_a_log_that_begins_inside_a_workers_traceback_reports_that_workers_rank(
     assert events == [
         ServerError(ts="11-30 06:01:44", rank=2, category="other", message="RuntimeError: boom")
     ]
+
+
+def test_the_targets_shard_bar_with_its_stamp_and_not_the_drafts_after_it() -> None:
+    """The target's bar is reported with its line's time and rank; the draft's `1/1` bar after
+    the target's completed one is not; a bar of another total before the target's completed
+    (a load begun again) is."""
+
+    def bars(*counts: str) -> list[ShardProgress]:
+        head = "(Worker_TP2 pid=5) INFO 11-30 06:01:44 [weight_utils.py:1] "
+        return [
+            e
+            for e in read(
+                *(
+                    f"{head}Loading safetensors checkpoint shards: 50% Completed | {c} "
+                    "[00:01<00:01, 2.00s/it]"
+                    for c in counts
+                )
+            )
+            if isinstance(e, ShardProgress)
+        ]
+
+    events = bars("0/2", "1/2", "2/2", "0/1", "1/1")
+    assert [(e.done, e.total) for e in events] == [(0, 2), (1, 2), (2, 2)]
+    assert all(e.ts == "11-30 06:01:44" and e.rank == 2 for e in events)
+    assert events[1].seconds_per_shard == 2.0
+    assert [(e.done, e.total) for e in bars("1/4", "1/2")] == [(1, 4), (1, 2)]
+
+
+def test_an_over_long_lines_rest_ends_at_its_newline_and_the_next_line_is_read() -> None:
+    parser = VLLMLogParser()
+    assert parser.feed("x" * (MAX_LINE_CHARS + 10)) == []
+    assert parser.feed("rest of it\n") == []
+    (event,) = parser.feed(WORKER + "[loggers.py:335] " + STATS + "\n")
+    assert isinstance(event, Decode)
+
+
+def test_an_incomplete_character_at_the_end_of_the_input_is_read_as_a_replacement() -> None:
+    """The decoder's last bytes are flushed as U+FFFD, so the last line keeps its full text."""
+    parser = VLLMLogParser()
+    events = parser.feed(
+        b"Traceback (most recent call last):\n"
+        b'  File "x.py", line 1, in f\n'
+        b"RuntimeError: boom \xe2\x82"
+    )
+    events += parser.flush()
+    assert events == [
+        ServerError(ts=None, rank=None, category="other", message="RuntimeError: boom \ufffd")
+    ]
+
+
+def test_a_workers_line_that_cuts_its_traceback_is_still_read() -> None:
+    """A prefixed line of the worker whose traceback is open, and no line of it, ends it: the
+    cut is reported first, then the line's own event."""
+    head = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) ERROR 11-30 06:01:44 [x.py:1] "
+    events = read(
+        head + "Traceback (most recent call last):",
+        head + '  File "x.py", line 1, in f',
+        WORKER + "[entry.py:139] Starting vLLM server on http://0.0.0.0:8000",
+    )
+    assert [type(e) for e in events] == [ServerError, HttpUp]
+    assert events[0].category == "unknown"  # type: ignore[attr-defined]
+    assert events[1] == HttpUp(ts="11-30 06:01:44", rank=2, port=8000)
+
+
+def test_a_spec_decoding_line_takes_the_engine_of_a_stats_line_read_per_line() -> None:
+    """A stats line past the bulk reader's length is read per line: the SpecDecoding line
+    after it still takes its engine, as after one read in bulk."""
+    stats = WORKER + "[loggers.py:335] Engine 003: " + STATS
+    events = read(
+        stats + " " * (MAX_LINE_CHARS + 1 - len(stats)), WORKER + "[metrics.py:86] " + SPEC
+    )
+    assert [type(e) for e in events] == [Decode, SpecDecode]
+    assert [e.engine for e in events] == [3, 3]  # type: ignore[attr-defined]
+
+
+def test_the_warm_up_begins_a_compile_of_the_workers_rank() -> None:
+    (event,) = read(WORKER + "[x.py:1] Warming up model for the compilation.")
+    assert event == CompileBegin(ts="11-30 06:01:44", rank=2, part=None)
+
+
+def test_a_cut_position_list_says_how_many_positions_it_had() -> None:
+    rates = ", ".join(["0.500"] * (MAX_POSITIONS + 3))
+    events = read(WORKER + "[metrics.py:86] " + SPEC.replace("0.771, 0.583", rates))
+    (notice,) = [e for e in events if isinstance(e, Notice)]
+    assert f"listed {MAX_POSITIONS + 3} positions" in notice.message

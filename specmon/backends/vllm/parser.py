@@ -411,7 +411,8 @@ class VLLMLogParser(LogParser):
             tail += self._decoder.decode(b"", final=True)
         self._pending = ""
         self._discarding_overlong = False
-        events = self._lines(tail.replace("\r", "\n") + "\n") if tail else []
+        # No `\r` to replace: feed turned every one into a newline before keeping a tail.
+        events = self._lines(tail + "\n") if tail else []
         # The input ended: tracebacks still being read were cut before their exception line.
         for traceback in self._tracebacks.values():
             self._report_cut(traceback, events)
