@@ -219,3 +219,20 @@ def test_coloured_decode_lines_are_read_in_bulk() -> None:
     still read by the template."""
     lines = [f"\x1b[32m[2026-02-10 09:19:{i % 60:02d} TP3]\x1b[0m {DECODE}" for i in range(3000)]
     _assert_read_in_bulk(lines)
+
+
+def test_a_decode_line_read_on_its_own_closes_a_chained_exceptions_message() -> None:
+    """As in bulk, so one by one: a decode line in a shape the chunk's scan did not take (the
+    chunk's last decode line has no template) ends what a `During handling ...` line left
+    open."""
+    parser = SGLangLogParser()
+    parser.feed(
+        PREFIX + "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "RuntimeError: boom\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+    )
+    events = parser.feed(PREFIX + DECODE + "\nDecode batch, #running-req: 1\n")
+    assert [type(e) for e in events] == [Decode]
+    assert parser.line_state() == SGLangLogParser().line_state()

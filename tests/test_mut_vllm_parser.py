@@ -19,6 +19,7 @@ from specmon.events import (
     ServerError,
     ShardProgress,
     SpecDecode,
+    WeightsLoaded,
 )
 
 LOGS = Path(__file__).parent / "logs"
@@ -293,3 +294,17 @@ def test_a_cut_position_list_says_how_many_positions_it_had() -> None:
     events = read(WORKER + "[metrics.py:86] " + SPEC.replace("0.771, 0.583", rates))
     (notice,) = [e for e in events if isinstance(e, Notice)]
     assert f"listed {MAX_POSITIONS + 3} positions" in notice.message
+
+
+def test_a_load_after_the_server_came_up_is_a_new_runs_first() -> None:
+    """`Application startup complete` ends a run: the weights of a load begun after it are the
+    target's again, not a draft's."""
+    head = "(EngineCore_DP0 pid=559) INFO 11-30 06:01:44 [x.py:1] "
+    events = read(
+        head + "Starting to load model /models/llama...",
+        head + "Loading weights took 1.00 s",
+        "INFO:     Application startup complete.",
+        head + "Starting to load model /models/llama...",
+        head + "Loading weights took 1.00 s",
+    )
+    assert [e.role for e in events if isinstance(e, WeightsLoaded)] == ["target", "target"]
