@@ -297,14 +297,42 @@ def test_a_cut_position_list_says_how_many_positions_it_had() -> None:
 
 
 def test_a_load_after_the_server_came_up_is_a_new_runs_first() -> None:
-    """`Application startup complete` ends a run: the weights of a load begun after it are the
-    target's again, not a draft's."""
+    """The HTTP server starting, or `Application startup complete`, ends a run: the weights of
+    a load begun after it are the target's again, not a draft's."""
     head = "(EngineCore_DP0 pid=559) INFO 11-30 06:01:44 [x.py:1] "
-    events = read(
-        head + "Starting to load model /models/llama...",
-        head + "Loading weights took 1.00 s",
+    for up in (
         "INFO:     Application startup complete.",
-        head + "Starting to load model /models/llama...",
-        head + "Loading weights took 1.00 s",
+        head + "Starting vLLM API server 0 on http://0.0.0.0:8000",
+    ):
+        events = read(
+            head + "Starting to load model /models/llama...",
+            head + "Loading weights took 1.00 s",
+            up,
+            head + "Starting to load model /models/llama...",
+            head + "Loading weights took 1.00 s",
+        )
+        assert [e.role for e in events if isinstance(e, WeightsLoaded)] == ["target", "target"]
+
+
+def test_after_a_stop_is_asked_for_an_error_that_points_above_is_no_fault() -> None:
+    """Either sign of a stop (`[shutdown]`, or a signal received) makes the engine's
+    `See stack trace (above)` error the stop itself."""
+    head = "(EngineCore_DP0 pid=559) ERROR 11-30 06:01:44 [core.py:1] "
+    dead = (
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause."
     )
-    assert [e.role for e in events if isinstance(e, WeightsLoaded)] == ["target", "target"]
+    for stop in ("[shutdown] Shutting down", "Engine core received signal SIGTERM"):
+        events = read(
+            "(APIServer pid=1) INFO 11-30 06:01:43 [x.py:1] " + stop,
+            head + "Traceback (most recent call last):",
+            head + '  File "x.py", line 1, in f',
+            head + dead,
+        )
+        assert [e for e in events if isinstance(e, ServerError)] == [], stop
+    (error,) = read(
+        head + "Traceback (most recent call last):",
+        head + '  File "x.py", line 1, in f',
+        head + dead,
+    )
+    assert isinstance(error, ServerError)
