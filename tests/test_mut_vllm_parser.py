@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmon.backends.logtext import MAX_LINE_CHARS
+from specmon.backends.logtext import CONTINUATION_MAX_LINES, MAX_LINE_CHARS
 from specmon.backends.vllm.parser import MAX_POSITIONS, VLLMLogParser
 from specmon.events import (
     CompileBegin,
@@ -336,3 +336,31 @@ def test_after_a_stop_is_asked_for_an_error_that_points_above_is_no_fault() -> N
         head + dead,
     )
     assert isinstance(error, ServerError)
+
+
+def test_a_shard_bar_after_the_drafter_began_loading_is_the_drafts() -> None:
+    head = "(EngineCore_DP0 pid=559) INFO 11-30 06:01:44 [x.py:1] "
+    events = read(
+        head + "Loading drafter model...",
+        head + "Loading safetensors checkpoint shards: 0% Completed | 0/1 [00:00<?, ?it/s]",
+    )
+    assert [e for e in events if isinstance(e, ShardProgress)] == []
+
+
+def test_an_exceptions_message_may_continue_for_fifty_lines() -> None:
+    """Lines of the same process after an exception's line continue its message (no error of
+    their own) for CONTINUATION_MAX_LINES lines; the line after those is read as any other."""
+    head = "(EngineCore_DP0 pid=559) ERROR 11-30 06:01:44 [core.py:1] "
+
+    def errors(lines_between: int) -> list[str]:
+        events = read(
+            head + "Traceback (most recent call last):",
+            head + '  File "x.py", line 1, in f',
+            head + "RuntimeError: boom",
+            *(head + f"  detail {n}" for n in range(lines_between)),
+            head + "ValueError: another",
+        )
+        return [e.message for e in events if isinstance(e, ServerError)]
+
+    assert errors(CONTINUATION_MAX_LINES - 1) == ["RuntimeError: boom"]
+    assert errors(CONTINUATION_MAX_LINES) == ["RuntimeError: boom", "ValueError: another"]
