@@ -364,3 +364,28 @@ def test_an_exceptions_message_may_continue_for_fifty_lines() -> None:
 
     assert errors(CONTINUATION_MAX_LINES - 1) == ["RuntimeError: boom"]
     assert errors(CONTINUATION_MAX_LINES) == ["RuntimeError: boom", "ValueError: another"]
+
+
+def test_an_exception_groups_first_exception_is_reported_at_its_end() -> None:
+    """Python 3.11's exception group, indented behind `|` to its end (anyio's TaskGroup in
+    the API server): its first exception line is the error (test_crash_logs.py has the
+    backends' common case; this one is in mutmut's selection)."""
+    events = read(
+        "  + Exception Group Traceback (most recent call last):",
+        '  |   File "/x/starlette/middleware/base.py", line 185, in __call__',
+        "  |     with collapse_excgroups():",
+        "  | ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+        "  +-+---------------- 1 ----------------",
+        "    | Traceback (most recent call last):",
+        '    |   File "/x/entrypoints/openai/api_server.py", line 88, in create',
+        "    | ValueError: bad request",
+        "    +------------------------------------",
+    )
+    assert events == [
+        ServerError(
+            ts=None,
+            rank=None,
+            category="other",
+            message="ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
+        )
+    ]
