@@ -477,3 +477,33 @@ async def test_every_gpu_row_shows_while_loading_even_at_80x24(size, compact):
         assert len(app.controller.bus.store.gpus) == 8
         assert gpus.outer_size.height == 8 + 2  # a row per GPU, and the border
         assert app.screen.query_one(LogPane).outer_size.height >= 4  # the log stays visible
+
+
+async def test_a_following_log_stays_at_the_tail_when_the_pane_shrinks():
+    """A layout change with no new line (the terminal shrinks, a panel appears) moves the
+    bottom away from the view: a log that followed the tail must follow it there, not wait
+    for the server's next line (found by CI: 45 of 51 on a loaded machine)."""
+    from specmon.events import LogLine
+
+    app = make_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        view = app.main.query_one(LogPane).log_view
+        for number in range(80):
+            app.controller.bus.publish(LogLine(text=f"line {number}"))
+        for _ in range(100):
+            if view.lines and view.lines[-1].text == "line 79":
+                break
+            await pilot.pause(0.05)
+        view.scroll_end(animate=False)
+        await pilot.pause(0.1)
+        assert view.following and view.scroll_y == view.max_scroll_y
+        await pilot.resize_terminal(100, 26)
+        for _ in range(40):
+            await pilot.pause(0.05)
+        assert view.max_scroll_y > 0
+        assert view.scroll_y == view.max_scroll_y
+        view.scroll_to(y=0, animate=False)
+        await pilot.pause(0.1)
+        await pilot.resize_terminal(100, 34)
+        await pilot.pause(0.3)
+        assert view.scroll_y == 0  # reading back stays put on a resize too

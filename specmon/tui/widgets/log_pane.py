@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
@@ -53,7 +54,8 @@ class FollowingLog(RichLog):
 
     Whether to follow is decided when the view scrolls, not when lines arrive: a layout
     change (the loading panel appearing on a relaunch shrinks the pane) moves the bottom away
-    from the view without the operator doing anything, and must not stop the tail.
+    from the view without the operator doing anything, and must not stop the tail; the view
+    goes back to the tail on such a resize rather than waiting for the server's next line.
     """
 
     following = True
@@ -61,6 +63,14 @@ class FollowingLog(RichLog):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self.following = new_value >= self.max_scroll_y - 1
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self.following:
+            self.call_after_refresh(self._back_to_tail)
+
+    def _back_to_tail(self) -> None:
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
 
 
 class FilterInput(Input):
