@@ -220,12 +220,13 @@ def _prefix_of(head: str, level: str | None, ts: str | None) -> _Prefix:
 
 
 class _PrefixTable(dict[str, _Prefix]):
-    """A stats line's prefix text -> its _Prefix, for the few prefixes a log repeats."""
+    """A stats line's prefix text -> its _Prefix, for the few prefixes a log repeats. Its
+    level is left out (None): a stats or SpecDecoding line is never an error, and the level
+    serves only to tell those."""
 
     def __missing__(self, head: str) -> _Prefix:
         ts = _TS.search(head)
-        header = _HEADER.search(head)
-        prefix = _prefix_of(head, header.group(1) if header else None, ts and ts.group())
+        prefix = _prefix_of(head, None, ts and ts.group())
         if len(self) >= 4096:
             self.clear()
         self[head] = prefix
