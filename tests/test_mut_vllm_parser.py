@@ -551,9 +551,9 @@ def test_the_cpu_backends_blocks_alone_times_the_block_size() -> None:
 
 
 def test_a_request_path_that_reads_like_an_error_in_an_access_line_is_no_error() -> None:
-    """Anyone who can reach the API writes into uvicorn's access line (it logs the decoded
-    path): `/CUDA out of memory` there is no server error, whatever its status."""
-    assert read('INFO:     10.0.0.7:51234 - "GET /CUDA out of memory HTTP/1.1" 404 Not Found') == []
+    """Anyone who can reach the API writes into uvicorn's access line (it logs the request's
+    path): `/OutOfMemoryError` there is no server error, whatever its status."""
+    assert read('INFO:     10.0.0.7:51234 - "GET /OutOfMemoryError HTTP/1.1" 404 Not Found') == []
 
 
 def test_an_error_line_that_quotes_a_name_is_the_workers_error() -> None:
