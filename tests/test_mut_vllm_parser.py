@@ -5,15 +5,22 @@ block size), the engine of a data-parallel decode line, percentages as fractions
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from specmon.backends.logtext import CONTINUATION_MAX_LINES, MAX_LINE_CHARS
+from specmon.backends.tracebacks import CUT_MESSAGE
 from specmon.backends.vllm.parser import MAX_POSITIONS, VLLMLogParser
 from specmon.events import (
     CompileBegin,
+    CompileEnd,
     Decode,
+    GraphBegin,
+    GraphEnd,
     HttpUp,
     KvCache,
+    LoadBegin,
+    LoadEnd,
     Notice,
     Ready,
     ServerError,
@@ -389,3 +396,301 @@ def test_an_exception_groups_first_exception_is_reported_at_its_end() -> None:
             message="ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)",
         )
     ]
+
+
+# --- issue 30, the full run's survivors: start-up phases, the line reader, errors ----------
+
+TS = "11-30 06:01:44"
+ERR = "(EngineCore_DP0 pid=559) (Worker_TP2 pid=566) ERROR 11-30 06:01:44 [x.py:1] "
+
+
+def test_a_shard_bar_in_items_per_second_and_its_clock_times() -> None:
+    """tqdm shows shards per second while a shard takes under a second (`1.00it/s` at one
+    exactly): the seconds per shard are its inverse, to six places; the bar's two clock
+    fields are the elapsed and remaining time, in that order."""
+    head = WORKER + "[weight_utils.py:1] Loading safetensors checkpoint shards: "
+    events = read(
+        head + " 33% Completed | 1/3 [00:04<00:02,  3.00it/s]",
+        head + " 67% Completed | 2/3 [00:05<00:01,  1.00it/s]",
+    )
+    where = dict(ts=TS, rank=2, total=3)
+    assert events == [
+        ShardProgress(**where, done=1, elapsed_s=4.0, remaining_s=2.0, seconds_per_shard=0.333333),
+        ShardProgress(**where, done=2, elapsed_s=5.0, remaining_s=1.0, seconds_per_shard=1.0),
+    ]
+
+
+def test_a_shard_bar_without_a_rate_has_no_seconds_per_shard_and_never_raises() -> None:
+    """The first draw (`?it/s`) has no rate yet; a zero rate (a bar from another tool, or
+    edited) must not divide by zero: input never makes the parser raise."""
+    head = WORKER + "[weight_utils.py:1] Loading safetensors checkpoint shards: "
+    events = read(
+        head + "  0% Completed | 0/2 [00:00<?, ?it/s]",
+        head + " 50% Completed | 1/2 [00:03<00:03,  0.00it/s]",
+    )
+    where = dict(ts=TS, rank=2, total=2, seconds_per_shard=None)
+    assert events == [
+        ShardProgress(**where, done=0, elapsed_s=0.0, remaining_s=None),
+        ShardProgress(**where, done=1, elapsed_s=3.0, remaining_s=3.0),
+    ]
+
+
+def test_a_log_that_ends_inside_a_shard_bars_redraw_gives_no_bar_and_never_raises() -> None:
+    """A log read while it is written may end mid-redraw: the shards line without its counts
+    is no bar (and no error); the lines before it keep their events."""
+    parser = VLLMLogParser()
+    events = parser.feed(
+        WORKER + "[gpu_model_runner.py:1] Starting to load model /models/llama...\n"
+        "Loading safetensors checkpoint shards:  50% Completed | 1/"
+    )
+    assert events + parser.flush() == [LoadBegin(ts=TS, rank=2)]
+
+
+def test_each_start_up_line_gives_its_event_with_its_lines_time_and_rank() -> None:
+    """Every start-up event kind carries the time and TP rank of the line that gave it."""
+    cases = [
+        ("[gpu_model_runner.py:1] Starting to load model /models/llama...", LoadBegin()),
+        (
+            "[default_loader.py:1] Loading weights took 1.50 seconds",
+            WeightsLoaded(role="target", seconds=1.5),
+        ),
+        ("[model_runner.py:1] Loading model weights took 14.99 GB", LoadEnd(mem_usage_gb=14.99)),
+        (
+            "[decorators.py:743] [backbone] saved AOT compiled function to "
+            "/root/.cache/vllm/torch_compile_cache/torch_aot_compile/0962e4/rank_0_0/model",
+            CompileEnd(part="backbone", seconds=None),
+        ),
+        (
+            "[cudagraph_utils.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): "
+            "100%|██████████| 67/67 [00:03<00:00, 20.10it/s]",
+            GraphBegin(),
+        ),
+        ("[launcher.py:1] Application startup complete.", Ready()),
+    ]
+    for line, bare in cases:
+        assert read(WORKER + line) == [replace(bare, ts=TS, rank=2)], line
+
+
+def test_the_cpu_builds_load_ends_at_the_warm_up_on_the_workers_rank_and_ends_the_run() -> None:
+    """The CPU build prints no `Model loading took`: the warm-up ends the load (its time and
+    rank) and the run, so a load begun after it (a restart) reads the target's weights
+    again, not a draft's."""
+    load = [
+        WORKER + "[cpu_model_runner.py:68] Starting to load model m...",
+        WORKER + "[default_loader.py:501] Loading weights took 0.04 seconds",
+        WORKER + "[cpu_model_runner.py:87] Warming up model for the compilation...",
+    ]
+    where = dict(ts=TS, rank=2)
+    weights = WeightsLoaded(**where, role="target", seconds=0.04)
+    assert read(*load, *load[:2]) == [
+        LoadBegin(**where),
+        weights,
+        LoadEnd(**where),
+        CompileBegin(**where, part=None),
+        LoadBegin(**where),
+        weights,
+    ]
+
+
+def test_a_load_begun_after_a_load_ended_is_a_new_runs_and_its_errors_are_reported() -> None:
+    """A server that crashed after its load (before it came up) and was restarted into the
+    same log: the new load's weights are the target's again and the same crash is reported
+    again, for V1's `Model loading took` and V0's `Loading model weights took` alike."""
+    head = WORKER + "[x.py:1] "
+    crash = [
+        ERR + "Traceback (most recent call last):",
+        ERR + '  File "/v/worker/gpu_worker.py", line 1, in determine_available_memory',
+        ERR + "ValueError: No available memory for the cache blocks. Try increasing "
+        "`gpu_memory_utilization` when initializing the engine.",
+    ]
+    oom = ServerError(ts=TS, rank=2, category="oom", message=crash[-1].removeprefix(ERR))
+    weights = head + "Loading weights took 1.50 seconds"
+    target = WeightsLoaded(ts=TS, rank=2, role="target", seconds=1.5)
+    for loaded, load_end in (
+        (
+            [weights, head + "Model loading took 15.20 GiB memory and 5.100000 seconds"],
+            [target, LoadEnd(ts=TS, rank=2, mem_usage_gb=15.2, elapsed_s=5.1)],
+        ),
+        (
+            [head + "Loading model weights took 14.99 GB"],
+            [LoadEnd(ts=TS, rank=2, mem_usage_gb=14.99)],
+        ),
+    ):
+        run = [head + "Starting to load model /models/llama...", *loaded, *crash]
+        first = [LoadBegin(ts=TS, rank=2), *load_end, oom]
+        assert read(*run, *run) == first + first, loaded[-1]
+
+
+def test_a_second_graph_capture_after_the_first_finished_begins_again() -> None:
+    """Two engines (data parallel) capturing one after the other: each capture is a begin and
+    an end; the bar's redraws within one capture give no second begin."""
+    bar = "Capturing CUDA graphs (decode, FULL): {}%|█| {}/35 [00:01<00:01, 20.00it/s]"
+    done = "[gpu_model_runner.py:1] Graph capturing finished in 5 secs, took 0.50 GiB"
+    dp1 = WORKER.replace("EngineCore_DP0 pid=559", "EngineCore_DP1 pid=560")
+    events = read(
+        bar.format(50, 17),
+        bar.format(100, 35),
+        WORKER + done,
+        bar.format(50, 17),
+        dp1 + done,
+    )
+    assert events == [
+        GraphBegin(ts=None, rank=None),
+        GraphEnd(ts=TS, rank=2, seconds=5.0, mem_usage_gb=0.5),
+        GraphBegin(ts=None, rank=None),
+        GraphEnd(ts=TS, rank=2, seconds=5.0, mem_usage_gb=0.5),
+    ]
+
+
+def test_the_cpu_backends_blocks_alone_times_the_block_size() -> None:
+    """V0's CPU backend prints `# CPU blocks: 512` alone: its KV cache is those blocks of the
+    stated block size."""
+    head = "INFO 09-05 10:00:44 [executor_base.py:1] "
+    (kv,) = read(head + "block_size=16", head + "# CPU blocks: 512")
+    assert kv == KvCache(ts="09-05 10:00:44", rank=None, tokens=512 * 16, size_gb=None)
+
+
+def test_a_request_path_that_reads_like_an_error_in_an_access_line_is_no_error() -> None:
+    """Anyone who can reach the API writes into uvicorn's access line (it logs the request's
+    path): `/OutOfMemoryError` there is no server error, whatever its status."""
+    assert read('INFO:     10.0.0.7:51234 - "GET /OutOfMemoryError HTTP/1.1" 404 Not Found') == []
+
+
+def test_an_error_line_that_quotes_a_name_is_the_workers_error() -> None:
+    """An error line outside a traceback is reported with its time and rank, quotes and
+    all (only an access line, with `HTTP/` and a closing quote, is left out)."""
+    message = 'RuntimeError: Failed to load "libcuda.so.1" from the driver'
+    assert read(ERR + message) == [ServerError(ts=TS, rank=2, category="other", message=message)]
+
+
+def test_workers_cut_at_the_same_frame_are_one_error() -> None:
+    """Eight workers killed at the same frame (here two, the input ends) leave the same cut
+    traceback: it is reported once, with the first worker's rank."""
+    lines = []
+    for rank in (0, 1):
+        head = ERR.replace("Worker_TP2 pid=566", f"Worker_TP{rank} pid=56{rank}")
+        lines += [
+            head + "Traceback (most recent call last):",
+            head + '  File "/v/worker/gpu_model_runner.py", line 1, in execute_model',
+        ]
+    last = 'File "/v/worker/gpu_model_runner.py", line 1, in execute_model'
+    assert read(*lines) == [
+        ServerError(ts=TS, rank=0, category="unknown", message=f"{CUT_MESSAGE}; last frame: {last}")
+    ]
+
+
+def test_a_workers_exception_group_through_nccl_code_is_an_nccl_error_of_its_rank() -> None:
+    """An exception group's first exception is the error, with the group's time and rank, and
+    NCCL frames inside it name nccl as they do in a plain traceback."""
+    group = "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)"
+    events = read(
+        ERR + "  + Exception Group Traceback (most recent call last):",
+        ERR + '  |   File "/v/distributed/device_communicators/pynccl.py", line 1, in all_reduce',
+        ERR + "  |     with collapse_excgroups():",
+        ERR + "  | " + group,
+        ERR + "  +-+---------------- 1 ----------------",
+        ERR + "    | Traceback (most recent call last):",
+        ERR + '    |   File "/v/worker/gpu_worker.py", line 88, in execute',
+        ERR + "    | RuntimeError: boom",
+        ERR + "    +------------------------------------",
+    )
+    assert events == [ServerError(ts=TS, rank=2, category="nccl", message=group)]
+
+
+def test_a_line_that_cuts_its_workers_traceback_keeps_its_own_events_in_order() -> None:
+    """A worker's warm-up line that cuts its open traceback while the load is open: the cut
+    first, then the load's end, then the compile's begin."""
+    events = read(
+        WORKER + "[cpu_model_runner.py:68] Starting to load model m...",
+        ERR + "Traceback (most recent call last):",
+        ERR + '  File "/v/worker/cpu_model_runner.py", line 1, in load_model',
+        WORKER + "[cpu_model_runner.py:87] Warming up model for the compilation...",
+    )
+    last = 'File "/v/worker/cpu_model_runner.py", line 1, in load_model'
+    assert events == [
+        LoadBegin(ts=TS, rank=2),
+        ServerError(
+            ts=TS, rank=2, category="unknown", message=f"{CUT_MESSAGE}; last frame: {last}"
+        ),
+        LoadEnd(ts=TS, rank=2),
+        CompileBegin(ts=TS, rank=2, part=None),
+    ]
+
+
+def test_a_traceback_after_a_chained_one_is_reported() -> None:
+    """A chained traceback's later link is no new error, but the next traceback of the same
+    process (another request failing later) is."""
+    head = "(APIServer pid=1) ERROR 11-30 06:01:44 [serving_chat.py:1] "
+    frame = head + '  File "/v/entrypoints/openai/serving_chat.py", line 1, in create'
+    events = read(
+        head + "Traceback (most recent call last):",
+        frame,
+        head + "KeyError: 'prompt'",
+        head + "The above exception was the direct cause of the following exception:",
+        head + "Traceback (most recent call last):",
+        frame,
+        head + "ValueError: bad request",
+        head + "Traceback (most recent call last):",
+        frame,
+        head + "RuntimeError: another request failed",
+    )
+    assert [e.message for e in events if isinstance(e, ServerError)] == [
+        "KeyError: 'prompt'",
+        "RuntimeError: another request failed",
+    ]
+
+
+def test_an_ignored_exceptions_traceback_is_looked_for_within_three_lines() -> None:
+    """Python's `Exception ignored in` is followed by its traceback; other lines of the same
+    stream (a bar's redraws) may come between, up to the third line; a traceback after
+    those is a failure of its own. One cut by the input's end is no error either."""
+    ignored = "Exception ignored in: <function CPUDNNLGEMMHandler.__del__ at 0x7fcbe3b12340>"
+    bar = "Capturing CUDA graphs (decode, FULL): {}%|█| {}/35 [00:01<00:01, 20.00it/s]"
+    recursion = "RecursionError: maximum recursion depth exceeded while calling a Python object"
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "/opt/venv/lib/python3.11/site-packages/vllm/_custom_ops.py", line 3728, in __del__',
+        recursion,
+    ]
+    begin = GraphBegin(ts=None, rank=None)
+    two_between = [bar.format(10, 3), bar.format(20, 7)]
+    assert read(ignored, *two_between, *traceback) == [begin]
+    three_between = [*two_between, bar.format(30, 10)]
+    assert read(ignored, *three_between, *traceback) == [
+        begin,
+        ServerError(ts=None, rank=None, category="other", message=recursion),
+    ]
+    assert read(ignored, *traceback[:2]) == []
+
+
+def test_every_unreadable_stats_line_counts() -> None:
+    """``unparsed_decode_like`` counts each stats line that did not read (a cut one here)."""
+    parser = VLLMLogParser()
+    cut = WORKER + "[loggers.py:335] Engine 000: Avg prompt throughput: 800.0 tokens/s, Avg"
+    assert parser.feed(f"{cut}\n{cut}\n") == []
+    assert parser.unparsed_decode_like == 2
+
+
+def test_a_spec_decoding_line_takes_its_own_processs_engine_else_the_last_one() -> None:
+    """Two engines' processes log stats and SpecDecoding lines in turn: each SpecDecoding line
+    takes the engine of its own process's last stats line; one from a process that logs no
+    stats (the API server) takes the last stats line's engine, whoever wrote it. Both
+    shapes of the line read alike."""
+    dp0 = "(EngineCore_DP0 pid=2) INFO 11-30 06:01:44 [loggers.py:1] "
+    dp1 = "(EngineCore_DP1 pid=3) INFO 11-30 06:01:44 [loggers.py:1] "
+    api = "(APIServer pid=1) INFO 11-30 06:01:44 [metrics.py:1] "
+    for spec in (SPEC, CURRENT_SPEC):
+        events = read(
+            dp0 + "Engine 000: " + STATS,
+            dp1 + "Engine 001: " + STATS,
+            dp0 + spec,
+            dp1 + spec,
+            api + spec,
+        )
+        assert [(type(e), e.engine) for e in events] == [  # type: ignore[attr-defined]
+            (Decode, 0),
+            (Decode, 1),
+            (SpecDecode, 0),
+            (SpecDecode, 1),
+            (SpecDecode, 1),
+        ], spec
