@@ -694,3 +694,21 @@ def test_a_spec_decoding_line_takes_its_own_processs_engine_else_the_last_one() 
             (SpecDecode, 1),
             (SpecDecode, 1),
         ], spec
+
+
+def test_percentages_are_computed_from_their_text_when_not_yet_known() -> None:
+    """The percentage cache is the module's, so an earlier test has filled it with every
+    text these lines hold: it is emptied here, so that the computation itself is read (a
+    mutation test's worker is forked after the other tests ran, with the cache full)."""
+    from specmon.backends.vllm import parser as vllm_parser
+
+    vllm_parser._FRACTIONS.clear()
+    stats = STATS.replace("10.5%", "12.3%")
+    spec = SPEC.replace("58.4%", "45.6%")
+    decode, spec_decode = read("INFO 11-30 06:01:44 [loggers.py:335] " + stats, spec)
+    assert isinstance(decode, Decode) and isinstance(spec_decode, SpecDecode)
+    assert decode.token_usage == 0.123
+    assert spec_decode.draft_acceptance_rate == 0.456
+    for tenth in range(5000):  # more texts than it keeps: it starts again, the values right
+        assert vllm_parser._FRACTIONS[f"{tenth / 10:.1f}"] == round(tenth / 1000, 6)
+    assert len(vllm_parser._FRACTIONS) <= 4096
