@@ -587,8 +587,8 @@ class SGLangLogParser(LogParser):
 
     def flush(self) -> list[Event]:
         tail = self._decoder.decode(b"", final=True)
-        if tail:
-            self._hold(tail.replace("\r", "\n"))
+        if tail:  # only replacement characters for bytes cut inside one: never a `\r`
+            self._hold(tail)
         rest, self._pending = self._pending, ""
         self._discarding_overlong = False
         events: list[Event] = []
