@@ -5,7 +5,7 @@ module.
 
     .venv/bin/python scripts/mutation.py                 # the sample: 40 a module, seed 30
     .venv/bin/python scripts/mutation.py --per-module 0  # every mutant (an hour or more)
-    .venv/bin/python scripts/mutation.py --per-module 0 --resume  # only those not run yet
+    .venv/bin/python scripts/mutation.py --per-module 0 --resume  # only those not killed yet
     .venv/bin/python scripts/mutation.py --report        # the last results again, no run
     .venv/bin/python scripts/mutation.py --survivors     # the surviving mutants' names
 
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="run only the chosen mutants without a result (a stopped run goes on)",
+        help="run only the chosen mutants not killed yet: a stopped run goes on, and new "
+        "tests are tried on the survivors (a test added kills more, never fewer)",
     )
     parser.add_argument("--report", action="store_true", help="print the last results only")
     parser.add_argument("--survivors", action="store_true", help="list surviving mutants")
@@ -168,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             # mutmut drops the result of a function whose code changed, so a kept one is
             # still the result of today's code.
-            decided = {n for m in modules for n, code in exit_codes(m).items() if code is not None}
-            sample = [n for n in sample if n not in decided]
-            print(f"{len(sample)} mutants without a result", flush=True)
+            killed = {n for m in modules for n, code in exit_codes(m).items() if code in KILLED}
+            sample = [n for n in sample if n not in killed]
+            print(f"{len(sample)} mutants not killed yet", flush=True)
             if not sample:
                 names = {m: chosen(m, args.per_module, args.seed) for m in modules}
                 return 0 if report(names) else 1
