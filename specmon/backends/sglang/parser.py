@@ -1060,7 +1060,11 @@ def _build_template(
     for key, places in zip(keys, decimals, strict=True):
         role = _DECODE_ROLES.get(key) or ("graph" if key.endswith(" graph") else None)
         position = _CANONICAL_ROLES.index(role) if role is not None else -1
-        if position < next_role:  # not a column, or a repeat (`#swa token` after `#token`)
+        if position < next_role:  # not a column (`#swa token`), or a second cuda graph
+            if role is not None and role != "graph":
+                # A column out of order or repeated (`token usage` before `#running-req`):
+                # one regex cannot capture it where the line-by-line reader reads it.
+                return None
             fields.append(re.escape(key) + r": [^,\n]*")
             continue
         empty_columns = "()" * (position - next_role)
