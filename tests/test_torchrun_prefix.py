@@ -10,11 +10,13 @@ import dataclasses
 import pytest
 
 from specmon.backends import LogParser
+from specmon.backends.neutral import NeutralLogParser
 from specmon.backends.sglang.parser import SGLangLogParser
 from specmon.backends.vllm.parser import VLLMLogParser
 from specmon.events import Event, ServerError, ShardProgress
 
 PARSERS = [SGLangLogParser, VLLMLogParser]
+CRASH_READERS = [*PARSERS, NeutralLogParser]  # the neutral reader: a paste of tracebacks alone
 
 OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
@@ -49,7 +51,7 @@ def without_rank(events: list[Event]) -> list[Event]:
     return [dataclasses.replace(event, rank=None) for event in events]
 
 
-@pytest.mark.parametrize("parser_class", PARSERS)
+@pytest.mark.parametrize("parser_class", CRASH_READERS)
 def test_wrapped_oom_traceback_is_one_oom_error_of_its_rank(
     parser_class: type[LogParser],
 ) -> None:
@@ -85,7 +87,7 @@ def test_c10d_watchdog_line_behind_the_wrapper(parser_class: type[LogParser]) ->
     assert without_rank(events) == without_rank(parse(parser_class, NCCL_LINE + OOM_TRACEBACK))
 
 
-@pytest.mark.parametrize("parser_class", PARSERS)
+@pytest.mark.parametrize("parser_class", CRASH_READERS)
 def test_interleaved_ranks_each_give_their_own_error(parser_class: type[LogParser]) -> None:
     rank0 = wrapped(OOM_TRACEBACK, 0).splitlines(keepends=True)
     other = OOM_TRACEBACK.replace(OOM, "RuntimeError: NCCL error: unhandled system error")
