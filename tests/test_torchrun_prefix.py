@@ -132,3 +132,13 @@ def test_wrapped_shard_redraws_read_as_they_arrive_in_sglang() -> None:
         (1, 32),
         (1, 33),
     ]
+
+
+def test_unwrapped_c10d_line_takes_its_rank_from_the_process_group_tag_in_sglang() -> None:
+    """Unwrapped, c10d's `[PG ... Rank 5]` names the rank (as it did before the wrapper was
+    read apart from the glog header); the tag stays in the message, as behind the wrapper."""
+    message = f"[PG ID 0 PG GUID 0(default_pg) Rank 5] {NCCL_TEXT}"
+    events = parse(SGLangLogParser, f"[E1210 09:14:15.123456 ProcessGroupNCCL.cpp:616] {message}\n")
+    assert [(event.rank, event.category, event.message) for event in events] == [
+        (5, "nccl", message)
+    ]

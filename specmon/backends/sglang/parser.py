@@ -80,6 +80,8 @@ _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6}|)"
 _SGLANG_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?")
 _PREFIX_SEARCH_CHARS = 200
 _GLOG_PREFIX = re.compile(r"\[[IWEF]\d{4} \d\d:\d\d:\d\d[^\]\n]*\] ?", re.ASCII)
+# c10d's process-group tag that starts such a message: `[PG ID 0 PG GUID 0(default_pg) Rank 5]`.
+_PG_RANK = re.compile(r"\[PG [^\]\n]*?\bRank (\d{1,9})\]", re.ASCII)
 # Any timestamp an operator's format or a wrapper writes: ISO date (or none) and a time.
 _ANY_TS_TEXT = r"(?:\d{4}[-/]\d\d[-/]\d\d[ T]|)\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)(?:Z|[+-]\d\d:?\d\d|)"
 _ANY_TS = re.compile(_ANY_TS_TEXT, re.ASCII)
@@ -253,7 +255,10 @@ def _split_prefix(line: str, outer: str = "") -> tuple[str | None, int | None, s
     if line.startswith(("[E", "[W", "[I", "[F")):
         match = _GLOG_PREFIX.match(line)
         if match is not None:
-            return _ts_in(outer + match.group()), None, line[match.end() :], True
+            message = line[match.end() :]
+            tag = _PG_RANK.match(message) if message.startswith("[PG ") else None
+            rank = int(tag.group(1)) if tag is not None else None
+            return _ts_in(outer + match.group()), rank, message, True
     match = _GENERIC_PREFIX.match(line)
     if match is not None:
         end = match.end()
