@@ -83,3 +83,20 @@ def clock_seconds(text: str | None) -> float | None:
             return None
         seconds = seconds * 60 + int(part)
     return float(seconds)
+
+
+LAUNCHER_PREFIX = re.compile(r"\[rank(\d{1,9})\]: ?", re.ASCII)
+"""torchrun's (torch.distributed's) `[rankN]:` before every line a rank writes, and the one
+space it may put after it: a wrapper around the line, not the line's own prefix."""
+
+
+def launcher_rank(line: str) -> tuple[int | None, str]:
+    """(N, the line inside) for a line torchrun wrapped in `[rankN]:`; (None, line) for any
+    other. The line inside reads as it would unwrapped (its indentation kept), so a rank's
+    traceback is read as one; N is the rank where the line's own prefix names none."""
+    if not line.startswith("[rank"):
+        return None, line
+    match = LAUNCHER_PREFIX.match(line)
+    if match is None:
+        return None, line
+    return int(match.group(1)), line[match.end() :]

@@ -44,9 +44,10 @@ _NCCL = re.compile(TORCH_NCCL + r"|NCCL Error \d|NCCL WARN")
 _ERROR_HINT = re.compile(r"rror|xception|Interrupt|out of memory|NCCL|nccl|atchdog|Traceback")
 # What stands before a message: `docker logs -t`'s time, docker compose's `name  | `, Ray's
 # and vLLM's `(Name pid=N, ip=...)` tags (any number), c10d's `[rank3]:[E1210 09:14:15.1 ...]`.
+# torchrun's `[rankN]:` takes its one space with it, so a rank's traceback reads as unwrapped.
 _PREFIX = re.compile(
     r"(?:\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)? +)?(?:[\w.-]+ +\| )?"
-    r"((?:\([^()\n]*\) +)*)(?:\[rank(\d{1,6})\]:(\[[^\]\n]*\] ?)?)?"
+    r"((?:\([^()\n]*\) +)*)(?:\[rank(\d{1,6})\]:(?:(\[[^\]\n]*\] ?)| ?))?"
 )
 _TIME = re.compile(r"\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)")
 _TAG_RANK = re.compile(r"(?<![A-Za-z])(?:rank[= ]|TP)(\d{1,6})\b")
@@ -106,7 +107,11 @@ class NeutralLogParser(LogParser):
         if not (_ERROR_HINT.search(line) or 'File "' in line or self._tracebacks):
             return
         prefix = _PREFIX.match(line)
-        source = prefix.group(1).rstrip() if prefix is not None else ""  # the process tags
+        source = ""  # the process tags and torchrun's rank: each one's traceback apart
+        if prefix is not None:
+            source = prefix.group(1).rstrip()
+            if prefix.group(2) is not None:
+                source += f"[rank{prefix.group(2)}]"
         message = line[prefix.end() :] if prefix is not None else line
         traceback = self._tracebacks.get(source)
         if traceback is not None:

@@ -32,6 +32,7 @@ from specmon.backends.logtext import (
     TRACEBACK_HEAD,
     clean_line,
     clock_seconds,
+    launcher_rank,
     parse_float,
     parse_int,
 )
@@ -73,10 +74,14 @@ from specmon.events import (
 # `(?:x|)` rather than `(?:x)?`: the same match, but sre runs a group's `?` as a costly REPEAT.
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,6}|)"
 # SGLang's `[%(asctime)s{.ms}{ DP0 PP0 TP3 EP3}] ` and uvicorn's `[%(asctime)s] INFO:     `.
-# Also PyTorch c10d's `[rank3]:[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `.
+# torchrun's `[rankN]:` before a line is a wrapper (logtext.launcher_rank), taken off first;
+# PyTorch c10d's glog header after it (`[E1210 09:14:15.123 ProcessGroupNCCL.cpp:616] `) is
+# the line's prefix, and what follows (`[PG ID 0 ... Rank 5] Watchdog ...`) its message.
 _SGLANG_PREFIX = re.compile(rf"\[({_TS})([ A-Z_\d]*)\] (?:INFO: +)?")
 _PREFIX_SEARCH_CHARS = 200
-_C10D_PREFIX = re.compile(r"\[rank(\d+)\]:(?:\[[^\]\n]*\] ?)?")
+_GLOG_PREFIX = re.compile(r"\[[IWEF]\d{4} \d\d:\d\d:\d\d[^\]\n]*\] ?", re.ASCII)
+# c10d's process-group tag that starts such a message: `[PG ID 0 PG GUID 0(default_pg) Rank 5]`.
+_PG_RANK = re.compile(r"\[PG [^\]\n]*?\bRank (\d{1,9})\]", re.ASCII)
 # Any timestamp an operator's format or a wrapper writes: ISO date (or none) and a time.
 _ANY_TS_TEXT = r"(?:\d{4}[-/]\d\d[-/]\d\d[ T]|)\d\d:\d\d:\d\d(?:[.,]\d{1,9}|)(?:Z|[+-]\d\d:?\d\d|)"
 _ANY_TS = re.compile(_ANY_TS_TEXT, re.ASCII)
@@ -247,10 +252,13 @@ def _split_prefix(line: str, outer: str = "") -> tuple[str | None, int | None, s
         match = _SGLANG_PREFIX.match(line)
         if match is not None:
             return match.group(1), _RANKS[match.group(2)], line[match.end() :], True
-    if line.startswith("[rank"):
-        match = _C10D_PREFIX.match(line)
+    if line.startswith(("[E", "[W", "[I", "[F")):
+        match = _GLOG_PREFIX.match(line)
         if match is not None:
-            return _ts_in(outer + match.group()), int(match.group(1)), line[match.end() :], True
+            message = line[match.end() :]
+            tag = _PG_RANK.match(message) if message.startswith("[PG ") else None
+            rank = int(tag.group(1)) if tag is not None else None
+            return _ts_in(outer + match.group()), rank, message, True
     match = _GENERIC_PREFIX.match(line)
     if match is not None:
         end = match.end()
@@ -354,7 +362,7 @@ def error_category(text: str) -> ErrorCategory | None:
     return None
 
 
-def _shard_progress(text: str) -> ShardProgress | None:
+def _shard_progress(text: str, rank: int | None = None) -> ShardProgress | None:
     match = _SHARDS.match(text)
     if match is None:
         return None
@@ -368,6 +376,7 @@ def _shard_progress(text: str) -> ShardProgress | None:
             elif value > 0:
                 seconds_per_shard = 1.0 / value
     return ShardProgress(
+        rank=rank,
         done=int(match.group(2)),
         total=int(match.group(3)),
         elapsed_s=clock_seconds(match.group(4)),
@@ -393,7 +402,7 @@ def _message_event(ts: str | None, rank: int | None, message: str, prefixed: boo
         if kv_cache is not None:
             return kv_cache
     elif not prefixed and "hards" in message:
-        progress = _shard_progress(message)
+        progress = _shard_progress(message, rank)
         if progress is not None:
             return progress
     # Past the start when the start was tried: the search never tries the same text again.
@@ -518,8 +527,27 @@ def parse_line(line: str) -> Event | None:
     as the root cause of the traceback it ends.
     """
     outer, line = _unwrap(clean_line(line.rstrip("\r\n")))
+    launcher, line = launcher_rank(line)
     ts, rank, message, prefixed = _split_prefix(line, outer)
-    return _message_event(ts, rank, message, prefixed)
+    return _message_event(ts, launcher if rank is None else rank, message, prefixed)
+
+
+_LaneState = tuple[
+    OpenTraceback | None,
+    tuple[str | None, int | None],
+    bool,
+    tuple[str | None, int | None] | None,
+    int,
+]
+"""A rank's traceback state: its traceback, chain owner, chained, announced, continuations."""
+_IDLE_LANE: _LaneState = (None, (None, None), False, None, 0)
+_MAX_LANES = 1024
+
+
+def _lane_state(state: _LaneState) -> tuple[object, ...]:
+    """A put-aside lane's state, hashable (its open traceback as its fields)."""
+    traceback = state[0]
+    return (None if traceback is None else traceback.state(), *state[1:])
 
 
 class SGLangLogParser(LogParser):
@@ -542,6 +570,11 @@ class SGLangLogParser(LogParser):
         # A record that announces a traceback on its next lines (`Exception in run_tp_server:`)
         self._announced: tuple[str | None, int | None] | None = None
         self._continuation_lines = 0
+        # torchrun's ranks each write their own lines (`[rankN]:`), interleaved: the state
+        # above is the current rank's (its lane); the other ranks' wait here until their
+        # next line. None: lines without the wrapper.
+        self._lane: int | None = None
+        self._lanes: dict[int | None, _LaneState] = {}
         self._templates: list[DecodeTemplate] = [_DEFAULT_TEMPLATE] if _DEFAULT_TEMPLATE else []
         self._decode_sink: Callable[[list[tuple[str, ...]]], None] | None = None
         """Where bulk-read decode lines go as rows of texts instead of events (a summary): a
@@ -550,6 +583,26 @@ class SGLangLogParser(LogParser):
         """Complete lines read so far (each `\\r` redraw counts as one)."""
         self.unparsed_decode_like = 0
         """Lines with `Decode batch` (outside tracebacks) that gave no decode event."""
+
+    def _switch_lane(self, lane: int | None) -> None:
+        """Put the current rank's traceback state aside and take up ``lane``'s."""
+        state = (
+            self._traceback,
+            self._chain_owner,
+            self._chained,
+            self._announced,
+            self._continuation_lines,
+        )
+        if state != _IDLE_LANE and len(self._lanes) < _MAX_LANES:
+            self._lanes[self._lane] = state
+        (
+            self._traceback,
+            self._chain_owner,
+            self._chained,
+            self._announced,
+            self._continuation_lines,
+        ) = self._lanes.pop(lane, _IDLE_LANE)
+        self._lane = lane
 
     # -- LogParser interface ----------------------------------------------------------------
 
@@ -595,6 +648,9 @@ class SGLangLogParser(LogParser):
         if rest:
             self.lines_seen += self._scan(rest + "\n", events)
         self._end_traceback(events)
+        for lane in sorted(self._lanes, key=lambda rank: -1 if rank is None else rank):
+            self._switch_lane(lane)
+            self._end_traceback(events)
         return events
 
     def _end_traceback(self, events: list[Event]) -> None:
@@ -651,6 +707,13 @@ class SGLangLogParser(LogParser):
         chain_open = self._chained or self._continuation_lines > 0
         return (
             self._last_shard,
+            self._lane,
+            tuple(
+                sorted(
+                    (-1 if lane is None else lane, _lane_state(state))
+                    for lane, state in self._lanes.items()
+                )
+            ),
             None if traceback is None else traceback.state(),
             self._chain_owner if chain_open else None,
             self._chained,
@@ -674,7 +737,8 @@ class SGLangLogParser(LogParser):
         pending = self._pending
         if not pending or "hards" not in pending or not pending.rstrip().endswith("]"):
             return []
-        event = _shard_progress(clean_line(pending))
+        launcher, line = launcher_rank(clean_line(pending))
+        event = _shard_progress(line, launcher)
         if event is None:
             return []
         key = (event.done, event.total)
@@ -727,9 +791,7 @@ class SGLangLogParser(LogParser):
         take = sink if sink is not None else events.extend
         if others == 0:
             take(decodes)
-            self._continuation_lines = 0  # decode lines are prefixed: whatever came before ended
-            self._chained = False
-            self._announced = None
+            self._decoded()
             return count
         find_other = timestamps.index
         position = 0
@@ -740,9 +802,7 @@ class SGLangLogParser(LogParser):
                 first = count
             if first > position:
                 take(decodes[position:first])
-                self._continuation_lines = 0
-                self._chained = False
-                self._announced = None
+                self._decoded()
             if first == count:
                 break
             last = first + 1
@@ -759,6 +819,15 @@ class SGLangLogParser(LogParser):
                     continue
             self._other_lines(lines, events)
         return count
+
+    def _decoded(self) -> None:
+        """Decode lines were read in bulk: lines with a prefix (and no torchrun wrapper, which
+        no template takes), so whatever their lane had open before them ended."""
+        if self._lane is not None:
+            self._switch_lane(None)
+        self._continuation_lines = 0
+        self._chained = False
+        self._announced = None
 
     def _template_for(self, text: str, start: int, end: int) -> DecodeTemplate:
         """The template for the last decode line of ``text[start:end]`` (learned if new), else
@@ -778,8 +847,8 @@ class SGLangLogParser(LogParser):
     def _learn_template(self, line: str) -> DecodeTemplate | None:
         """Remember the template of a decode line's shape (second in line), if it has one."""
         head = _BATCH_HEAD.search(line)
-        if head is None or head.group(1) != "Decode":
-            return None
+        if head is None or head.group(1) != "Decode" or launcher_rank(line)[0] is not None:
+            return None  # a torchrun rank's line: read line by line, in its rank's lane
         template = decode_template(head.group(), line[head.end() :], line[: head.start()])
         if template is not None and template not in self._templates:
             self._templates.insert(min(1, len(self._templates)), template)
@@ -797,18 +866,18 @@ class SGLangLogParser(LogParser):
     def _decode_line(self, raw: str, events: list[Event]) -> None:
         """A decode line the bulk scan did not take: known shapes first, else learn its shape."""
         line = clean_line(raw)
-        framed = f"\n{line}\n"
-        for template in self._templates:
-            match = template.pattern.match(framed)
-            if match is not None:
-                break
-        else:
-            learned = self._learn_template(line)
-            match = None if learned is None else learned.pattern.match(framed)
+        match = None
+        if not line.startswith("[rank"):  # torchrun's wrapper: no template, the rank's lane
+            framed = f"\n{line}\n"
+            for template in self._templates:
+                match = template.pattern.match(framed)
+                if match is not None:
+                    break
+            else:
+                learned = self._learn_template(line)
+                match = None if learned is None else learned.pattern.match(framed)
         if match is not None:
-            self._continuation_lines = 0  # a prefixed line, as in _line
-            self._chained = False
-            self._announced = None
+            self._decoded()  # a prefixed line, as in _line
             # Its texts, as the bulk scan keeps them: the line is written the same whether it
             # came in bulk or alone, whichever shapes were learned before it.
             events.append(Decode.from_texts([tuple(text or "" for text in match.groups())])[0])
@@ -823,7 +892,12 @@ class SGLangLogParser(LogParser):
 
     def _line(self, raw: str, events: list[Event]) -> None:
         outer, line = _unwrap(clean_line(raw))
+        launcher, line = launcher_rank(line)
+        if launcher != self._lane:
+            self._switch_lane(launcher)
         ts, rank, message, prefixed = _split_prefix(line, outer)
+        if rank is None:
+            rank = launcher
         announced, self._announced = self._announced, None
         traceback = self._traceback
         if traceback is not None and not prefixed and self._traceback_line(traceback, line, events):

@@ -26,6 +26,7 @@ from specmon.backends.logtext import (
     BARE_EXCEPTION,
     CHAIN_LINES,
     CONTINUATION_MAX_LINES,
+    LAUNCHER_PREFIX,
     MAX_LINE_CHARS,
     TORCH_NCCL,
     TORCH_OOM,
@@ -33,6 +34,7 @@ from specmon.backends.logtext import (
     TRACEBACK_HEAD,
     clean_line,
     clock_seconds,
+    launcher_rank,
     parse_float,
     parse_int,
 )
@@ -74,11 +76,12 @@ _HEADER = re.compile(
 _TS = re.compile(r"\d\d-\d\d \d\d:\d\d:\d\d")
 # Prefixes in front of a message that has no vLLM header: RFC 3339 (`docker logs -t`), docker
 # compose's `vllm-1  | `, `(Name pid=N) ` process tags (any number), uvicorn's `INFO:     ` and
-# c10d's `[rank3]:[...]`.
+# c10d's `[rank3]:[...]` (its `[E1203 06:01:44.123 file.cpp:12] ` also behind torchrun's wrapper,
+# which split_line takes off first).
 _BARE_PREFIX = re.compile(
     r"(?:\d{4}-\d\d-\d\dT[\d:.,]+(?:Z|[+-]\d\d:?\d\d)? +)?(?:[\w.-]+ +\| )?"
     r"(?:(?:\x1b\[[0-9;]*m)?\([^()\n]*\)(?:\x1b\[[0-9;]*m)? +)*"
-    r"(?:INFO: +)?(?:\[rank\d+\]:(?:\[[^\]\n]*\] ?)?)?"
+    r"(?:INFO: +)?(?:\[rank\d+\]:(?:\[[^\]\n]*\] ?)?|\[[EWIF]\d{4} \d\d:[^\]\n]*\] ?)?"
 )
 _PROCESS_TAG = re.compile(r"\(([^()\n]*?) pid=\d+\)")
 _RANK_IN_TAGS = re.compile(r"TP(\d{1,6})(?!\d)|\brank[= ](\d{1,6})(?!\d)|\[rank(\d{1,6})\]")
@@ -214,9 +217,21 @@ def _rank_of(tags: str) -> int | None:
 
 
 def _prefix_of(head: str, level: str | None, ts: str | None) -> _Prefix:
+    """A prefix's meaning; torchrun's `[rankN]:` wrapper gives the rank where the rest names
+    none, and makes the rank's lines a source of their own (each rank's traceback is read
+    apart from the others')."""
+    launcher, head = launcher_rank(head)
     tags = " ".join(_PROCESS_TAG.findall(head)) if "pid=" in head else ""
     rank_text = tags if tags else head if "[rank" in head else ""
-    return _Prefix(ts=ts, level=level, rank=_rank_of(rank_text), source=tags)
+    rank = _rank_of(rank_text)
+    if launcher is None:
+        return _Prefix(ts=ts, level=level, rank=rank, source=tags)
+    return _Prefix(
+        ts=ts,
+        level=level,
+        rank=launcher if rank is None else rank,
+        source=f"[rank{launcher}] {tags}",
+    )
 
 
 class _PrefixTable(dict[str, _Prefix]):
@@ -240,8 +255,12 @@ def split_line(line: str) -> tuple[_Prefix, str]:
         head = line[: header.start()]
         return _prefix_of(head, header.group(1), header.group(2)), line[header.end() :]
     start = 0
+    if line.startswith("[rank"):  # torchrun's wrapper, taken off as a whole (with its space)
+        wrapper = LAUNCHER_PREFIX.match(line)
+        if wrapper is not None:
+            start = wrapper.end()
     if "pid=" in line:  # the message starts after the last process tag, whatever is before it
-        for tag in _PROCESS_TAG.finditer(line, 0, _HEADER_SEARCH_CHARS):
+        for tag in _PROCESS_TAG.finditer(line, start, _HEADER_SEARCH_CHARS):
             start = tag.start()
     bare = _BARE_PREFIX.match(line, start)
     end = bare.end() if bare is not None else start
