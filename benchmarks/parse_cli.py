@@ -125,12 +125,14 @@ def main() -> int:
             for name, argv in cases.items():
                 run = timed(argv, out)
                 results[name] = best([results[name], run]) if name in results else run
-        with_events = timed(cases["--summary (text)"], out) and out.read_text().splitlines()
-        timed(cases["--summary --no-events"], out)
+        with_events = (
+            timed(cases["--summary --events (text)"], out) and out.read_text().splitlines()
+        )
+        timed(cases["--summary (the summary alone)"], out)
         alone = out.read_text().splitlines()
         same_summary = with_events[-len(alone) :] == alone
         if args.check:
-            timed(cases["--json --summary"], out)
+            timed(cases["--json --summary --events"], out)
             with out.open() as written:
                 records = sum(1 for line in written if json.loads(line))
             print(f"check: {records} JSON lines loaded")
