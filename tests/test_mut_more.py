@@ -1,0 +1,123 @@
+"""The mutants mutmut's full run left in secrets, vLLM's flags, the ledger's baselines, the
+remote helper's stop and the exporter's collector: each test pins behaviour a user sees
+(a masked value, a rule's exact message, a baseline found, a metric's value) at the edge a
+surviving mutant moved (docs/testing.md, "The mutants left, and why")."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.backends import Problem
+from specmon.backends.vllm.flags import (
+    env_value_problem,
+    flag_kind,
+    setting_flags,
+    token_tree,
+    vllm_launch_problems,
+)
+from specmon.secrets import (
+    MASK,
+    is_secret_name,
+    mask_secrets_in_text,
+    redact_env,
+    redact_settings,
+)
+
+# --- secrets ------------------------------------------------------------------------------
+
+
+def test_a_secret_echoed_with_only_the_word_secret_is_masked() -> None:
+    assert mask_secrets_in_text("client_secret='s3cr3t'") == "client_secret='***'"
+    assert mask_secrets_in_text("--client-secret abc") == f"--client-secret {MASK}"
+
+
+def test_a_flag_name_that_only_ends_in_a_secret_word_is_no_secret_axis() -> None:
+    assert not is_secret_name("--Xtoken")
+    assert is_secret_name("--x-token")
+
+
+def test_redact_env_takes_pairs_as_well_as_a_mapping() -> None:
+    pairs = [("HF_TOKEN", "hf_abc"), ("CUDA_VISIBLE_DEVICES", "0")]
+    assert redact_env(pairs) == {"HF_TOKEN": MASK, "CUDA_VISIBLE_DEVICES": "0"}
+
+
+def test_an_empty_secret_setting_is_shown_empty() -> None:
+    assert redact_settings({"api_key": "", "hf_token": None}) == {"api_key": "", "hf_token": None}
+
+
+# --- vLLM's flags -------------------------------------------------------------------------
+
+LONG = "9" * 30 + "x" * 15  # 45 characters: each message shows its first 40
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--port", LONG],
+            Problem("--port", f"{LONG[:40]!r} is not a whole number from 1 to 65535"),
+        ),
+        (["--port="], Problem("--port", "'' is not a whole number from 1 to 65535")),
+        (
+            ["--gpu-memory-utilization", LONG],
+            Problem(
+                "--gpu-memory-utilization",
+                f"{LONG[:40]!r} is not a fraction greater than 0 and at most 1 (e.g. 0.9)",
+            ),
+        ),
+        (
+            [f"--enforce-eager={LONG}"],
+            Problem(
+                "--enforce-eager",
+                f"is a switch and takes no value (got {LONG[:40]!r}); give it bare, or leave it "
+                "out to turn it off",
+            ),
+        ),
+    ],
+)
+def test_a_long_or_empty_value_is_quoted_to_forty_characters(
+    args: list[str], expected: Problem
+) -> None:
+    assert vllm_launch_problems(args, {}) == [expected]
+
+
+def test_a_long_unknown_method_is_quoted_to_forty_characters() -> None:
+    method = "m" * 45
+    problems = vllm_launch_problems(["--speculative-config", f'{{"method":"{method}"}}'], {})
+    assert [p.subject for p in problems] == ["method"]
+    assert problems[0].message.startswith(f"{method[:40]!r} is not a vLLM speculative method")
+
+
+@pytest.mark.parametrize("level", ["info", "INFO", "error", "Error", "debug", "CRITICAL"])
+def test_every_logging_level_vllm_reads_is_accepted_in_any_case(level: str) -> None:
+    assert env_value_problem("VLLM_LOGGING_LEVEL", level) is None
+
+
+def test_a_long_wrong_logging_level_is_quoted_to_thirty_characters() -> None:
+    value = "v" * 35
+    assert env_value_problem("VLLM_LOGGING_LEVEL", value) == (
+        f"{value[:30]!r} is not DEBUG, INFO, WARNING, ERROR or CRITICAL"
+    )
+
+
+def test_a_flag_is_known_by_its_whole_name() -> None:
+    assert flag_kind("--Xport") is None
+    assert flag_kind("--port") == "value"
+
+
+def test_clearing_a_setting_that_is_not_set_leaves_no_config() -> None:
+    assert setting_flags([], {"num_speculative_tokens": None}) == {"speculative-config": None}
+
+
+def test_a_setting_on_a_config_turned_off_starts_a_new_config() -> None:
+    changes = {"speculative-config": False, "num_speculative_tokens": "3"}
+    assert setting_flags([], changes) == {"speculative-config": '{"num_speculative_tokens":3}'}
+
+
+def test_a_token_tree_longer_than_ten_thousand_characters_is_not_read() -> None:
+    def tree_args(length: int) -> list[str]:
+        text = "[(0,)" + " " * (length - 6) + "]"
+        return ["--speculative-config", f'{{"speculative_token_tree":"{text}"}}']
+
+    assert token_tree(tree_args(10_000)) == (1, 1)
+    assert token_tree(tree_args(10_001)) is None
