@@ -5,6 +5,16 @@ surviving mutant moved (docs/testing.md, "The mutants left, and why")."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
 from specmon.backends import Problem
@@ -22,6 +32,7 @@ from specmon.secrets import (
     redact_env,
     redact_settings,
 )
+from specmon.session import remote_helper
 
 # --- secrets ------------------------------------------------------------------------------
 
@@ -121,3 +132,83 @@ def test_a_token_tree_longer_than_ten_thousand_characters_is_not_read() -> None:
 
     assert token_tree(tree_args(10_000)) == (1, 1)
     assert token_tree(tree_args(10_001)) is None
+
+
+# --- the remote helper's stop -------------------------------------------------------------
+
+RUN_ID = "20261203-120000-abcd"
+POLITE = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The process groups a test starts; killed and reaped at the end whatever happened."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def start_group(procs: list[subprocess.Popen[bytes]], code: str) -> subprocess.Popen[bytes]:
+    """A python child leading its own session and process group, once it has said ready."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
+    )
+    procs.append(proc)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def stop_run(
+    state: Path, record: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> tuple[int, list[dict[str, object]]]:
+    """``stop`` of a run whose run.json is ``record``: its exit code and its JSON lines."""
+    rdir = state / "runs" / RUN_ID
+    rdir.mkdir(parents=True, mode=0o700)
+    (rdir / "run.json").write_text(json.dumps(record))
+    code = remote_helper.main(
+        ["stop", "--state-dir", str(state), "--run-id", RUN_ID, "--by", "me@console"]
+    )
+    return code, [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_leader_that_exited_unreaped_is_already_stopped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], started: list[subprocess.Popen[bytes]]
+) -> None:
+    """A zombie leader (ended, its parent not yet waiting) holds nothing: no signal is sent."""
+    leader = start_group(started, "print('ready', flush=True)\n")
+    ticks = remote_helper.proc_start_ticks(leader.pid)
+    deadline = time.time() + 10
+    while remote_helper.proc_state(leader.pid) != "Z" and time.time() < deadline:
+        time.sleep(0.01)
+    assert remote_helper.proc_state(leader.pid) == "Z"
+    record = {"pid": leader.pid, "pgid": leader.pid, "start_ticks": ticks}
+    assert stop_run(tmp_path, record, capsys) == (
+        0,
+        [
+            {"step": "group_gone", "seconds": 0.0, "detail": "already stopped"},
+            {"ok": True, "already": True},
+        ],
+    )
+
+
+def test_a_group_that_ends_before_its_sigterm_is_stopped_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], started: list[subprocess.Popen[bytes]]
+) -> None:
+    """The leader lives, but its group has no process left when the signal goes (it ended in
+    between): the stop reports the group gone instead of failing on the signal."""
+    leader = start_group(started, POLITE)
+    ended = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    ended.wait(timeout=30)
+    record = {
+        "pid": leader.pid,
+        "pgid": ended.pid,
+        "start_ticks": remote_helper.proc_start_ticks(leader.pid),
+    }
+    code, lines = stop_run(tmp_path, record, capsys)
+    assert code == 0
+    assert [line.get("step") for line in lines] == ["sigterm", "exited", "group_gone", None]
+    assert lines[-1] == {"ok": True, "left": []}
