@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from specmon.backends import Problem
+from specmon.agent import GpuReading
+from specmon.backends import RUN_INFO_LABELS, Problem
 from specmon.backends.vllm.flags import (
     env_value_problem,
     flag_kind,
@@ -25,6 +26,17 @@ from specmon.backends.vllm.flags import (
     token_tree,
     vllm_launch_problems,
 )
+from specmon.events import (
+    ConnectionState,
+    GpuSample,
+    KvCache,
+    LoadBegin,
+    ProbeTiming,
+    RunInfo,
+    ServerError,
+    ShardProgress,
+)
+from specmon.exporter.collector import MAX_SERIES_PER_HOST, MB, SpecmonCollector, WatchedHost
 from specmon.secrets import (
     MASK,
     is_secret_name,
@@ -33,6 +45,7 @@ from specmon.secrets import (
     redact_settings,
 )
 from specmon.session import remote_helper
+from specmon.store import EventBus
 
 # --- secrets ------------------------------------------------------------------------------
 
@@ -212,3 +225,115 @@ def test_a_group_that_ends_before_its_sigterm_is_stopped_cleanly(
     assert code == 0
     assert [line.get("step") for line in lines] == ["sigterm", "exited", "group_gone", None]
     assert lines[-1] == {"ok": True, "left": []}
+
+
+# --- the exporter's collector -------------------------------------------------------------
+
+SGLANG_ARGV = ("python3", "-m", "sglang.launch_server", "--model-path", "m/K")
+
+
+def collected(
+    bus: EventBus, profiles: dict[str, str] | None = None
+) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """One scrape of one host, as ``name -> [(labels, value)]`` per sample."""
+    collector = SpecmonCollector(
+        lambda: [WatchedHost("gpu-a", bus)], backend_of_profile=profiles, clock=lambda: 20.0
+    )
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in collector.collect():
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), sample.value))
+    return out
+
+
+def run_info(run: RunInfo, profiles: dict[str, str] | None = None) -> dict[str, str]:
+    bus = EventBus()
+    bus.publish(run, at=1.0)
+    [(labels, _)] = collected(bus, profiles)["specmon_run_info"]
+    return labels
+
+
+def test_the_run_backend_comes_from_the_record_then_the_profile_then_the_command() -> None:
+    unknown = ("./serve.sh",)
+    by_profile = run_info(RunInfo(run_id="r1", profile="p", argv=unknown), {"p": "vllm"})
+    assert (by_profile["backend"], by_profile["profile"]) == ("vllm", "p")
+    assert by_profile["nccl_proto"] == by_profile["nccl_algo"] == ""
+    by_record = run_info(RunInfo(run_id="r1", backend="vllm", argv=unknown))
+    assert (by_record["backend"], by_record["profile"]) == ("vllm", "")
+    by_command = run_info(RunInfo(run_id="r1", profile="q", argv=SGLANG_ARGV), {"p": "vllm"})
+    assert by_command["backend"] == "sglang"
+
+
+def test_a_run_of_a_server_no_backend_knows_has_every_label_empty() -> None:
+    labels = run_info(RunInfo(run_id="r1", argv=("./serve.sh",)))
+    assert labels == {
+        "host": "gpu-a",
+        "run_id": "r1",
+        **dict.fromkeys((*RUN_INFO_LABELS, "backend", "profile"), ""),
+        "nccl_proto": "",
+        "nccl_algo": "",
+        "nccl_p2p_level": "",
+    }
+
+
+def test_gpu_memory_is_exported_in_bytes() -> None:
+    bus = EventBus()
+    reading = GpuReading(index=0, mem_used_mb=1000.0, mem_total_mb=80000.0)
+    bus.publish(GpuSample(wall=1.0, gpus=(reading,)), at=1.0)
+    families = collected(bus)
+    assert families["specmon_gpu_memory_used_bytes"] == [({"host": "gpu-a", "gpu": "0"}, 1000 * MB)]
+    assert families["specmon_gpu_memory_total_bytes"] == [
+        ({"host": "gpu-a", "gpu": "0"}, 80000 * MB)
+    ]
+
+
+def loading_bus() -> EventBus:
+    bus = EventBus()
+    bus.publish(RunInfo(run_id="r1", argv=SGLANG_ARGV), at=1.0)
+    bus.publish(LoadBegin(), at=2.0)
+    return bus
+
+
+def test_loading_progress_counts_phases_done_and_the_first_by_its_shards() -> None:
+    bus = loading_bus()
+    phases = bus.store.phases
+    bus.publish(ShardProgress(done=16, total=64), at=3.0)
+    families = collected(bus)
+    assert families["specmon_loading_progress_ratio"] == [
+        ({"host": "gpu-a", "run_id": "r1"}, 0.25 / len(phases))
+    ]
+    current = [(s["phase"], v) for s, v in families["specmon_loading_phase"]]
+    assert current == [(phase, 1.0 if phase == phases[0] else 0.0) for phase in phases]
+    bus.publish(ShardProgress(done=70, total=64), at=4.0)  # a bar past its end: all of it
+    [(_, progress)] = collected(bus)["specmon_loading_progress_ratio"]
+    assert progress == 1 / len(phases)
+    bus.publish(KvCache(tokens=1000), at=5.0)
+    [(_, progress)] = collected(bus)["specmon_loading_progress_ratio"]
+    assert bus.store.loading.done_phases == [phases[0]]
+    assert progress == 1 / len(phases)
+
+
+def gpu_host(gpus: int) -> EventBus:
+    """A connected host with an error counted, a probe cycle and ``gpus`` GPUs reporting
+    utilization only (one series each)."""
+    bus = EventBus()
+    bus.publish(ConnectionState(host="h", state="connected"), at=1.0)
+    bus.publish(ServerError(category="oom", message="x"), at=1.0)
+    bus.publish(ProbeTiming(wall=1.0, draft_ms=2, verify_ms=20, extend_ms=1, cycle_ms=23), at=1.0)
+    readings = tuple(GpuReading(index=i, util_gpu=50.0) for i in range(gpus))
+    bus.publish(GpuSample(wall=1.0, gpus=readings), at=1.0)
+    return bus
+
+
+def test_a_host_at_the_series_cap_keeps_all_and_past_it_drops_gpu_series_first() -> None:
+    one = collected(gpu_host(1))
+    fixed = sum(len(v) for k, v in one.items() if k != "specmon_exporter_series_dropped") - 1
+    at_cap = MAX_SERIES_PER_HOST - fixed
+    full = collected(gpu_host(at_cap))
+    assert len(full["specmon_gpu_utilization_ratio"]) == at_cap
+    assert full["specmon_exporter_series_dropped"] == [({"host": "gpu-a"}, 0.0)]
+    over = collected(gpu_host(at_cap + 3))
+    assert len(over["specmon_gpu_utilization_ratio"]) == at_cap
+    assert over["specmon_exporter_series_dropped"] == [({"host": "gpu-a"}, 3.0)]
+    assert ({"host": "gpu-a", "category": "oom"}, 1.0) in over["specmon_server_errors_total"]
+    assert over["specmon_spec_cycle_seconds_count"] == [({"host": "gpu-a"}, 1.0)]
