@@ -337,3 +337,38 @@ def test_a_host_at_the_series_cap_keeps_all_and_past_it_drops_gpu_series_first()
     assert over["specmon_exporter_series_dropped"] == [({"host": "gpu-a"}, 3.0)]
     assert ({"host": "gpu-a", "category": "oom"}, 1.0) in over["specmon_server_errors_total"]
     assert over["specmon_spec_cycle_seconds_count"] == [({"host": "gpu-a"}, 1.0)]
+
+
+# Ignores SIGTERM and holds 256 MB: after SIGKILL its memory takes a moment to be freed, during
+# which it is still a live process of the group.
+HEAVY_STUBBORN = (
+    "import signal, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "ballast = bytearray(256 * 1024 * 1024)\n"
+    "for i in range(0, len(ballast), 4096):\n"
+    "    ballast[i] = 1\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_the_stop_waits_for_a_killed_group_to_be_gone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], started: list[subprocess.Popen[bytes]]
+) -> None:
+    """SIGKILL is not instant: the report comes once the group is gone, not while a killed
+    process is still tearing down (a large server's takes seconds)."""
+    leader = start_group(started, HEAVY_STUBBORN)
+    record = {
+        "pid": leader.pid,
+        "pgid": leader.pid,
+        "start_ticks": remote_helper.proc_start_ticks(leader.pid),
+    }
+    rdir = tmp_path / "runs" / RUN_ID
+    rdir.mkdir(parents=True, mode=0o700)
+    (rdir / "run.json").write_text(json.dumps(record))
+    code = remote_helper.main(
+        ["stop", "--state-dir", str(tmp_path), "--run-id", RUN_ID, "--by", "me", "--grace", "0.1"]
+    )
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("step") for line in lines] == ["sigterm", "sigkill", "group_gone", None]
+    assert (code, lines[-1]) == (0, {"ok": True, "left": []})
