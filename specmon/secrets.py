@@ -21,12 +21,19 @@ BUILTIN_SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
 _SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "apikey"})
 
 _configured: tuple[str, ...] = ()
+# Per configured pattern, its longest run of literal characters, lower case: a name matching
+# the pattern holds it, so a log line without any of them (nor a built-in word) hides none.
+_configured_words: tuple[str, ...] = ()
+_GLOB_SPECIAL = re.compile(r"[*?]|\[[^\]]*\]")
 
 
 def set_configured_patterns(patterns: Iterable[str]) -> None:
     """The config's ``[security] secret_env`` (glob patterns, matched case-insensitively)."""
-    global _configured
+    global _configured, _configured_words
     _configured = tuple(p.upper() for p in patterns)
+    _configured_words = tuple(
+        max(_GLOB_SPECIAL.split(pattern), key=len).lower() for pattern in _configured
+    )
 
 
 def is_secret_env(name: str) -> bool:
@@ -38,7 +45,10 @@ def is_secret_setting(name: str) -> bool:
     """A server setting (``api_key``, ``hf-token``) whose value is a secret: by whole word, so
     ``max_total_tokens`` or ``tokenizer_path`` stay visible."""
     words = re.split(r"[^a-z0-9]+", name.lower())
-    return bool(_SECRET_WORDS.intersection(words)) or name.upper() in _configured
+    upper = name.upper()
+    return bool(_SECRET_WORDS.intersection(words)) or any(
+        fnmatchcase(upper, p) for p in _configured
+    )
 
 
 def redact_env(env: Mapping[str, str] | Iterable[tuple[str, str]]) -> dict[str, str]:
@@ -117,12 +127,19 @@ def mask_secrets_in_text(text: str) -> str:
     """A line a server wrote, with the values of secret settings it echoes as ``***``:
     SGLang's ``server_args=ServerArgs(..., api_key='...')``, vLLM's ``non-default args:
     {'api_key': '...'}``, a command line (``--api-key X``) or an environment (``HF_TOKEN=x``)
-    printed back. Lines that name no secret word (a decode line) are returned as they are
-    after one quick look."""
+    printed back, also under a name ``[security] secret_env`` adds. Lines that name no
+    secret word nor a configured pattern's letters (a decode line) are returned as they
+    are after one quick look."""
     if not ("'" in text or '"' in text or "=" in text or "--" in text):
         return text  # no value to hide can be written without one of these
     lower = text.lower()
-    if not ("key" in lower or "token" in lower or "secret" in lower or "passw" in lower):
+    if not (
+        "key" in lower
+        or "token" in lower
+        or "secret" in lower
+        or "passw" in lower
+        or any(word in lower for word in _configured_words)
+    ):
         return text
     return _SECRET_IN_TEXT.sub(_masked_match, text)
 

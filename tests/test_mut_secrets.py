@@ -57,3 +57,34 @@ def test_reported_settings_mask_secret_values_but_not_empty_ones() -> None:
         {"api_key": "s3", "hf_token": None, "ssl_keyfile": "", "max_total_tokens": 5}
     ) == {"api_key": "***", "hf_token": None, "ssl_keyfile": "", "max_total_tokens": 5}
     assert redact_settings(["api_key"]) == ["api_key"]  # not an object: as it came
+
+
+@pytest.fixture
+def glob_configured() -> Iterator[None]:
+    """``[security] secret_env = ["MY_CRED*", "*_PASSPHRASE"]``, then what was there before."""
+    before = secrets._configured
+    set_configured_patterns(["MY_CRED*", "*_PASSPHRASE"])
+    yield
+    set_configured_patterns(before)
+
+
+def test_a_configured_secret_echoed_in_a_log_line_is_masked(glob_configured: None) -> None:
+    """A name that holds none of the built-in words (key, token, secret, passw) but matches
+    a configured pattern: the server echoing its environment or a command line must not show
+    the value (the quick look for secret words once let such a line through unmasked)."""
+    from specmon.session.log_follower import _shown
+
+    line = b"[2026-02-10 09:19:10] env: MY_CRED_A=hunter2 DB_PASSPHRASE=swordfish TP=8"
+    assert _shown(line) == "[2026-02-10 09:19:10] env: MY_CRED_A=*** DB_PASSPHRASE=*** TP=8"
+    assert mask_secrets_in_text("MY_CRE=1 PASSPHRASE=2") == "MY_CRE=1 PASSPHRASE=2"  # no match
+    assert mask_secrets_in_text("args: {'my_cred_b': 'x'}") == "args: {'my_cred_b': '***'}"
+    assert mask_secrets_in_text("export my_cred_b=x") == "export my_cred_b=x"  # env is upper case
+
+
+def test_a_pattern_without_letters_makes_every_line_be_looked_at() -> None:
+    before = secrets._configured
+    try:
+        set_configured_patterns(["*"])
+        assert mask_secrets_in_text("ANY=thing") == "ANY=***"
+    finally:
+        set_configured_patterns(before)
