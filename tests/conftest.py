@@ -18,6 +18,9 @@ from support.hypothesis_profiles import (
     scaled,
 )
 
+# A fixture shared by the stop tests (the process groups a test starts, killed at its end).
+from support.process_groups import started  # noqa: F401
+
 
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's own: its options build on this profile
 def pytest_configure(config: pytest.Config) -> None:

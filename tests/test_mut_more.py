@@ -5,17 +5,14 @@ surviving mutant moved (docs/testing.md, "The mutants left, and why")."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.process_groups import POLITE, start_group
 
 from specmon.agent import GpuReading
 from specmon.backends import RUN_INFO_LABELS, Problem
@@ -150,29 +147,6 @@ def test_a_token_tree_longer_than_ten_thousand_characters_is_not_read() -> None:
 # --- the remote helper's stop -------------------------------------------------------------
 
 RUN_ID = "20261203-120000-abcd"
-POLITE = "import time\nprint('ready', flush=True)\ntime.sleep(60)\n"
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The process groups a test starts; killed and reaped at the end whatever happened."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
-def start_group(procs: list[subprocess.Popen[bytes]], code: str) -> subprocess.Popen[bytes]:
-    """A python child leading its own session and process group, once it has said ready."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
-    )
-    procs.append(proc)
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"ready\n"
-    return proc
 
 
 def stop_run(

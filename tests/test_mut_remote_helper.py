@@ -5,17 +5,16 @@ The same steps over SSH and the local transport are in the stop tests of the ses
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.process_groups import POLITE, start_group
 
 from specmon.session import remote_helper
 
@@ -27,32 +26,6 @@ STUBBORN = (
     "print('ready', flush=True)\n"
     "time.sleep(60)\n"
 )
-POLITE = "import sys, time\nprint('ready', flush=True)\ntime.sleep(60)\n"
-
-
-@pytest.fixture
-def started() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """The process groups a test starts; killed at the end whatever happened."""
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
-def start_group(
-    procs: list[subprocess.Popen[bytes]], code: str, ready: bool = True
-) -> subprocess.Popen[bytes]:
-    """A python child leading its own session and process group, once it has said ready."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True
-    )
-    procs.append(proc)
-    assert proc.stdout is not None
-    if ready:
-        assert proc.stdout.readline() == b"ready\n"
-    return proc
 
 
 def write_run(state: Path, record: dict[str, object]) -> Path:
