@@ -155,19 +155,27 @@ async def attack_site(serve_port: int) -> AsyncIterator[str]:
         await runner.cleanup()
 
 
+def is_console(pid: int | str) -> bool:
+    with contextlib.suppress(OSError):
+        return b"--console" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return False
+
+
 def consoles_of(serve_pid: int) -> list[int]:
-    """The console processes (one per websocket) `specmon serve` started."""
+    """The console processes (one per websocket) `specmon serve` started. A console's own
+    child is not one: forked, it shows its parent's command line until it runs its own (a
+    third "console" was counted so once, a child of one of the two)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or not running(name):
             continue
         pid, ancestor = int(name), parent_of(name)
+        inside_console = False
         while ancestor not in (None, 0, 1, serve_pid):
+            inside_console = inside_console or is_console(ancestor)
             ancestor = parent_of(ancestor)
-        if ancestor == serve_pid:
-            with contextlib.suppress(OSError):
-                if b"--console" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    found.append(pid)
+        if ancestor == serve_pid and not inside_console and is_console(pid):
+            found.append(pid)
     return found
 
 
