@@ -259,3 +259,20 @@ def test_flag_kinds_and_a_flag_that_is_both_keeps_its_value() -> None:
     spec = LaunchSpec("sglang", ("python3", "-m", "sglang.launch_server"), ())
     changed = spec.with_flags({"enable-fused-qk-norm-rope": "false"})
     assert changed.args == ("--enable-fused-qk-norm-rope", "false")
+
+
+def test_a_flag_given_by_its_argparse_prefix_is_checked_as_the_flag() -> None:
+    """SGLang's argparse reads ``--speculative-algo`` as ``--speculative-algorithm``: the
+    launch is not refused for lacking the flag it gives, and a prefix's value meets the
+    full flag's rules (a fraction of 1.5 is refused however the flag is spelled)."""
+    assert messages(["--speculative-algo", "EAGLE", "--speculative-draft-model-path", "/d"]) == []
+    assert messages(["--mem-frac", "1.5"]) == [
+        (
+            "--mem-fraction-static",
+            "'1.5' is not a fraction greater than 0 and at most 1 (e.g. 0.88)",
+        )
+    ]
+    assert messages(["--speculative-algo", "EAGLE", "--speculative-algorithm", "EAGLE"])[0] == (
+        "--speculative-algorithm",
+        "given more than once; give it once",
+    )
