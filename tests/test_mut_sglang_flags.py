@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.backends.sglang.flags import sglang_launch_problems
+from specmon.backends.sglang.flags import flag_kind, sglang_launch_problems
 from specmon.flag_grammar import parse_flags, render_flag
+from specmon.launch import LaunchSpec
 
 SPEC_TRIO = "is missing; with --speculative-num-steps give all three"
 
@@ -169,3 +170,109 @@ def test_edges_of_the_node_address_the_unknown_flag_and_the_speculative_trio() -
         ]
     ) == [("--speculative-eagle-topk", alone), ("--speculative-num-draft-tokens", alone)]
     assert render_flag("Xtp", "1") == ("--Xtp", "1")
+
+
+def messages(args: list[str], env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    return [(p.subject, p.message) for p in sglang_launch_problems(args, env or {})]
+
+
+def test_two_spellings_of_one_flag_are_named_together() -> None:
+    assert messages(["--tp", "2", "--tp-size", "2"]) == [
+        ("--tp-size", "--tp and --tp-size mean the same; give one")
+    ]
+
+
+def test_an_unknown_flag_is_refused_with_the_three_nearest_names() -> None:
+    """A typo is answered with the flags meant most likely, so the fix is one look away."""
+    assert messages(["--tp-sise", "2"]) == [
+        ("--tp-sise", "is not an SGLang flag; did you mean --tp-size, --pp-size, --ep-size?")
+    ]
+
+
+def test_a_bad_value_is_quoted_up_to_its_first_forty_characters() -> None:
+    """A pasted value can be long; the message quotes its start, not the whole of it."""
+    long = "z" * 50
+    shown = repr("z" * 40)
+    assert messages(["--port", long]) == [
+        ("--port", f"{shown} is not a whole number from 1 to 65535")
+    ]
+    assert messages([f"--enable-torch-compile={long}"]) == [
+        (
+            "--enable-torch-compile",
+            f"is a switch and takes no value (got {shown}); give it bare, or leave it out to "
+            "turn it off",
+        )
+    ]
+    assert messages(["--mem-fraction-static", long]) == [
+        (
+            "--mem-fraction-static",
+            f"{shown} is not a fraction greater than 0 and at most 1 (e.g. 0.88)",
+        )
+    ]
+    name = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"
+    assert messages([], {name: long}) == [(name, f"{'z' * 30!r} is not 1/0/true/false")]
+
+
+def test_a_memory_fraction_out_of_range_is_quoted() -> None:
+    assert messages(["--mem-fraction-static", "1.5"]) == [
+        (
+            "--mem-fraction-static",
+            "'1.5' is not a fraction greater than 0 and at most 1 (e.g. 0.88)",
+        )
+    ]
+
+
+def test_a_model_path_without_a_value_is_refused() -> None:
+    assert messages(["--model-path"]) == [("--model-path", "needs a path or a model name")]
+    assert messages(["--model-path", "/models/llama"]) == []
+
+
+def test_draft_tokens_other_than_steps_plus_one_with_topk_one_say_the_right_count() -> None:
+    """SGLang would change the count to steps + 1 silently; the message gives that count."""
+    args = [
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-draft-model-path",
+        "/d",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "1",
+        "--speculative-num-draft-tokens",
+        "8",
+    ]
+    assert messages(args) == [
+        (
+            "--speculative-num-draft-tokens",
+            "must be --speculative-num-steps + 1 = 4 when --speculative-eagle-topk is 1 "
+            "(got 8); SGLang would silently change it to 4, specmon asks you to say so",
+        )
+    ]
+
+
+def test_flag_kinds_and_a_flag_that_is_both_keeps_its_value() -> None:
+    """A flag SGLang takes bare or with a value (``--enable-fused-qk-norm-rope``) is set with
+    the value given, not read as a switch's true/false (which would drop "false")."""
+    assert flag_kind("enable-torch-compile") == "switch"
+    assert flag_kind("chunked-prefill-size") == "value"
+    assert flag_kind("enable-fused-qk-norm-rope") == "value"
+    spec = LaunchSpec("sglang", ("python3", "-m", "sglang.launch_server"), ())
+    changed = spec.with_flags({"enable-fused-qk-norm-rope": "false"})
+    assert changed.args == ("--enable-fused-qk-norm-rope", "false")
+
+
+def test_a_flag_given_by_its_argparse_prefix_is_checked_as_the_flag() -> None:
+    """SGLang's argparse reads ``--speculative-algo`` as ``--speculative-algorithm``: the
+    launch is not refused for lacking the flag it gives, and a prefix's value meets the
+    full flag's rules (a fraction of 1.5 is refused however the flag is spelled)."""
+    assert messages(["--speculative-algo", "EAGLE", "--speculative-draft-model-path", "/d"]) == []
+    assert messages(["--mem-frac", "1.5"]) == [
+        (
+            "--mem-fraction-static",
+            "'1.5' is not a fraction greater than 0 and at most 1 (e.g. 0.88)",
+        )
+    ]
+    assert messages(["--speculative-algo", "EAGLE", "--speculative-algorithm", "EAGLE"])[0] == (
+        "--speculative-algorithm",
+        "given more than once; give it once",
+    )

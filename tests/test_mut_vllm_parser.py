@@ -712,3 +712,36 @@ def test_percentages_are_computed_from_their_text_when_not_yet_known() -> None:
     for tenth in range(5000):  # more texts than it keeps: it starts again, the values right
         assert vllm_parser._FRACTIONS[f"{tenth / 10:.1f}"] == round(tenth / 1000, 6)
     assert len(vllm_parser._FRACTIONS) <= 4096
+
+
+def test_a_torchrun_rank_behind_docker_composes_prefix_is_the_lines_rank() -> None:
+    """`docker compose up` puts `vllm-1  | ` before torchrun's `[rankN]: `, so the wrapper is
+    not at the line's start: its rank is still read from the prefix, on a bare progress bar,
+    a headed line and a stats line alike."""
+    compose = "vllm-1  | [rank2]: "
+    events = read(
+        compose
+        + "Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, 1.0it/s]",
+        compose + "INFO 11-30 06:01:44 [default_loader.py:262] Loading weights took 3.00 seconds",
+        compose + "INFO 11-30 06:01:45 [loggers.py:335] " + STATS,
+    )
+    assert [(type(event), event.rank) for event in events] == [  # type: ignore[attr-defined]
+        (ShardProgress, 2),
+        (WeightsLoaded, 2),
+        (Decode, 2),
+    ]
+
+
+def test_a_torchrun_wrapped_traceback_is_one_error_of_its_rank() -> None:
+    """torchrun writes `[rankN]: ` before each line of a rank's traceback: the wrapper (and
+    its space) comes off, so the lines read as the traceback they are, its cause reported
+    once with the wrapper's rank."""
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    traceback = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/vllm/worker.py", line 12, in run',
+        "    load()",
+        oom,
+    ]
+    events = read(*("[rank1]: " + line for line in traceback))
+    assert events == [ServerError(ts=None, rank=1, category="oom", message=oom)]

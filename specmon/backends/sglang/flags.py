@@ -54,9 +54,10 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
     problems = [Problem("arguments", text) for text in grammar]
     values: dict[str, str | None] = {}
     for item in items:
-        if item.name in values:
+        name = _rule_name(item.name)
+        if name in values:
             problems.append(Problem(f"--{item.name}", "given more than once; give it once"))
-        values[item.name] = item.value
+        values[name] = item.value
     problems.extend(_schema_problems([(item.name, item.value) for item in items]))
     problems.extend(_alias_problems(values))
     problems.extend(_speculative_problems(values))
@@ -67,6 +68,15 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
         if problem:
             problems.append(Problem(name, problem))
     return problems
+
+
+def _rule_name(name: str) -> str:
+    """The name the rules read a flag by: an argparse prefix (``--speculative-algo``) as the
+    flag SGLang reads it as, so the launch is checked as it will run. The spellings of TP and
+    of the draft model stay as given, for _alias_problems to name both."""
+    if name in TP_FLAGS or name in DRAFT_MODEL_FLAGS:
+        return name
+    return resolve_flag_name(name) or name
 
 
 def _alias_problems(values: Mapping[str, str | None]) -> list[Problem]:
