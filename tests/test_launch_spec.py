@@ -25,6 +25,7 @@ from specmon.errors import LaunchSpecError
 from specmon.launch import (
     ENV_NAME_PATTERN,
     LaunchSpec,
+    SecretValues,
     form_overrides,
     form_values,
     split_overrides,
@@ -689,3 +690,227 @@ def test_valid_forms_always_build_a_launch_that_validates(values):
         assert edited.env_dict().get(name) == (values[name] or None)
     for word in values["extra-args"].split():
         assert word in argv
+
+
+# --- edges the fourth mutation round found open (docs/testing.md, "Mutation testing") -----------
+
+
+def test_removing_a_flag_takes_only_its_own_tokens():
+    """A bare flag and a ``--name=value`` flag are one token each; a spaced value is two:
+    removing or replacing one never eats the flag after it."""
+    spec = LaunchSpec(
+        "sglang",
+        ("python3",),
+        ("--enable-metrics", "--tp", "8", "--served-model-name=-x", "--port", "8000"),
+    )
+    assert spec.with_flags({"enable-metrics": None}).args == (
+        "--tp", "8", "--served-model-name=-x", "--port", "8000"
+    )  # fmt: skip
+    assert spec.with_flags({"served-model-name": None}).args == (
+        "--enable-metrics", "--tp", "8", "--port", "8000"
+    )  # fmt: skip
+    assert spec.with_flags({"served-model-name": "kimi"}).args == (
+        "--enable-metrics", "--tp", "8", "--served-model-name", "kimi", "--port", "8000"
+    )  # fmt: skip
+    assert spec.with_flags({"tp": None}).args == (
+        "--enable-metrics", "--served-model-name=-x", "--port", "8000"
+    )  # fmt: skip
+
+
+def test_flags_are_found_with_or_without_their_dashes():
+    spec = kimi_spec()
+    assert spec.has_flag("--port") and spec.has_flag("port") and spec.has_flag("-port")
+    assert not spec.has_flag("--enable-metrics")
+    assert spec.flag("--port") == "8000" == spec.flag("port")
+
+
+def test_a_flag_name_starting_with_a_capital_is_kept_whole():
+    """FLAG_NAME takes capitals: ``--Xfoo`` is its own flag, never read, set or split as
+    ``--foo`` (no character but the leading dashes is taken off a name)."""
+    spec = LaunchSpec("sglang", ("python3",), ("--foo", "1"))
+    assert not spec.has_flag("Xfoo") and spec.flag("--Xfoo") is None
+    changed = spec.with_flags({"--Xfoo": "2"})
+    assert changed.args == ("--foo", "1", "--Xfoo", "2")
+    assert changed.flag("--Xfoo") == "2" and changed.has_flag("Xfoo")
+    assert split_overrides({"--Xfoo": "2"}) == ({"Xfoo": "2"}, {})
+
+
+def test_a_spec_of_an_unknown_backend_still_reads_its_flags():
+    """A record written by another build (backend 'tgi') reads flags by the grammar alone:
+    a given flag has its value, a missing one is None (not '')."""
+    spec = LaunchSpec("tgi", ("tgi",), ("--port", "8000", "--trust-remote-code"))
+    assert spec.flag("port") == "8000"
+    assert spec.flag("trust-remote-code") == ""
+    assert spec.flag("tp") is None
+
+
+def test_with_command_swaps_only_the_program():
+    spec = kimi_spec(NCCL_PROTO="LL")
+    swapped = spec.with_command(["/opt/py/bin/python3", "-m", "sglang.launch_server"])
+    assert swapped == LaunchSpec(
+        "sglang",
+        ("/opt/py/bin/python3", "-m", "sglang.launch_server"),
+        KIMI_ARGS,
+        {"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "NCCL_PROTO": "LL"},
+    )
+    assert swapped.shell_command().startswith(
+        "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 NCCL_PROTO=LL /opt/py/bin/python3 -m "
+    )
+
+
+def test_unusable_text_is_named_by_where_it_stands():
+    """NUL in a command word, an argument or a variable: each problem says which one (the
+    word's position from 1, the argument's first 40 characters, the variable's name)."""
+    spec = LaunchSpec(
+        "sglang",
+        ("python3", "-m\x00x"),
+        ("--model-path", "a" * 50 + "\x00"),
+        {"NCCL_DEBUG": "IN\x00FO"},
+    )
+    nul = "contains a NUL character, which no command line can carry"
+    expected = [
+        f"command word 2: {nul}",
+        f"argument {'a' * 40!r}: {nul}",
+        f"NCCL_DEBUG: {nul}",
+    ]
+    assert spec.problems() == expected
+    with pytest.raises(LaunchSpecError) as caught:
+        spec.shell_command()
+    assert caught.value.problems == expected
+
+
+def test_an_argument_with_a_nul_gets_that_one_problem_only():
+    """The backend's rules are not run on an argument that cannot travel: its NUL is the one
+    problem, not also the value's shape (``--tp 8\\0`` is not 'not a whole number')."""
+    spec = LaunchSpec("sglang", ("python3",), ("--model-path", "/m", "--tp", "8\x00"))
+    assert spec.problems() == [
+        "argument '8\\x00': contains a NUL character, which no command line can carry"
+    ]
+    assert LaunchSpec("sglang", ("python3",), ("--model-path", "/m", "--tp", "8")).problems() == []
+
+
+def test_a_variable_set_twice_and_a_bad_simulator_setting_are_problems():
+    spec = LaunchSpec(
+        "sglang",
+        ("python3",),
+        ("--model-path", "/m"),
+        (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG", "WARN"), ("SPECMON_SIM_TIME_SCALE", "fast")),
+    )
+    assert spec.problems() == [
+        "NCCL_DEBUG: set twice",
+        "SPECMON_SIM_TIME_SCALE: 'fast' is not a positive number (1 = real time, 0.02 = 50x "
+        "faster)",
+    ]
+    fine = LaunchSpec("sglang", ("python3",), ("--model-path", "/m"), {"NCCL_DEBUG": "INFO"})
+    assert fine.problems() == []
+
+
+def test_shown_masks_secrets_and_keeps_everything_else():
+    """The recorded spec: secret values as ***, the backend, command, other flags and
+    variables as they were; a secret flag alone (no secret variable) is masked too."""
+    spec = LaunchSpec(
+        "sglang",
+        ("python3",),
+        ("--model-path", "/m", "--api-key", "k"),
+        {"HF_TOKEN": "t", "NCCL_DEBUG": "INFO"},
+    )
+    assert spec.shown() == LaunchSpec(
+        "sglang",
+        ("python3",),
+        ("--model-path", "/m", "--api-key", "***"),
+        {"HF_TOKEN": "***", "NCCL_DEBUG": "INFO"},
+    )
+    flag_only = LaunchSpec("sglang", ("python3",), ("--api-key", "k"), {"NCCL_DEBUG": "INFO"})
+    assert flag_only.shown().args == ("--api-key", "***")
+    nothing_secret = kimi_spec(NCCL_DEBUG="INFO", HF_TOKEN="")
+    assert nothing_secret.shown() == nothing_secret
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[]", "launch spec JSON: expected an object"),
+        ('{"backend": 1}', "launch spec JSON: 'backend' must be a string"),
+        ('{"backend": "sglang"}', "launch spec JSON: 'command' must be a list of strings"),
+        (
+            '{"backend": "sglang", "command": ["p"], "args": [1]}',
+            "launch spec JSON: 'args' must be a list of strings",
+        ),
+        (
+            '{"backend": "sglang", "command": ["p"], "env": {"A": 1}}',
+            "launch spec JSON: 'env' must map names to strings",
+        ),
+    ],
+)
+def test_a_badly_shaped_spec_json_names_the_key_at_fault(text, problem):
+    with pytest.raises(LaunchSpecError) as caught:
+        LaunchSpec.from_json(text)
+    assert caught.value.problems == [problem]
+
+
+def test_long_bad_names_and_values_are_cut_in_the_message():
+    """A refused flag name is shown to 60 characters, a refused switch value to 40, so the
+    one-line message stays short."""
+    with pytest.raises(LaunchSpecError) as caught:
+        kimi_spec().with_flags({"bad name": "1"})
+    assert caught.value.problems == ["'bad name': not a valid flag name"]
+    long_name = "--" + "b" * 70 + " x"
+    with pytest.raises(LaunchSpecError) as caught:
+        kimi_spec().with_flags({long_name: "1"})
+    assert caught.value.problems == [f"{long_name[:60]!r}: not a valid flag name"]
+    spec = LaunchSpec("sglang", ("python3",), ("--enable-torch-compile",))
+    with pytest.raises(LaunchSpecError) as caught:
+        spec.with_flags({"enable-torch-compile": "y" * 50})
+    assert caught.value.problems == [
+        f"--enable-torch-compile: is a switch; set it to true or false (got {'y' * 40!r})"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "flags", "env"),
+    [
+        ("NCCL_PROTO", {}, {"NCCL_PROTO": "v"}),
+        ("Nccl_proto", {}, {"Nccl_proto": "v"}),  # mis-cased: refused as a variable later
+        ("Xla_flags", {}, {"Xla_flags": "v"}),
+        ("tp", {"tp": "v"}, {}),
+        ("-O", {"O": "v"}, {}),  # dashes make it a flag (vLLM's -O), capital or not
+        ("--Tp", {"Tp": "v"}, {}),
+    ],
+)
+def test_split_overrides_reads_a_capital_first_letter_without_dashes_as_a_variable(
+    name, flags, env
+):
+    assert split_overrides({name: "v"}) == (flags, env)
+
+
+def test_form_values_leave_a_field_blank_when_the_spec_lacks_its_flag():
+    values = form_values(LaunchSpec("sglang", ("python3",), ("--model-path", "/m")))
+    assert values == dict.fromkeys(FORM_FIELD_NAMES, "")
+
+
+def test_a_field_left_out_of_the_submitted_form_is_blank():
+    """Blank and absent read alike: each field's flag or variable is removed, none set."""
+    flags, env = form_overrides({}, kimi_spec(NCCL_PROTO="LL"))
+    assert {name: flags[name] for name in FORM_FIELD_NAMES[:4]} == dict.fromkeys(
+        FORM_FIELD_NAMES[:4]
+    )
+    assert env == dict.fromkeys(
+        ["NCCL_PROTO", "NCCL_ALGO", "NCCL_P2P_LEVEL", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"]
+    )
+
+
+def test_form_overrides_take_a_masked_secret_from_the_secrets_given():
+    """The relaunch screen passes the secrets of the run it edits (its record keeps them
+    masked): a *** left in the form gets that value back, not the base spec's."""
+    base = kimi_spec(HF_TOKEN="***")
+    values = {**form_values(base), "extra-env": "HF_TOKEN=***"}
+    _, env = form_overrides(values, base, secrets=SecretValues(env={"HF_TOKEN": "real"}))
+    assert env["HF_TOKEN"] == "real"
+
+
+def test_a_problem_with_an_extra_flag_is_shown_on_the_extra_args_field():
+    """Even when the unknown flag's name is a field's with a capital in front."""
+    values = {**form(), "extra-args": "--Xmem-fraction-static 0.5"}
+    assert validate_form(values) == {
+        "extra-args": "is not an SGLang flag; did you mean --mem-fraction-static?"
+    }
