@@ -12,6 +12,7 @@ from specmon.backends.sglang.parser import (
     SGLangLogParser,
     _rank_of,
     _RankTable,
+    decode_template,
     parse_line,
 )
 from specmon.backends.sglang.summary import SGLangLogSummary
@@ -404,3 +405,173 @@ def test_events_after_a_summary_are_events() -> None:
     parser.summarize(DECODE_059 + "\n", summary)
     assert summary.decode_lines == 1
     assert parser.feed(DECODE_059 + "\n") == [parse_line(DECODE_059)]
+
+
+# --- fourth round: torchrun rank lanes, their line state, decode shapes for the bulk path ---
+
+TP0_PREFIX = "[2026-02-10 09:19:12 TP0] "
+DECODE_LINE_TAIL = (
+    "Decode batch, #running-req: 1, #token: 1, token usage: 0.00, accept len: 1.00, "
+    "accept rate: 1.00, cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0"
+)
+
+
+def rank_head(rank: int | None) -> str:
+    """A traceback's first two lines (head and one frame), behind rank's wrapper if any."""
+    wrap = "" if rank is None else f"[rank{rank}]: "
+    return (
+        f"{wrap}Traceback (most recent call last):\n"
+        f'{wrap}  File "/srv/r{rank}.py", line 7, in run\n'
+    )
+
+
+def read_all(text: str) -> list[Event]:
+    parser = SGLangLogParser()
+    return parser.feed(text) + parser.flush()
+
+
+def rank_errors(events: list[Event]) -> list[tuple[int | None, str]]:
+    return [(event.rank, event.message) for event in events if isinstance(event, ServerError)]
+
+
+def test_tracebacks_cut_at_the_end_are_reported_per_rank_current_first_then_in_rank_order() -> None:
+    """Four tracebacks open when the log ends (three ranks' and one unwrapped): each is one
+    cut error of its own rank, the last rank read first, then the others by rank (unwrapped
+    first), whatever order they were left in."""
+    events = read_all(rank_head(None) + rank_head(1) + rank_head(0) + rank_head(2))
+    assert [rank for rank, _ in rank_errors(events)] == [2, None, 0, 1]
+    assert all("/srv/r" + str(rank) in message for rank, message in rank_errors(events))
+
+
+def test_interleaved_ranks_tracebacks_each_end_in_their_own_exception() -> None:
+    log = (
+        rank_head(0)
+        + rank_head(1)
+        + "[rank0]: RuntimeError: rank zero failed\n"
+        + "[rank1]: ValueError: rank one failed\n"
+    )
+    assert rank_errors(read_all(log)) == [
+        (0, "RuntimeError: rank zero failed"),
+        (1, "ValueError: rank one failed"),
+    ]
+
+
+def test_lanes_beyond_the_cap_are_dropped_memory_stays_bounded() -> None:
+    """1024 ranks' open tracebacks are kept aside (plus the current one's); more are
+    dropped, so a log of endless rank numbers cannot grow the parser without bound."""
+    events = read_all("".join(rank_head(rank) for rank in range(1030)))
+    assert len(rank_errors(events)) == 1025
+
+
+def test_a_rank_that_left_nothing_open_leaves_no_state() -> None:
+    """Two parsers that will read what follows alike report the same line state, so
+    `specmon parse` may cut a file into parts there."""
+    first, second = SGLangLogParser(), SGLangLogParser()
+    first.feed("[rank0]: some rank zero line\n[rank1]: some rank one line\n")
+    second.feed("[rank1]: some rank one line\n")
+    assert first.line_state() == second.line_state()
+
+
+def lane_state(text: str) -> object:
+    parser = SGLangLogParser()
+    parser.feed(text)
+    return parser.line_state()
+
+
+def test_line_state_tells_which_rank_holds_a_put_aside_traceback() -> None:
+    """The put-aside lanes are part of the state: whose they are, what their traceback
+    holds, whose exception a chained link continues; any of these read what follows
+    differently, so the states differ."""
+    current = "[rank5]: other line\n"
+    assert lane_state(rank_head(0) + current) != lane_state(rank_head(1) + current)
+    assert lane_state(rank_head(None) + current) != lane_state(rank_head(1) + current)
+    two = rank_head(0) + "[rank1]: x\n" + "[rank1]: RuntimeError: one\n"
+    swapped = rank_head(1) + "[rank0]: x\n" + "[rank0]: RuntimeError: one\n"
+    assert lane_state(two + current) != lane_state(swapped + current)
+    frame = '[rank0]:   File "/srv/other.py", line 9, in run\n'
+    assert lane_state(rank_head(0) + current) != lane_state(rank_head(0) + frame + current)
+    announced = "[rank0]: [2026-02-10 09:19:12 TP0] Exception in run_tp_server:\n"
+    assert lane_state(announced + current) != lane_state(current)
+    owner = "[rank0]: RuntimeError: one\n[rank0]: During handling of the above exception\n"
+    other_owner = "[rank3]: RuntimeError: one\n[rank3]: During handling of the above exception\n"
+    assert lane_state(owner + current) != lane_state(other_owner + current)
+    both = lane_state(rank_head(None) + rank_head(0) + rank_head(1) + current)
+    assert both == lane_state(rank_head(None) + rank_head(1) + rank_head(0) + current)
+
+
+def test_a_rank_wrapped_decode_line_is_a_decode_of_that_rank_and_ends_its_error() -> None:
+    """A decode line inside a rank's wrapper is read line by line in that rank's lane: a
+    Decode, and the end of the rank's error message, so the next error is one of its own."""
+    log = (
+        "[rank0]: ValueError: first failure\n"
+        f"[rank0]: {TP0_PREFIX}{DECODE_LINE_TAIL}\n"
+        "[rank0]: NameError: second failure\n"
+    )
+    events = read_all(log)
+    assert [type(event) for event in events] == [ServerError, Decode, ServerError]
+    assert rank_errors(events) == [
+        (0, "ValueError: first failure"),
+        (0, "NameError: second failure"),
+    ]
+
+
+def test_decode_lines_in_bulk_end_the_unwrapped_error_message() -> None:
+    """Decode lines read in bulk are unwrapped prefixed lines: they end the unwrapped lane's
+    error message even when a rank's line came last, so the next bare error is reported."""
+    log = (
+        "ValueError: first failure\n"
+        "[rank0]: some rank zero line\n"
+        f"{TP0_PREFIX}{DECODE_LINE_TAIL}\n"
+        "NameError: second failure\n"
+    )
+    events = read_all(log)
+    assert rank_errors(events) == [
+        (None, "ValueError: first failure"),
+        (None, "NameError: second failure"),
+    ]
+
+
+def test_a_log_beginning_inside_a_ranks_traceback_reports_that_rank() -> None:
+    log = '[rank3]:   File "/srv/x.py", line 1, in f\n[rank3]: RuntimeError: boom\n'
+    assert rank_errors(read_all(log)) == [(3, "RuntimeError: boom")]
+
+
+def test_parse_line_takes_the_rank_from_torchruns_wrapper() -> None:
+    event = parse_line("[rank2]: RuntimeError: boom")
+    assert isinstance(event, ServerError)
+    assert event.rank == 2
+
+
+def test_a_rank_wrapped_shard_bar_is_that_ranks_progress() -> None:
+    bar = "[rank1]: Loading safetensors checkpoint shards:  50% Completed | 32/64 [00:20<00:20, 1.6it/s]"
+    complete = read_all(bar + "\n")
+    parser = SGLangLogParser()
+    eager = parser.feed(bar)  # the bar drawn, its `\r` not yet: reported at once
+    for events in (complete, eager):
+        assert [(type(event), event.rank) for event in events] == [(ShardProgress, 1)]
+
+
+def test_a_late_cuda_graph_field_still_gets_a_decode_template() -> None:
+    """A second `cuda graph` field is no column: the shape still takes the bulk path."""
+    tail = DECODE_LINE_TAIL[len("Decode batch, ") :] + ", cuda graph: False"
+    template = decode_template("Decode batch, ", tail)
+    assert template is not None
+    assert template.matches(TP0_PREFIX + "Decode batch, " + tail)
+
+
+def test_a_decode_line_with_a_rank_and_no_time_gets_a_template_that_reads_it() -> None:
+    prefix = "INFO TP3 | "
+    line = prefix + DECODE_LINE_TAIL
+    template = decode_template("Decode batch, ", DECODE_LINE_TAIL[len("Decode batch, ") :], prefix)
+    assert template is not None
+    match = template.pattern.match(f"\n{line}\n")
+    assert match is not None
+    assert match.group(2) == "3"
+
+
+def test_line_state_tells_whose_exception_a_put_aside_rank_may_continue() -> None:
+    """Same rank, same exception, but one announced with its time: a chained link later in
+    that rank's lane is reported with that time, so the states differ."""
+    exception = "[rank0]: RuntimeError: one\n[rank5]: other line\n"
+    announced = "[rank0]: [2026-02-10 09:19:12 TP0] Exception in run_tp_server:\n"
+    assert lane_state(announced + rank_head(0) + exception) != lane_state(rank_head(0) + exception)
