@@ -155,3 +155,63 @@ def test_a_shard_bar_padded_by_its_redraw_is_reported_before_the_next_one() -> N
     assert parser.feed(bar + "   ") == [
         ShardProgress(done=5, total=7, elapsed_s=9.0, remaining_s=3.0, seconds_per_shard=1.8)
     ]
+
+
+def test_a_torchrun_ranks_shard_bar_keeps_the_launcher_rank() -> None:
+    # Each torchrun rank loads its own shards: its bar is told apart by the `[rankN]:` wrapper,
+    # whether read as a complete line or reported early from a redraw still open.
+    bar = "Loading safetensors checkpoint shards: 100% Completed | 7/7 [00:12<00:00,  1.71s/it]"
+    done = ShardProgress(
+        rank=3, done=7, total=7, elapsed_s=12.0, remaining_s=0.0, seconds_per_shard=1.71
+    )
+    assert read([f"[rank3]:{bar}"]) == [done]
+    assert SGLangLogParser().feed(f"[rank3]:{bar}") == [done]
+
+
+def test_an_access_line_for_a_path_naming_an_error_is_no_server_error() -> None:
+    # The request path is the client's text: a scanner asking for `/AcceleratorError` must
+    # not make the console report the server as failing.
+    line = (
+        '[2026-02-10 09:25:02] INFO:     10.0.0.7:51234 - "GET /debug/AcceleratorError HTTP/1.1" '
+        "404 Not Found"
+    )
+    assert read([line]) == []
+
+
+def test_lines_seen_counts_crlf_and_blank_lines_once_each() -> None:
+    # As `wc -l` counts them: the count `specmon parse`'s benchmark compares with the log's.
+    parser = SGLangLogParser()
+    parser.feed("[2026-02-10 09:25:10] The server is fired up and ready to roll!\r\n\r\n")
+    assert parser.lines_seen == 2
+    parser.feed("\n")
+    assert parser.lines_seen == 3
+    parser.feed("half a line")
+    parser.feed("\n\n")
+    assert parser.lines_seen == 5
+
+
+def test_a_line_still_being_written_is_read_once_when_it_ends() -> None:
+    parser = SGLangLogParser()
+    ready = "[2026-02-10 09:25:20 TP2] The server is fired up and ready to roll!"
+    begin = "[2026-02-10 09:25:21 TP2] Load weight begin. avail mem=71.25 GB"
+    assert parser.feed(f"{ready}\n{begin}") == [Ready(ts="2026-02-10 09:25:20", rank=2)]
+    assert parser.lines_seen == 1
+    assert parser.feed("\n") == [LoadBegin(ts="2026-02-10 09:25:21", rank=2, avail_mem_gb=71.25)]
+    assert parser.lines_seen == 2
+
+
+def test_a_chained_traceback_after_a_bare_error_continues_it() -> None:
+    # A log (a tail) that begins with a bare exception line, then the next link of its chain:
+    # the cause was reported, the link adds no error (and the parser does not break on it).
+    assert read(
+        [
+            OOM,
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 9, '
+            "in run",
+            "RuntimeError: the scheduler stopped",
+        ]
+    ) == [ServerError(ts=None, rank=None, category="oom", message=OOM)]
