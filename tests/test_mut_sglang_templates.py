@@ -20,7 +20,7 @@ from specmon.backends.sglang.parser import (
 )
 from specmon.backends.sglang.summary import SGLangLogSummary
 from specmon.event_lines import json_lines
-from specmon.events import Event
+from specmon.events import Event, ServerError
 
 SPEC = "accept len: {acc}, accept rate: {rate}, "
 # SGLang's decode line in each version's form (../shared/reference/sglang.md), after the prefix.
@@ -215,3 +215,56 @@ REORDERED = {
 @pytest.mark.parametrize("shape", REORDERED)
 def test_decode_lines_with_fields_out_of_order_read_in_bulk_as_line_by_line(shape: str) -> None:
     check_bulk_is_line_by_line(log_lines(PREFIXES["sglang"], REORDERED[shape]))
+
+
+# PyTorch c10d's watchdog line under its glog header; the level letter is the one c10d chose.
+C10D_WATCHDOG = (
+    "[PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=1184, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out."
+)
+
+
+@pytest.mark.parametrize("level", "IWEF")
+def test_c10d_lines_at_every_glog_level_keep_their_process_group_rank_and_text(
+    level: str,
+) -> None:
+    """The glog header is the prefix at every level (info, warning, error, fatal): the
+    `[PG ... Rank 3]` tag that starts the message names the rank, and the message is c10d's
+    text after the header, the tag included, as an operator greps for it."""
+    line = f"[{level}1210 09:14:15.123456 ProcessGroupNCCL.cpp:616] {C10D_WATCHDOG}"
+    expected = ServerError(ts="09:14:15.123456", rank=3, category="nccl", message=C10D_WATCHDOG)
+    assert parse_line(line) == expected
+    assert read_in_bulk([line]) == [expected]
+
+
+def test_a_c10d_line_inside_a_traceback_is_its_own_error_and_the_traceback_goes_on() -> None:
+    """c10d's watchdog thread writes its line while another thread's traceback is being
+    written: the c10d line is an error of its own (it has a prefix), and the traceback still
+    ends with its exception line, not cut."""
+    lines = [
+        "[2026-02-10 09:19:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/scheduler.py", line 10, in run',
+        "    self.step()",
+        f"[E1210 09:19:02.123456 ProcessGroupNCCL.cpp:616] {C10D_WATCHDOG}",
+        "RuntimeError: step failed",
+    ]
+    assert read_in_bulk(lines) == [
+        ServerError(ts="09:19:02.123456", rank=3, category="nccl", message=C10D_WATCHDOG),
+        ServerError(
+            ts="2026-02-10 09:19:01", rank=0, category="other", message="RuntimeError: step failed"
+        ),
+    ]
+
+
+def test_an_error_run_into_its_logger_name_is_reported_without_the_prefix() -> None:
+    """An operator's format may join the level or logger name to the message with a dot
+    (`INFO.Capture ...`): the prefix ends where the event's text begins, so the error's message
+    is SGLang's text alone, its time and rank read from the prefix."""
+    assert parse_line("09:19:03 TP3 INFO.Capture cuda graph failed: out of memory") == (
+        ServerError(
+            ts="09:19:03",
+            rank=3,
+            category="other",
+            message="Capture cuda graph failed: out of memory",
+        )
+    )
