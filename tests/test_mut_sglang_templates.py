@@ -268,3 +268,16 @@ def test_an_error_run_into_its_logger_name_is_reported_without_the_prefix() -> N
             message="Capture cuda graph failed: out of memory",
         )
     )
+
+
+@pytest.mark.parametrize("odd_field", ["cuda graph True", ": 3"], ids=["no colon", "no name"])
+def test_a_decode_shape_with_a_field_it_cannot_name_gets_no_template(odd_field: str) -> None:
+    """decode_template learns only shapes whose every field is `name: value`: a field without
+    its `: ` or without a name gets none (such lines are read field by field), and its lines
+    still give the line-by-line reader's events."""
+    shape = SHAPES["no speculation"].replace("#queue-req", odd_field + ", #queue-req")
+    first = log_lines(PREFIXES["sglang"], shape, 1)[0]
+    head = re.search(r"Decode batch[.,] ", first)
+    assert head is not None
+    assert decode_template(head.group(), first[head.end() :], first[: head.start()]) is None
+    check_bulk_is_line_by_line(log_lines(PREFIXES["sglang"], shape))
