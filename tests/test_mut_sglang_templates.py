@@ -281,3 +281,18 @@ def test_a_decode_shape_with_a_field_it_cannot_name_gets_no_template(odd_field: 
     assert head is not None
     assert decode_template(head.group(), first[head.end() :], first[: head.start()]) is None
     check_bulk_is_line_by_line(log_lines(PREFIXES["sglang"], shape))
+
+
+def test_the_bulk_scan_leads_with_the_shape_of_the_chunks_last_decode_line() -> None:
+    """Where a log changes shape (a restarted server's new version, a line without a prefix),
+    the next chunk most likely continues the last decode line's shape: after a chunk, that
+    shape's template is the one the bulk scan tries first, and the events are the line by
+    line reader's."""
+    old = log_lines(PREFIXES["sglang"], SHAPES["0.5.23"], 20)
+    new = log_lines(PREFIXES["sglang"], SHAPES["no speculation"], 20)
+    parser = SGLangLogParser()
+    assert parser.feed("\n".join(old + new) + "\n") == read_line_by_line(old + new)
+    assert parser._templates[0].matches(new[-1])
+    bare = SHAPES["0.5.4"].format(**numbers(3))  # no prefix: the chunk starts with the decode
+    assert parser.feed(bare + "\n") == read_line_by_line([bare])
+    assert parser._templates[0].matches(bare)
