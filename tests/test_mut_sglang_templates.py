@@ -296,3 +296,18 @@ def test_the_bulk_scan_leads_with_the_shape_of_the_chunks_last_decode_line() -> 
     bare = SHAPES["0.5.4"].format(**numbers(3))  # no prefix: the chunk starts with the decode
     assert parser.feed(bare + "\n") == read_line_by_line([bare])
     assert parser._templates[0].matches(bare)
+
+
+def test_a_decode_line_still_being_written_does_not_choose_the_chunks_shape() -> None:
+    """A chunk's cut last line (the rest comes in the next chunk) is not one of its lines: the
+    shape the bulk scan leads with is that of the last complete decode line, even when the cut
+    line reads as a line of another known shape."""
+    old = log_lines(PREFIXES["sglang"], SHAPES["0.5.23"], 20)
+    new = log_lines(PREFIXES["sglang"], SHAPES["no speculation"], 20)
+    parser = SGLangLogParser()
+    parser.feed("\n".join(new) + "\n")
+    parser.feed("\n".join(old) + "\n")
+    cut = re.sub(r"#queue-req: \d+$", "#queue-req: 12", old[0])  # cut: `#queue-req: 1`
+    assert parser.feed("\n".join(new) + "\n" + cut) == read_line_by_line(new)
+    assert parser._templates[0].matches(new[-1])
+    assert parser.flush() == read_line_by_line([cut])
