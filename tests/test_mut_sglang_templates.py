@@ -20,7 +20,7 @@ from specmon.backends.sglang.parser import (
 )
 from specmon.backends.sglang.summary import SGLangLogSummary
 from specmon.event_lines import json_lines
-from specmon.events import Event
+from specmon.events import Event, ServerError
 
 SPEC = "accept len: {acc}, accept rate: {rate}, "
 # SGLang's decode line in each version's form (../shared/reference/sglang.md), after the prefix.
@@ -215,3 +215,99 @@ REORDERED = {
 @pytest.mark.parametrize("shape", REORDERED)
 def test_decode_lines_with_fields_out_of_order_read_in_bulk_as_line_by_line(shape: str) -> None:
     check_bulk_is_line_by_line(log_lines(PREFIXES["sglang"], REORDERED[shape]))
+
+
+# PyTorch c10d's watchdog line under its glog header; the level letter is the one c10d chose.
+C10D_WATCHDOG = (
+    "[PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=1184, OpType=ALLREDUCE) ran for 600031 milliseconds before timing out."
+)
+
+
+@pytest.mark.parametrize("level", "IWEF")
+def test_c10d_lines_at_every_glog_level_keep_their_process_group_rank_and_text(
+    level: str,
+) -> None:
+    """The glog header is the prefix at every level (info, warning, error, fatal): the
+    `[PG ... Rank 3]` tag that starts the message names the rank, and the message is c10d's
+    text after the header, the tag included, as an operator greps for it."""
+    line = f"[{level}1210 09:14:15.123456 ProcessGroupNCCL.cpp:616] {C10D_WATCHDOG}"
+    expected = ServerError(ts="09:14:15.123456", rank=3, category="nccl", message=C10D_WATCHDOG)
+    assert parse_line(line) == expected
+    assert read_in_bulk([line]) == [expected]
+
+
+def test_a_c10d_line_inside_a_traceback_is_its_own_error_and_the_traceback_goes_on() -> None:
+    """c10d's watchdog thread writes its line while another thread's traceback is being
+    written: the c10d line is an error of its own (it has a prefix), and the traceback still
+    ends with its exception line, not cut."""
+    lines = [
+        "[2026-02-10 09:19:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl/scheduler.py", line 10, in run',
+        "    self.step()",
+        f"[E1210 09:19:02.123456 ProcessGroupNCCL.cpp:616] {C10D_WATCHDOG}",
+        "RuntimeError: step failed",
+    ]
+    assert read_in_bulk(lines) == [
+        ServerError(ts="09:19:02.123456", rank=3, category="nccl", message=C10D_WATCHDOG),
+        ServerError(
+            ts="2026-02-10 09:19:01", rank=0, category="other", message="RuntimeError: step failed"
+        ),
+    ]
+
+
+def test_an_error_run_into_its_logger_name_is_reported_without_the_prefix() -> None:
+    """An operator's format may join the level or logger name to the message with a dot
+    (`INFO.Capture ...`): the prefix ends where the event's text begins, so the error's message
+    is SGLang's text alone, its time and rank read from the prefix."""
+    assert parse_line("09:19:03 TP3 INFO.Capture cuda graph failed: out of memory") == (
+        ServerError(
+            ts="09:19:03",
+            rank=3,
+            category="other",
+            message="Capture cuda graph failed: out of memory",
+        )
+    )
+
+
+@pytest.mark.parametrize("odd_field", ["cuda graph True", ": 3"], ids=["no colon", "no name"])
+def test_a_decode_shape_with_a_field_it_cannot_name_gets_no_template(odd_field: str) -> None:
+    """decode_template learns only shapes whose every field is `name: value`: a field without
+    its `: ` or without a name gets none (such lines are read field by field), and its lines
+    still give the line-by-line reader's events."""
+    shape = SHAPES["no speculation"].replace("#queue-req", odd_field + ", #queue-req")
+    first = log_lines(PREFIXES["sglang"], shape, 1)[0]
+    head = re.search(r"Decode batch[.,] ", first)
+    assert head is not None
+    assert decode_template(head.group(), first[head.end() :], first[: head.start()]) is None
+    check_bulk_is_line_by_line(log_lines(PREFIXES["sglang"], shape))
+
+
+def test_the_bulk_scan_leads_with_the_shape_of_the_chunks_last_decode_line() -> None:
+    """Where a log changes shape (a restarted server's new version, a line without a prefix),
+    the next chunk most likely continues the last decode line's shape: after a chunk, that
+    shape's template is the one the bulk scan tries first, and the events are the line by
+    line reader's."""
+    old = log_lines(PREFIXES["sglang"], SHAPES["0.5.23"], 20)
+    new = log_lines(PREFIXES["sglang"], SHAPES["no speculation"], 20)
+    parser = SGLangLogParser()
+    assert parser.feed("\n".join(old + new) + "\n") == read_line_by_line(old + new)
+    assert parser._templates[0].matches(new[-1])
+    bare = SHAPES["0.5.4"].format(**numbers(3))  # no prefix: the chunk starts with the decode
+    assert parser.feed(bare + "\n") == read_line_by_line([bare])
+    assert parser._templates[0].matches(bare)
+
+
+def test_a_decode_line_still_being_written_does_not_choose_the_chunks_shape() -> None:
+    """A chunk's cut last line (the rest comes in the next chunk) is not one of its lines: the
+    shape the bulk scan leads with is that of the last complete decode line, even when the cut
+    line reads as a line of another known shape."""
+    old = log_lines(PREFIXES["sglang"], SHAPES["0.5.23"], 20)
+    new = log_lines(PREFIXES["sglang"], SHAPES["no speculation"], 20)
+    parser = SGLangLogParser()
+    parser.feed("\n".join(new) + "\n")
+    parser.feed("\n".join(old) + "\n")
+    cut = re.sub(r"#queue-req: \d+$", "#queue-req: 12", old[0])  # cut: `#queue-req: 1`
+    assert parser.feed("\n".join(new) + "\n" + cut) == read_line_by_line(new)
+    assert parser._templates[0].matches(new[-1])
+    assert parser.flush() == read_line_by_line([cut])
