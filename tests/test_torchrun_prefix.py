@@ -142,3 +142,13 @@ def test_unwrapped_c10d_line_takes_its_rank_from_the_process_group_tag_in_sglang
     assert [(event.rank, event.category, event.message) for event in events] == [
         (5, "nccl", message)
     ]
+
+
+def test_a_warning_naming_an_oom_stays_a_warning_behind_the_wrapper_in_vllm() -> None:
+    """vLLM reports errors only from lines logged at ERROR or CRITICAL (or without a level): a
+    WARNING that quotes an OOM is no crash, and torchrun's wrapper must not lose its level."""
+    warning = f"WARNING 12-03 06:01:44 [gpu_model_runner.py:1890] retrying smaller: {OOM}\n"
+    error = warning.replace("WARNING", "ERROR", 1)
+    assert parse(VLLMLogParser, warning) == []
+    assert parse(VLLMLogParser, wrapped(warning, 1)) == []
+    assert [type(event) for event in parse(VLLMLogParser, wrapped(error, 1))] == [ServerError]
