@@ -914,3 +914,21 @@ def test_a_problem_with_an_extra_flag_is_shown_on_the_extra_args_field():
     assert validate_form(values) == {
         "extra-args": "is not an SGLang flag; did you mean --mem-fraction-static?"
     }
+
+
+def test_a_set_by_an_argparse_prefix_replaces_the_flag_it_stands_for_in_sglang() -> None:
+    """`specmon launch --set mem-frac=0.8` on a profile with `--mem-fraction-static 0.88`:
+    SGLang reads the prefix as the full flag, so the override replaces it in place (one
+    flag, no "given more than once"); a name no flag starts with is kept for the checks to
+    refuse."""
+    spec = LaunchSpec(
+        "sglang", ("python3",), ("--model-path", "/m", "--mem-fraction-static", "0.88", "--tp", "8")
+    )
+    changed = spec.with_flags({"mem-frac": "0.8"})
+    assert changed.args == ("--model-path", "/m", "--mem-fraction-static", "0.8", "--tp", "8")
+    assert changed.problems() == []
+    assert spec.with_flags({"--speculative-num-st": "3"}).flag("speculative-num-steps") == "3"
+    assert spec.with_flags({"mem-frac": None}).args == ("--model-path", "/m", "--tp", "8")
+    unknown = spec.with_flags({"no-such-flag": "1"})
+    assert unknown.args[-2:] == ("--no-such-flag", "1")
+    assert unknown.problems()

@@ -149,6 +149,19 @@ class SGLangBackend(Backend):
 
         return flag_kind(name.lstrip("-"))
 
+    def setting_flags(
+        self, args: Sequence[str], changes: Mapping[str, str | bool | None]
+    ) -> dict[str, str | bool | None]:
+        """A change named by an argparse prefix (``--set mem-frac=0.8``) replaces the flag it
+        stands for, as SGLang would read it, instead of adding a second spelling beside it."""
+        from specmon.backends.sglang.flags import flag_name_as_read
+
+        renamed: dict[str, str | bool | None] = {}
+        for name, value in changes.items():
+            as_read = flag_name_as_read(name.lstrip("-"))
+            renamed[name if as_read == name.lstrip("-") else as_read] = value
+        return renamed
+
     def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
         from specmon.backends.sglang.flags import sglang_launch_problems
 

@@ -54,7 +54,7 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
     problems = [Problem("arguments", text) for text in grammar]
     values: dict[str, str | None] = {}
     for item in items:
-        name = _rule_name(item.name)
+        name = flag_name_as_read(item.name)
         if name in values:
             problems.append(Problem(f"--{item.name}", "given more than once; give it once"))
         values[name] = item.value
@@ -70,10 +70,10 @@ def sglang_launch_problems(args: Sequence[str], env: Mapping[str, str]) -> list[
     return problems
 
 
-def _rule_name(name: str) -> str:
-    """The name the rules read a flag by: an argparse prefix (``--speculative-algo``) as the
-    flag SGLang reads it as, so the launch is checked as it will run. The spellings of TP and
-    of the draft model stay as given, for _alias_problems to name both."""
+def flag_name_as_read(name: str) -> str:
+    """The name SGLang reads a flag by: an argparse prefix (``speculative-algo``) as the flag
+    it stands for, so a launch is checked, and a ``--set`` applied, as it will run. The
+    spellings of TP and of the draft model stay as given, for _alias_problems to name both."""
     if name in TP_FLAGS or name in DRAFT_MODEL_FLAGS:
         return name
     return resolve_flag_name(name) or name
