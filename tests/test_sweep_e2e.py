@@ -126,7 +126,8 @@ async def test_2x2_sweep_with_baseline_ranks_like_the_simulator_model(testbox, t
         combos,
         key=lambda r: -model_tok_s(r.params["speculative-num-steps"], r.params["NCCL_PROTO"]),
     )
-    assert [r.params for r in measured] == [r.params for r in expected]
+    measured_tok_s = [(r.params, round(r.tok_s, 1)) for r in combos]  # shown when it fails
+    assert [r.params for r in measured] == [r.params for r in expected], measured_tok_s
     # Speed-ups are against the baseline measured in this very sweep.
     assert finished.baseline is not None and finished.baseline.tok_s == results[0].tok_s
     for r in combos:
