@@ -158,8 +158,9 @@ class SGLangBackend(Backend):
 
         renamed: dict[str, str | bool | None] = {}
         for name, value in changes.items():
-            as_read = flag_name_as_read(name.lstrip("-"))
-            renamed[name if as_read == name.lstrip("-") else as_read] = value
+            bare = name.lstrip("-")
+            as_read = flag_name_as_read(bare)
+            renamed[as_read if as_read != bare else name] = value
         return renamed
 
     def launch_problems(self, args: Sequence[str], env: Mapping[str, str]) -> list[Problem]:
