@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
 import itertools
 import random
 import statistics
+import time
 
 import pytest
 
 from specmon.sim import perf
+from specmon.sim.engine import CATCH_UP_LIMIT_S, Engine, SimRequest
+from specmon.sim.logwriter import LogWriter
 
 TUNED = {"NCCL_PROTO": "LL", "NCCL_ALGO": "Ring", "NCCL_P2P_LEVEL": "SYS"}
 
@@ -87,3 +93,49 @@ def test_without_speculation_one_token_per_step_and_no_draft_phase():
     assert cost.draft_ms == cost.extend_ms == 0
     assert perf.expected_accept_length(settings) == 1.0
     assert perf.sample_accepted(settings, random.Random(1)) == 0
+
+
+async def _decode_seconds(stall_s: float) -> float:
+    """How long the engine takes to generate 60 tokens at 3 steps, with the whole process
+    (the event loop) blocked for ``stall_s`` once the first token is out."""
+    engine = Engine(
+        spec(3),
+        LogWriter(io.StringIO(), io.StringIO()),
+        log_rank=None,
+        decode_log_interval=1000,
+        max_running_requests=8,
+        max_total_tokens=100_000,
+        seed=1,
+        log_batches=False,
+    )
+    request = SimRequest(rid="r", prompt_tokens=10, max_new_tokens=60)
+    loop = asyncio.create_task(engine.run())
+    try:
+        engine.submit(request)
+        while request.first_token_at is None:
+            await asyncio.sleep(0.001)
+        started = time.monotonic()
+        time.sleep(stall_s)  # the simulator's process gets no CPU: a loaded test machine
+        await asyncio.wait_for(request.done.wait(), timeout=10)
+        return time.monotonic() - started
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+
+
+async def test_a_short_stall_of_the_simulator_process_does_not_slow_the_modelled_host():
+    """A 0.4 s stall of the simulator (the test machine under load) once swapped two sweep
+    points 13% apart: the modelled host never stalled, so its decode keeps the model's pace
+    and the request ends when the model says. A 0.4 s stall used to add 0.4 s."""
+    calm = await _decode_seconds(0.0)
+    stalled = await _decode_seconds(0.4)
+    assert calm > 0.45  # the stall falls inside the decode, not after it
+    assert stalled == pytest.approx(calm, abs=0.12), (calm, stalled)
+
+
+async def test_a_long_stop_of_the_simulator_is_not_replayed_as_a_burst():
+    """Past CATCH_UP_LIMIT_S (SIGSTOP, a suspended laptop) the lost time stays lost."""
+    calm = await _decode_seconds(0.0)
+    stopped = await _decode_seconds(CATCH_UP_LIMIT_S + 0.2)
+    assert stopped > calm + CATCH_UP_LIMIT_S, (calm, stopped)

@@ -101,7 +101,9 @@ async def test_2x2_sweep_with_baseline_ranks_like_the_simulator_model(testbox, t
             profile="simbench",
             axes=parse_grid(["speculative-num-steps=2,10", "NCCL_PROTO=LL,Simple"]),
             baseline=True,
-            bench=BenchSettings(requests=2, max_tokens=48, warmup=1),
+            # 2 x 80 tokens: the nearest two points lie 14% apart measured, and a stall of
+            # the machine inside a request is caught up by the simulator (see test_sim_perf).
+            bench=BenchSettings(requests=2, max_tokens=80, warmup=1),
         )
         points = plan_points(config, plan, python=sys.executable)
         with Ledger(tmp_path / "ledger.sqlite3") as ledger:

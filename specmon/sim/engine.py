@@ -30,6 +30,10 @@ _WORDS = tuple(_TEXT.split(" "))
 PREFILL_TOKENS_PER_SECOND = 9000.0  # rough prefill speed of the measured host, batch of one
 PREFILL_FIXED_S = 0.02
 PROBE_FLUSH_RECORDS = 16
+# A stall of the simulator's own process (a loaded test machine) up to this long is caught
+# up: the modelled host never stalled, so its tok/s must not depend on ours. A longer one
+# (SIGSTOP, a suspended laptop) is not replayed as a burst of cycles.
+CATCH_UP_LIMIT_S = 1.0
 
 
 @dataclass
@@ -244,7 +248,7 @@ class Engine:
         cycle_ms = draft_ms + verify_ms + extend_ms
         deadline += cycle_ms / 1000.0
         now = time.monotonic()
-        if deadline < now - 0.1:  # the machine stalled: do not burst to catch up
+        if deadline < now - CATCH_UP_LIMIT_S:  # stopped for long: do not burst to catch up
             deadline = now + cycle_ms / 1000.0
         await asyncio.sleep(max(0.0, deadline - time.monotonic()))
         if self.hung:
