@@ -46,20 +46,20 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-AGENT = REPO / "specmon" / "agent.py"
+AGENT = REPO / "specmon" / "remote" / "agent.py"
 RATE_HZ = 4.0
 # The fields the console shows every tick (the reference command), and the fields
 # the agent itself reads every tick (memory, temperature and clocks it reads every 2 s).
 SMI_CONSOLE_FIELDS = "index,utilization.gpu,memory.used,power.draw,temperature.gpu,clocks.sm"
 SMI_TICK_FIELDS = "index,utilization.gpu,utilization.memory,power.draw"
-# The agent's own tick rows (specmon/agent.py SMI_TICK_COLUMNS), in the agent's format.
+# The agent's own tick rows (specmon/remote/agent.py SMI_TICK_COLUMNS), in the agent's format.
 SMI_ROW_FIELDS = "timestamp,index,utilization.gpu,utilization.memory,power.draw"
 ROW_FORMAT = "csv,noheader,nounits"
 # The same rows without the timestamp column (what that column costs nvidia-smi per row).
 SMI_ROW_FIELDS_NO_TIMESTAMP = "index,utilization.gpu,utilization.memory,power.draw"
 REPEAT_GPUS = 8
-HELPER = REPO / "specmon" / "session" / "remote_helper.py"
-LINK_SHARE_HALF = 0.00005  # half of specmon/agent.py LINK_CPU_SHARE
+HELPER = REPO / "specmon" / "remote" / "helper.py"
+LINK_SHARE_HALF = 0.00005  # half of specmon/remote/agent.py LINK_CPU_SHARE
 TARGET_8_GPUS_CORE_PERCENT = 0.1
 
 

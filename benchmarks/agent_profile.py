@@ -10,7 +10,7 @@ spacing for utilisation and power is read (nvmlDeviceGetSamples), which says how
 those values can change at all.
 
     python3 benchmarks/agent_profile.py --out /tmp/profile [--window 20]
-        [--profile specmon/agent.py ...]
+        [--profile specmon/remote/agent.py ...]
 Writes agent_profile.json and cprofile_<name>.txt; prints a table.
 """
 

@@ -12,7 +12,7 @@ and its PCIe/NVLink reads. This runs, all at once over one window:
 - with --pyspy PATH, py-spy recording a plain agent (its raw stacks are written to --out).
 
     python3 benchmarks/agent_wake_profile.py --out /tmp/wake [--window 40]
-        [--helper NAME=PATH ...] [--agent specmon/agent.py] [--pyspy py-spy]
+        [--helper NAME=PATH ...] [--agent specmon/remote/agent.py] [--pyspy py-spy]
 Writes agent_wake_profile.json and prints it.
 """
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from agent_cost import process_cpu_ns, tree_cpu_ns
 
 REPO = Path(__file__).resolve().parent.parent
-AGENT = REPO / "specmon" / "agent.py"
+AGENT = REPO / "specmon" / "remote" / "agent.py"
 
 # --- the instrumented agent (run as a process of its own) ---------------------------------------
 

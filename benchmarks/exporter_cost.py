@@ -27,8 +27,9 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
-from specmon.agent import GpuReading  # noqa: E402
-from specmon.events import (  # noqa: E402
+from specmon.exporter.collector import WatchedHost  # noqa: E402
+from specmon.exporter.server import MetricsServer, build_registry  # noqa: E402
+from specmon.model.events import (  # noqa: E402
     ConnectionState,
     Decode,
     Event,
@@ -40,9 +41,8 @@ from specmon.events import (  # noqa: E402
     RunInfo,
     ServerError,
 )
-from specmon.exporter.collector import WatchedHost  # noqa: E402
-from specmon.exporter.server import MetricsServer, build_registry  # noqa: E402
-from specmon.store import EventBus  # noqa: E402
+from specmon.remote.agent import GpuReading  # noqa: E402
+from specmon.state.store import EventBus  # noqa: E402
 
 ARGV = (
     "python3", "-m", "sglang.launch_server", "--model-path", "moonshotai/Kimi-K2.5", "--tp", "8",

@@ -64,8 +64,8 @@ SORT_ORDER = ("host", "state", "tok/s", "accept", "verify", "gpus", "age")
 
 
 def load_controller_class() -> type:
-    from specmon.events import Ready, RunInfo, ShardProgress
-    from specmon.store import EventBus
+    from specmon.model.events import Ready, RunInfo, ShardProgress
+    from specmon.state.store import EventBus
 
     class LoadController(inert_controller_base()):
         """One host's generator: ``rate`` events/s from ``pool`` into its own bus."""
@@ -80,7 +80,7 @@ def load_controller_class() -> type:
             self.task: asyncio.Task[None] | None = None
 
         async def start(self) -> None:
-            from specmon.events import ConnectionState
+            from specmon.model.events import ConnectionState
 
             self.bus.publish(ConnectionState(host=self.host_label, state="connected"))
             self.bus.publish(RunInfo(run_id="load", profile="bench", backend="sglang"))
@@ -174,7 +174,7 @@ def run_load_child(args: argparse.Namespace) -> int:
 
 def run_connect_child(args: argparse.Namespace) -> int:
     """The fleet console over ``--hosts`` real local host sessions (own state dirs)."""
-    from specmon.config import load_config
+    from specmon.launch.config import load_config
     from specmon.session import SessionOptions, open_session
     from specmon.tui.fleet_app import FleetApp
 

@@ -6,7 +6,7 @@ reads the file in 1 MiB chunks, decodes it and runs one compiled regex that capt
 line's fields over each chunk: what any Python log reader pays at least) and `specmon parse`
 with --json --summary --events, the text form, --summary (the summary alone), --kind and
 --since/--until, and --json --summary on one core (--jobs 1; by default a log file is read
-on every core, specmon/log_parts.py). Each figure is lines/s (wall; CPU, user+sys, in
+on every core, specmon/logs/parts.py). Each figure is lines/s (wall; CPU, user+sys, in
 brackets) and its ratio to the floor of the same run; the summaries with and without events are compared, and with
 --check every JSON line is loaded. Usage: python3 benchmarks/parse_cli.py [--lines N]
 [--repeat N] [--check]

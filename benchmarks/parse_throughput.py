@@ -27,7 +27,7 @@ from typing import NamedTuple
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from specmon.backends.sglang.parser import SGLangLogParser
-from specmon.events import Decode
+from specmon.model.events import Decode
 
 START = datetime(2026, 2, 10, 9, 14, 2)
 CHUNK_BYTES = 1 << 20

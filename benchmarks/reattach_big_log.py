@@ -40,7 +40,7 @@ from support.hosts import (  # noqa: E402
     ssh_session,
 )
 
-from specmon.events import Decode, GpuSample, LogLine  # noqa: E402
+from specmon.model.events import Decode, GpuSample, LogLine  # noqa: E402
 
 LAST_GEN = 4321.5  # the newest decode line's throughput: seen only if the tail was read
 

@@ -45,8 +45,8 @@ COLUMNS, ROWS = 160, 48
 
 def build_event_pool() -> list:
     """A realistic mix: per 100 events ~45 log lines, ~45 probe cycles, ~8 decodes, 2 GPU."""
-    from specmon.agent import GpuReading
-    from specmon.events import Decode, GpuSample, LogLine, ProbeTiming
+    from specmon.model.events import Decode, GpuSample, LogLine, ProbeTiming
+    from specmon.remote.agent import GpuReading
 
     pool: list = []
     now = time.time()
@@ -111,8 +111,8 @@ def build_event_pool() -> list:
 def inert_controller_base() -> type:
     """A HostController whose actions are refused and whose host is this machine: what a load
     generator (here and in fleet_load.py) adds is only its bus, start and close."""
-    from specmon.controller import HostController
-    from specmon.errors import SpecmonError
+    from specmon.model.errors import SpecmonError
+    from specmon.state.controller import HostController
 
     class InertController(HostController):
         async def launch(self, profile: str, *, flags: Any = None, env: Any = None) -> str:
@@ -153,8 +153,8 @@ def inert_controller_base() -> type:
 
 
 def run_child(rate: float, replay: int, result_path: str, no_gc_tuning: bool) -> int:
-    from specmon.events import Ready, RunInfo
-    from specmon.store import EventBus
+    from specmon.model.events import Ready, RunInfo
+    from specmon.state.store import EventBus
     from specmon.tui.app import SpecmonApp, tune_gc_for_console
 
     pool = build_event_pool()

@@ -29,11 +29,11 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from specmon.events import GpuSample  # noqa: E402
-from specmon.gpu_stream import AgentStream  # noqa: E402
+from specmon.model.events import GpuSample  # noqa: E402
+from specmon.session.gpu_stream import AgentStream  # noqa: E402
 
-AGENT = REPO / "specmon" / "agent.py"
-HELPER_SOURCE = REPO / "specmon" / "session" / "remote_helper.py"  # as the console sends it
+AGENT = REPO / "specmon" / "remote" / "agent.py"
+HELPER_SOURCE = REPO / "specmon" / "remote" / "helper.py"  # as the console sends it
 MIB = 1024.0 * 1024.0
 
 

@@ -30,17 +30,17 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-AGENT = REPO / "specmon" / "agent.py"
+AGENT = REPO / "specmon" / "remote" / "agent.py"
 sys.path.insert(0, str(REPO))
-from specmon.agent import (  # noqa: E402
+from specmon.model.events import GpuSample  # noqa: E402
+from specmon.remote.agent import (  # noqa: E402
     DEFAULT_STATE_INTERVAL_S,
     SLOW_FIELDS_INTERVAL_S,
     SMI_COLUMNS,
     SMI_FORMAT,
     reading_from_dict,
 )
-from specmon.events import GpuSample  # noqa: E402
-from specmon.gpu_stream import AgentStream  # noqa: E402
+from specmon.session.gpu_stream import AgentStream  # noqa: E402
 
 MIB = 1024.0 * 1024.0
 # How long a reading of memory (or the process list) can lag the GPU: the agent reads them
@@ -78,7 +78,7 @@ class LineCollector:
     """Reads a child's stdout on a thread, keeping (wall time received, parsed JSON or text).
 
     The agent's nvidia-smi tick rows are kept as text and, once the console's reader
-    (specmon.gpu_stream.AgentStream) completes a tick of them, as that tick's JSON dict."""
+    (specmon.session.gpu_stream.AgentStream) completes a tick of them, as that tick's JSON dict."""
 
     def __init__(self, process: subprocess.Popen[str]) -> None:
         self.process = process

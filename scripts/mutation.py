@@ -45,14 +45,14 @@ MODULES = (
     Module("vllm parser", "specmon/backends/vllm/parser.py", (), 0.90),
     Module("sglang flags", "specmon/backends/sglang/flags.py", (), 0.90),
     Module("vllm flags", "specmon/backends/vllm/flags.py", (), 0.90),
-    Module("flag grammar", "specmon/flag_grammar.py", (), 0.90),
-    Module("launch spec", "specmon/launch.py", (), 0.80),
-    Module("secrets", "specmon/secrets.py", (), 0.90),
-    Module("terminal text", "specmon/terminal_text.py", (), 0.90),
-    Module("store", "specmon/store.py", (), 0.80),
+    Module("flag grammar", "specmon/backends/flag_grammar.py", (), 0.90),
+    Module("launch spec", "specmon/launch/spec.py", (), 0.80),
+    Module("secrets", "specmon/model/secrets.py", (), 0.90),
+    Module("terminal text", "specmon/model/terminal_text.py", (), 0.90),
+    Module("store", "specmon/state/store.py", (), 0.80),
     Module(
         "ledger baseline",
-        "specmon/ledger.py",
+        "specmon/experiments/ledger.py",
         (
             "xǁBaselineǁ*",
             "xǁLedgerǁfind_baseline",
@@ -64,7 +64,7 @@ MODULES = (
     Module("exporter collector", "specmon/exporter/collector.py", (), 0.80),
     Module(
         "remote helper stop",
-        "specmon/session/remote_helper.py",
+        "specmon/remote/helper.py",
         (
             "x_cmd_stop",
             "x_wait_group_gone",
@@ -85,7 +85,7 @@ NO_TESTS = {5, 33}
 
 
 def module_of(mutant: str) -> str:
-    """``specmon.store.xǁStateStoreǁapply__mutmut_3`` -> ``xǁStateStoreǁapply``."""
+    """``specmon.state.store.xǁStateStoreǁapply__mutmut_3`` -> ``xǁStateStoreǁapply``."""
     return mutant.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
 
 
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         # mutmut writes every module's mutants on its first run; the smallest module, run in
         # full, makes them (and checks that the tests pass unmutated) before the sample.
         if not (MUTANTS / (MODULES[7].path + ".meta")).exists():
-            mutmut("specmon.terminal_text.*", workers=args.workers)
+            mutmut("specmon.model.terminal_text.*", workers=args.workers)
         sample = [n for m in modules for n in chosen(m, args.per_module, args.seed)]
         if args.resume:
             # mutmut drops the result of a function whose code changed, so a kept one is

@@ -261,7 +261,7 @@ def main() -> int:
     write_stand_in(stand_in_root)
     sys.path.insert(0, str(repo))
     write_probe(probe_dir)
-    from specmon.events import ProbeTiming
+    from specmon.model.events import ProbeTiming
     from specmon.probe import launch_env
     from specmon.probe.records import parse_probe_line
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from specmon import __version__
-from specmon.errors import SpecmonError, UsageError
+from specmon.model.errors import SpecmonError, UsageError
 
 # (name, module under specmon.commands, one-line help). Each module offers
 # `configure(parser)` (argparse only, no heavy imports), `run(args) -> int` and `EPILOG`,

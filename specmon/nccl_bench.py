@@ -9,7 +9,7 @@ thousands of times per size. Per-call latency comes from CUDA events on GPU (``n
 It takes the two SGLang flag names it needs (``--tp``: ranks; ``--model-path``: a label for the
 ledger), so a launch profile with this command passes specmon's launch rules unchanged; its
 other settings are ``SPECMON_NCCL_BENCH_*`` variables (a profile's ``env`` table), which the
-launch rules allow. What it prints (one line each, parsed by :mod:`specmon.collective`):
+launch rules allow. What it prints (one line each, parsed by :mod:`specmon.experiments.collective`):
 
 * ``specmon-collective-rank {json}``: per rank, the NCCL_*/GLOO_* variables the rank sees;
 * ``specmon-collective-result {json}``: per size, the latency percentiles across all calls;

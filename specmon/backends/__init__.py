@@ -2,7 +2,7 @@
 
 A backend is one folder, ``specmon/backends/<name>/``, registered in ``BACKENDS``; code outside
 ``specmon/backends/`` asks the backend (``get_backend(name)``) and never names a server
-(tests/test_server_boundary.py checks it). docs/backends.md describes every member.
+(tests/backends/test_server_boundary.py checks it). docs/backends.md describes every member.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from specmon.events import Event
-from specmon.nccl import NCCL_FORM_CHOICES
+from specmon.backends.nccl import NCCL_FORM_CHOICES
+from specmon.model.events import Event
 
 FlagKind = Literal["switch", "value"]
 
@@ -85,7 +85,7 @@ class LogParser(ABC):
         """What this parser carries from one complete line to the next that can change how the
         lines after it read, or None where it cannot say. Two parsers at a line boundary with
         equal states read what follows alike, which lets `specmon parse` read the parts of one
-        file at once (specmon/log_parts.py) and check each part began as it should have. A
+        file at once (specmon/logs/parts.py) and check each part began as it should have. A
         cache that changes only speed (learned line shapes) is not state. None: the log is
         read start to end in one piece."""
         return None
@@ -113,7 +113,7 @@ class LogSummary(ABC):
     @abstractmethod
     def merge(self, later: LogSummary) -> None:
         """Fold in the totals of the part of the log that follows the part this one read,
-        so that the result is the summary of both read in order (specmon/log_parts.py)."""
+        so that the result is the summary of both read in order (specmon/logs/parts.py)."""
 
     @abstractmethod
     def finish(self, parser: LogParser) -> dict[str, Any]:
@@ -483,7 +483,7 @@ def get_backend(name: str) -> Backend:
     try:
         target = BACKENDS[name]
     except KeyError:
-        from specmon.errors import UsageError
+        from specmon.model.errors import UsageError
 
         raise UsageError(
             f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}"
@@ -511,7 +511,7 @@ def backend_for_command(command: Sequence[str]) -> str | None:
             return backend.name
     for name, pattern in KNOWN_SERVER_COMMANDS.items():
         if name not in BACKENDS and pattern.search(words):
-            from specmon.errors import UsageError
+            from specmon.model.errors import UsageError
 
             raise UsageError(f"backend {name} is not installed in this specmon")
     return None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from specmon.backends import LogSummary
-from specmon.events import Event, LoadBegin, ServerError, ShardProgress
+from specmon.model.events import Event, LoadBegin, ServerError, ShardProgress
 
 
 class ServingTotals(LogSummary):

@@ -37,7 +37,7 @@ from specmon.backends.tracebacks import (
     source_text,
     starts_inside,
 )
-from specmon.events import ErrorCategory, Event, ServerError
+from specmon.model.events import ErrorCategory, Event, ServerError
 
 _OOM = re.compile(TORCH_OOM)
 _NCCL = re.compile(TORCH_NCCL + r"|NCCL Error \d|NCCL WARN")

@@ -34,7 +34,7 @@ from dataclasses import astuple, dataclass
 from enum import IntEnum
 
 from specmon.backends.logtext import CHAIN_LINES, TRACEBACK_HEAD, TRACEBACK_MAX_LINES
-from specmon.events import ServerError
+from specmon.model.events import ServerError
 
 CUT_MESSAGE = "traceback cut before its exception line"
 """The start of a cut traceback's error message; the last frame follows."""

@@ -21,7 +21,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import add_host_arguments
+    from specmon.commands.arguments import add_host_arguments
 
     add_host_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the advice as one JSON object")
@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
     import json
     import time
 
-    from specmon.advisor import MIN_CYCLES, AdvisorError
-    from specmon.advisor_inputs import advise_from_store, enough_data
-    from specmon.errors import SpecmonError, UsageError
-    from specmon.ledger import Ledger
-    from specmon.session.cli import load_config_from, run_async, session_from_args
+    from specmon.commands.printers import load_config_from, run_async, session_from_args
+    from specmon.experiments.advisor import MIN_CYCLES, AdvisorError
+    from specmon.experiments.advisor_inputs import advise_from_store, enough_data
+    from specmon.experiments.ledger import Ledger
+    from specmon.model.errors import SpecmonError, UsageError
 
     if not 0 < args.timeout <= 86400:
         raise UsageError("--timeout must be more than 0 and at most 86400 seconds")
@@ -104,9 +104,9 @@ def no_server_text(host: str, label: str) -> str:
 
 def advice_text(advice: Any, host: str, store: Any) -> str:
     """The prediction table with what it rests on, for people."""
-    from specmon.advisor import prediction_flags
-    from specmon.advisor_inputs import steps_setting
-    from specmon.report import render_table
+    from specmon.experiments.advisor import prediction_flags
+    from specmon.experiments.advisor_inputs import steps_setting
+    from specmon.experiments.report import render_table
 
     inputs = advice.inputs
     setting = steps_setting(store) or "steps"  # the launch setting that sets the step count

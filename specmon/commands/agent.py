@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 
 EPILOG = """\
 examples:
@@ -19,13 +19,13 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.agent import add_agent_arguments  # standard library only: cheap to import
+    from specmon.remote.agent import add_agent_arguments  # standard library only: cheap to import
 
     add_agent_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon import agent
+    from specmon.remote import agent
 
     try:
         agent.check_agent_options(args)

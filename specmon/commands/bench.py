@@ -64,7 +64,7 @@ def add_bench_options(
 
 
 def bench_settings(args: argparse.Namespace) -> Any:
-    from specmon.bench.runner import BenchSettings
+    from specmon.experiments.bench.runner import BenchSettings
 
     settings = BenchSettings(
         requests=args.requests,
@@ -74,7 +74,7 @@ def bench_settings(args: argparse.Namespace) -> Any:
         prompt_set=args.prompt_set,
     )
     settings.validate()
-    from specmon.bench.prompts import load_prompt_set
+    from specmon.model.prompts import load_prompt_set
 
     load_prompt_set(settings.prompt_set)  # an unknown version fails before anything connects
     return settings
@@ -90,7 +90,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP
+    from specmon.commands.arguments import HOST_HELP
 
     parser.add_argument(
         "host",
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.url is not None:
         _check_url(args.url)
     if args.wait < 0:
-        from specmon.errors import UsageError
+        from specmon.model.errors import UsageError
 
         raise UsageError("--wait must not be negative")
     return asyncio.run(_bench(args, settings))
@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 def _check_url(url: str) -> None:
     from urllib.parse import urlsplit
 
-    from specmon.errors import UsageError
+    from specmon.model.errors import UsageError
 
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -144,9 +144,9 @@ def _check_url(url: str) -> None:
 async def _bench(args: argparse.Namespace, settings: Any) -> int:
     import json
 
-    from specmon.bench.runner import run_benchmark
-    from specmon.ledger import BenchContext, Ledger
-    from specmon.report import benchmark_summary, progress_printer
+    from specmon.experiments.bench.runner import run_benchmark
+    from specmon.experiments.ledger import BenchContext, Ledger
+    from specmon.experiments.report import benchmark_summary, progress_printer
 
     ledger = None if args.no_record else Ledger(args.ledger)
     try:
@@ -191,13 +191,13 @@ async def _bench(args: argparse.Namespace, settings: Any) -> int:
 
 
 async def _bench_through_session(args: argparse.Namespace, settings: Any, printer: Any) -> Any:
-    from specmon.bench.runner import run_benchmark
-    from specmon.bench.timing import ProbeCollector
-    from specmon.config import load_config
-    from specmon.errors import SpecmonError
-    from specmon.ledger import BenchContext
+    from specmon.experiments.bench.runner import run_benchmark
+    from specmon.experiments.bench.timing import ProbeCollector
+    from specmon.experiments.ledger import BenchContext
+    from specmon.experiments.sweep import session_base_url
+    from specmon.launch.config import load_config
+    from specmon.model.errors import SpecmonError
     from specmon.session import open_session
-    from specmon.sweep import session_base_url
 
     config = load_config(getattr(args, "config", None))
     session = open_session(args.host, config)

@@ -11,8 +11,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specmon.controller import HostController
     from specmon.exporter.server import MetricsServer
+    from specmon.state.controller import HostController
 
 
 EPILOG = """\
@@ -25,7 +25,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
 
     add_hosts_arguments(parser, every=True)
     parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
@@ -54,15 +54,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from specmon.errors import UsageError
-    from specmon.fleet import fleet_names
-    from specmon.session.cli import (
+    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.printers import (
         load_config_from,
         sessions_from_args,
         watch_fleet_headless,
         watch_headless,
     )
-    from specmon.session.nodes_cli import controller_from_args, nodes_profile
+    from specmon.model.errors import UsageError
+    from specmon.state.fleet import fleet_names
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
@@ -102,11 +102,11 @@ def metrics_server(
     listen: str, sessions: list[tuple[str, HostController]], config: Any
 ) -> MetricsServer:
     """The exporter for these hosts, served beside the console on its event loop."""
-    from specmon.errors import UsageError
     from specmon.exporter.collector import WatchedHost
     from specmon.exporter.hosts import backend_of_profile
     from specmon.exporter.server import MetricsServer, build_registry
-    from specmon.listen import is_loopback, parse_listen
+    from specmon.model.errors import UsageError
+    from specmon.model.listen import is_loopback, parse_listen
 
     host, port = parse_listen(listen, option="--export")
     if not is_loopback(host):

@@ -7,8 +7,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from specmon.launch.trust import UntrustedConfigError
     from specmon.session.host import HostSession
-    from specmon.trust import UntrustedConfigError
 
 
 MAX_DEMO_HOSTS = 8
@@ -62,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import sys
 
-    from specmon.errors import UsageError
-    from specmon.session.cli import watch_fleet_headless, watch_headless
-    from specmon.tempdirs import owned_tempdir
+    from specmon.commands.printers import watch_fleet_headless, watch_headless
+    from specmon.model.errors import UsageError
+    from specmon.session.tempdirs import owned_tempdir
 
     if args.time_scale is not None:
         if not 0 < args.time_scale <= 100:
@@ -129,9 +129,9 @@ def _demo_config(args: argparse.Namespace) -> tuple[Any, UntrustedConfigError | 
     """The config, and the untrusted ./specmon.toml passed over, if any: the demo needs no
     trust step, so such a file is ignored rather than refused, and its profiles, which could
     run anything, are never read."""
-    from specmon.config import load_config
-    from specmon.session.cli import load_config_from
-    from specmon.trust import UntrustedConfigError
+    from specmon.commands.printers import load_config_from
+    from specmon.launch.config import load_config
+    from specmon.launch.trust import UntrustedConfigError
 
     try:
         return load_config_from(args), None
@@ -181,7 +181,7 @@ async def _stop_leftovers(config: Any, profile_name: str, state_dir: str) -> Non
     import asyncio
     import contextlib
 
-    from specmon.errors import SpecmonError
+    from specmon.model.errors import SpecmonError
 
     session = _demo_session(config, profile_name, state_dir)
     session.autolaunch = None

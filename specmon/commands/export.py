@@ -12,8 +12,8 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from specmon.controller import HostController
     from specmon.exporter.auth import ScrapeAuth
+    from specmon.state.controller import HostController
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 
@@ -28,7 +28,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP, add_connection_arguments
+    from specmon.commands.arguments import HOST_HELP, add_connection_arguments
 
     parser.add_argument("hosts", nargs="+", metavar="HOST", help=HOST_HELP)
     parser.add_argument(
@@ -60,10 +60,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.errors import UsageError
+    from specmon.commands.printers import load_config_from, run_async
     from specmon.exporter.auth import ScrapeAuth
-    from specmon.listen import is_loopback, parse_listen
-    from specmon.session.cli import load_config_from, run_async
+    from specmon.model.errors import UsageError
+    from specmon.model.listen import is_loopback, parse_listen
 
     host, port = parse_listen(args.listen)
     with_auth = args.bearer_token_file is not None or args.basic_auth_file is not None
@@ -92,8 +92,8 @@ def exporter_session(args: argparse.Namespace, config: Any, host: str) -> HostCo
     """A watching session for ``host`` with the exporter's reconnect policy (near-forever)."""
     from dataclasses import replace
 
+    from specmon.commands.printers import session_from_args
     from specmon.exporter.hosts import RECONNECT_ATTEMPTS
-    from specmon.session.cli import session_from_args
 
     session: Any = session_from_args(argparse.Namespace(**{**vars(args), "host": host}), config)
     session.options = replace(session.options, reconnect_max_attempts=RECONNECT_ATTEMPTS)

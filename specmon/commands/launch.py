@@ -17,7 +17,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP, UNTIL_CHOICES, add_connection_arguments
+    from specmon.commands.arguments import HOST_HELP, UNTIL_CHOICES, add_connection_arguments
 
     parser.add_argument(
         "host",
@@ -50,15 +50,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.errors import UsageError
-    from specmon.session.cli import (
+    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.printers import (
         load_config_from,
         parse_assignments,
         run_async,
         session_from_args,
         stream_events,
     )
-    from specmon.session.nodes_cli import controller_from_args, nodes_profile
+    from specmon.model.errors import UsageError
 
     flags = parse_assignments(args.flags, "--set")
     env = parse_assignments(args.env, "--env")

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from specmon.terminal_text import safe_text
+from specmon.model.terminal_text import safe_text
 
 TABLES = ("benchmarks", "sweep_points", "sweeps", "runs", "predictions", "collective_results")
 
@@ -51,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.ledger import Ledger
+    from specmon.experiments.ledger import Ledger
 
     with Ledger(args.ledger) as ledger:
         action = {"list": _list, "show": _show, "export": _export, "plot": _plot}
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_ref(text: str) -> tuple[str, int]:
     """'s3' -> ("sweep", 3), 'b12' or '12' -> ("benchmark", 12), 'r5' -> ("run", 5)."""
-    from specmon.errors import UsageError
+    from specmon.model.errors import UsageError
 
     kinds = {"s": "sweep", "b": "benchmark", "r": "run"}
     raw = text.strip().lower()
@@ -76,11 +76,11 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
     import json
     import time
 
-    from specmon.ledger import format_age
-    from specmon.report import render_table
+    from specmon.experiments.ledger import format_age
+    from specmon.experiments.report import render_table
 
     if args.limit < 1:
-        from specmon.errors import UsageError
+        from specmon.model.errors import UsageError
 
         raise UsageError("--limit must be at least 1")
     sweeps = ledger.list_sweeps(args.limit)
@@ -174,7 +174,7 @@ def _bench_brief(row: dict[str, Any]) -> dict[str, Any]:
 def _show(ledger: Any, args: argparse.Namespace) -> int:
     import json
 
-    from specmon.errors import SpecmonError
+    from specmon.model.errors import SpecmonError
 
     kind, number = parse_ref(args.id)
     if kind == "benchmark":
@@ -186,7 +186,7 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
             row = {**row, "baseline": _baseline_json(baseline)}
             print(json.dumps(row, default=str))
         else:
-            from specmon.report import benchmark_summary
+            from specmon.experiments.report import benchmark_summary
 
             print(safe_text(benchmark_summary(row, baseline)))
         return 0
@@ -202,12 +202,12 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     if sweep.spec.get("kind") == "collective":
         return _show_collective(ledger, sweep, json_lines=args.json)
     results, baseline = sweep_results(ledger, sweep)
-    from specmon.sweep import steps_axis
+    from specmon.experiments.sweep import steps_axis
 
     prediction = ledger.prediction_for_sweep(sweep.id)
     steps_param = steps_axis(axis["name"] for axis in sweep.spec.get("grid", [])) or ""
     if args.json:
-        from specmon.report import predicted_vs_measured
+        from specmon.experiments.report import predicted_vs_measured
 
         predicted = (
             {}
@@ -226,7 +226,7 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
                 row["predicted_tok_s"] = predicted[int(steps)]  # the advisor's, not measured
             print(json.dumps(row))
         return 0
-    from specmon.report import prediction_table, sweep_table
+    from specmon.experiments.report import prediction_table, sweep_table
 
     names = [axis["name"] for axis in sweep.spec["grid"]]
     bench = sweep.spec.get("bench", {})
@@ -248,8 +248,8 @@ def _show_collective(ledger: Any, sweep: Any, *, json_lines: bool) -> int:
     """A `specmon nccl-sweep`: per-size latencies per setting, not tok/s."""
     import json
 
-    from specmon.collective_sweep import point_result_from_ledger
-    from specmon.report import collective_table
+    from specmon.experiments.collective_sweep import point_result_from_ledger
+    from specmon.experiments.report import collective_table
 
     results = [point_result_from_ledger(ledger, row) for row in ledger.sweep_points(sweep.id)]
     if json_lines:
@@ -266,7 +266,7 @@ def _show_collective(ledger: Any, sweep: Any, *, json_lines: bool) -> int:
 
 def sweep_results(ledger: Any, sweep: Any) -> tuple[list[Any], Any]:
     """A stored sweep's points as results, with speed-ups vs the newest comparable baseline."""
-    from specmon.sweep import result_from_row
+    from specmon.experiments.sweep import result_from_row
 
     results = [result_from_row(row) for row in ledger.sweep_points(sweep.id)]
     bench = sweep.spec.get("bench", {})
@@ -331,8 +331,8 @@ def _export(ledger: Any, args: argparse.Namespace) -> int:
 
 
 def _plot(ledger: Any, args: argparse.Namespace) -> int:
-    from specmon.errors import SpecmonError, UsageError
-    from specmon.report import sweep_plot
+    from specmon.experiments.report import sweep_plot
+    from specmon.model.errors import SpecmonError, UsageError
 
     if not (20 <= args.width <= 400 and 8 <= args.height <= 200):
         raise UsageError("--width must be 20..400 and --height 8..200")
@@ -350,7 +350,7 @@ def _plot(ledger: Any, args: argparse.Namespace) -> int:
     results, baseline = sweep_results(ledger, sweep)
     x = args.x
     if x is None:
-        from specmon.sweep import steps_axis
+        from specmon.experiments.sweep import steps_axis
 
         names = [axis["name"] for axis in sweep.spec.get("grid", [])]
         x = steps_axis(names) or (names[0] if names else "steps")

@@ -21,7 +21,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP
+    from specmon.commands.arguments import HOST_HELP
 
     parser.add_argument("host", metavar="HOST", help=HOST_HELP)
     parser.add_argument(
@@ -55,11 +55,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from specmon.collective_sweep import CollectivePlan, plan_collective_points
     from specmon.commands.sweep_session import sweep_host
-    from specmon.config import load_config
-    from specmon.errors import UsageError
-    from specmon.sweep import parse_grid
+    from specmon.experiments.collective_sweep import CollectivePlan, plan_collective_points
+    from specmon.experiments.sweep import parse_grid
+    from specmon.launch.config import load_config
+    from specmon.model.errors import UsageError
 
     axes = parse_grid(args.grid)
     if not args.run_timeout > 0:
@@ -76,8 +76,8 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
     import asyncio
     from dataclasses import replace
 
-    from specmon.collective_sweep import CollectiveSweepRunner
     from specmon.commands.sweep_session import interrupted, sweep_session
+    from specmon.experiments.collective_sweep import CollectiveSweepRunner
 
     reporter = CollectiveReporter(plan, json_lines=args.json)
     runner: CollectiveSweepRunner | None = None
@@ -113,7 +113,7 @@ class CollectiveReporter:
         self.total = 0
 
     def __call__(self, event: Any) -> None:
-        from specmon.collective_sweep import (
+        from specmon.experiments.collective_sweep import (
             CollectivePointFinished,
             CollectivePointStarted,
             CollectiveStarted,
@@ -145,7 +145,7 @@ class CollectiveReporter:
                 self.out.flush()
 
     def final(self, finished: Any) -> None:
-        from specmon.report import collective_table
+        from specmon.experiments.report import collective_table
 
         names = [axis.name for axis in self.plan.axes]
         table = collective_table(finished.results, names)
@@ -153,7 +153,7 @@ class CollectiveReporter:
         self.out.flush()
 
     def _say(self, text: str) -> None:
-        from specmon.terminal_text import safe_text
+        from specmon.model.terminal_text import safe_text
 
         self.err.write(safe_text(text) + "\n")
         self.err.flush()

@@ -4,7 +4,7 @@ bzip2- or xz-compressed, as events. Which server wrote it is told by ``--backend
 from its first lines; a log in which no server is recognised is read for its errors alone
 (PyTorch, NCCL, tracebacks: specmon/backends/neutral.py).
 
-Each chunk read is parsed, filtered and written at once (specmon.event_lines writes runs of
+Each chunk read is parsed, filtered and written at once (specmon.logs.event_lines writes runs of
 decodes in bulk) and flushed, so a live pipe sees each event as soon as its line arrives.
 """
 
@@ -21,13 +21,13 @@ from itertools import compress
 from operator import attrgetter
 from typing import IO, TYPE_CHECKING, Any
 
-from specmon.errors import UsageError
-from specmon.log_parts import PartReader
+from specmon.logs.parts import PartReader
+from specmon.model.errors import UsageError
 
 if TYPE_CHECKING:
     from specmon.backends import LogReading, LogSummary
-    from specmon.events import Event
-    from specmon.log_window import TimeWindow
+    from specmon.logs.window import TimeWindow
+    from specmon.model.events import Event
 
 NOTHING_RECOGNISED = 1
 """The exit code when the log held no line specmon reads (empty, or no server's and no error
@@ -180,7 +180,7 @@ def _detect(read: Callable[[int], bytes], source: str) -> tuple[LogReading, list
 
 
 def _read(read: Callable[[int], bytes], source: str) -> bytes:
-    from specmon.compressed_log import DECOMPRESS_ERRORS
+    from specmon.logs.compressed import DECOMPRESS_ERRORS
 
     try:
         return read(READ_BYTES)
@@ -204,7 +204,7 @@ LOG_KINDS = (
     "compile", "spec_decode", "spec_params", "notice",
 )  # fmt: skip
 """The kinds of ``events.LOG_EVENT_KINDS``, spelled out so `--help` needs no import of the
-events (40 ms); tests/test_cli_papercuts.py checks that the two agree."""
+events (40 ms); tests/e2e/test_cli_papercuts.py checks that the two agree."""
 
 
 def _event_kinds() -> set[str]:
@@ -237,7 +237,7 @@ def _json_one(event: Event) -> str:
 
 
 def _text_one(event: Event) -> str:
-    from specmon.terminal_text import safe_text
+    from specmon.model.terminal_text import safe_text
 
     return safe_text(format_event(event.to_dict()))  # log text reaches the terminal stripped
 
@@ -255,7 +255,7 @@ class _LogReader(PartReader):
         window: TimeWindow | None,
         out: IO[str],
     ) -> None:
-        from specmon.event_lines import json_lines, text_lines
+        from specmon.logs.event_lines import json_lines, text_lines
 
         self._backend = backend
         self.parser = backend.new_log_parser()
@@ -329,10 +329,10 @@ def _to_line_boundary(log: IO[bytes], reader: _LogReader) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from specmon.backends import get_backend
-    from specmon.compressed_log import decompressed
-    from specmon.log_parts import jobs_available, read_in_parts
-    from specmon.log_window import TimeWindow
-    from specmon.terminal_text import safe_text
+    from specmon.logs.compressed import decompressed
+    from specmon.logs.parts import jobs_available, read_in_parts
+    from specmon.logs.window import TimeWindow
+    from specmon.model.terminal_text import safe_text
 
     chosen = get_backend(args.backend) if args.backend else None  # a bad name: usage error
     if args.no_events and not args.summary:

@@ -30,7 +30,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP, add_connection_arguments
+    from specmon.commands.arguments import HOST_HELP, add_connection_arguments
 
     parser.add_argument(
         "hosts", nargs="*", metavar="HOST", help=f"{HOST_HELP} (none: the built-in demo)"
@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
     import secrets
     import shlex
 
-    from specmon.errors import UsageError
-    from specmon.listen import is_loopback, parse_listen, url_host
+    from specmon.model.errors import UsageError
+    from specmon.model.listen import is_loopback, parse_listen, url_host
     from specmon.tui.web import ConsoleServer
 
     host, port = parse_listen(args.listen)
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     if args.hosts:
         # Each tab's console reads the config: one that is untrusted or wrong is told here,
         # once, instead of inside every browser tab.
-        from specmon.config import load_config
+        from specmon.launch.config import load_config
 
         load_config(args.config)
     token = None if args.no_token else secrets.token_urlsafe(24)
@@ -125,7 +125,7 @@ def parse_duration(text: str, *, option: str) -> float:
     """``90``, ``90s``, ``30m`` or ``2h`` -> seconds (positive); a one-line UsageError else."""
     import re
 
-    from specmon.errors import UsageError
+    from specmon.model.errors import UsageError
 
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if match is None:

@@ -24,7 +24,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import add_hosts_arguments
+    from specmon.commands.arguments import add_hosts_arguments
 
     add_hosts_arguments(parser)
     for action in parser._actions:
@@ -41,11 +41,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.errors import SpecmonError, UsageError
-    from specmon.fleet import fleet_names
-    from specmon.session.cli import load_config_from, run_async, sessions_from_args
-    from specmon.session.nodes_cli import nodes_profile
-    from specmon.terminal_text import safe_text
+    from specmon.commands.nodes import nodes_profile
+    from specmon.commands.printers import load_config_from, run_async, sessions_from_args
+    from specmon.model.errors import SpecmonError, UsageError
+    from specmon.model.terminal_text import safe_text
+    from specmon.state.fleet import fleet_names
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
@@ -99,8 +99,8 @@ def run(args: argparse.Namespace) -> int:
 def print_runs(name: str | None, label: str, runs: list[Any], *, as_json: bool) -> None:
     """One host's runs; ``name`` (several hosts) heads them, or tags the JSON line. Text that
     came from the host (argv, env, profile) reaches the terminal stripped of controls."""
-    from specmon.secrets import redact_argv
-    from specmon.terminal_text import safe_text
+    from specmon.model.secrets import redact_argv
+    from specmon.model.terminal_text import safe_text
 
     if as_json:
         print(json.dumps({"host": name or label, "runs": [r.to_dict() for r in runs]}))

@@ -18,7 +18,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import add_host_arguments
+    from specmon.commands.arguments import add_host_arguments
 
     add_host_arguments(parser)
     for action in parser._actions:
@@ -35,19 +35,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.session.cli import load_config_from, run_async, session_from_args
-    from specmon.session.nodes_cli import controller_from_args, nodes_profile
+    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.printers import load_config_from, run_async, session_from_args
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
     if spanning is not None:
         session = controller_from_args(args, config, spanning)
     elif args.profile:
-        from specmon.errors import UsageError
+        from specmon.model.errors import UsageError
 
         raise UsageError(f"profile {args.profile!r} has no nodes; stop HOST stops its run")
     elif not args.host:
-        from specmon.errors import UsageError
+        from specmon.model.errors import UsageError
 
         raise UsageError("stop: give the HOST to stop a run on (or --profile P with nodes)")
     else:

@@ -26,7 +26,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import HOST_HELP
+    from specmon.commands.arguments import HOST_HELP
 
     parser.add_argument(
         "host",
@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from specmon.commands.sweep_session import sweep_host
-    from specmon.config import load_config
-    from specmon.errors import UsageError
-    from specmon.sweep import SweepPlan, parse_grid, plan_points
+    from specmon.experiments.sweep import SweepPlan, parse_grid, plan_points
+    from specmon.launch.config import load_config
+    from specmon.model.errors import UsageError
 
     settings = bench_settings(args)
     axes = parse_grid(args.grid)
@@ -98,7 +98,7 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
     import asyncio
 
     from specmon.commands.sweep_session import interrupted, sweep_session
-    from specmon.sweep import SweepRunner
+    from specmon.experiments.sweep import SweepRunner
 
     reporter = SweepReporter(plan, json_lines=args.json)
     runner: SweepRunner | None = None
@@ -139,8 +139,8 @@ class SweepReporter:
         self._loading_shown: set[int] = set()
 
     def __call__(self, event: Any) -> None:
-        from specmon.report import progress_printer
-        from specmon.sweep import (
+        from specmon.experiments.report import progress_printer
+        from specmon.experiments.sweep import (
             PointBenchmarking,
             PointFinished,
             PointLoading,
@@ -196,7 +196,7 @@ class SweepReporter:
         self.out.flush()
 
     def final(self, finished: Any) -> None:
-        from specmon.report import sweep_table
+        from specmon.experiments.report import sweep_table
 
         names = [axis.name for axis in self.plan.axes]
         table = sweep_table(finished.results, names, finished.baseline)
@@ -207,7 +207,7 @@ class SweepReporter:
         self.out.flush()
 
     def _say(self, text: str) -> None:
-        from specmon.terminal_text import safe_text
+        from specmon.model.terminal_text import safe_text
 
         self.err.write(safe_text(text) + "\n")
         self.err.flush()

@@ -33,7 +33,7 @@ async def sweep_session(
     import contextlib
     import signal
 
-    from specmon.ledger import Ledger
+    from specmon.experiments.ledger import Ledger
     from specmon.session import open_session
 
     ledger = Ledger(ledger_path)

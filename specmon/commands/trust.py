@@ -32,8 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.config import CONFIG_FILE_NAME
-    from specmon.errors import UsageError
+    from specmon.launch.config import CONFIG_FILE_NAME
+    from specmon.model.errors import UsageError
 
     if args.list:
         if args.path is not None:
@@ -48,10 +48,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _trust(path: Path) -> int:
-    from specmon.config import parse_config_text
-    from specmon.errors import ConfigError
-    from specmon.terminal_text import safe_text
-    from specmon.trust import trust
+    from specmon.launch.config import parse_config_text
+    from specmon.launch.trust import trust
+    from specmon.model.errors import ConfigError
+    from specmon.model.terminal_text import safe_text
 
     if not path.is_file():
         reason = "is a directory" if path.is_dir() else "does not exist"
@@ -71,9 +71,9 @@ def _trust(path: Path) -> int:
 
 
 def _revoke(path: Path) -> int:
-    from specmon.errors import UsageError
-    from specmon.terminal_text import safe_text
-    from specmon.trust import record_key, revoke
+    from specmon.launch.trust import record_key, revoke
+    from specmon.model.errors import UsageError
+    from specmon.model.terminal_text import safe_text
 
     if not revoke(path):
         raise UsageError(safe_text(f"{record_key(path)} was not trusted; nothing to revoke"))
@@ -82,8 +82,8 @@ def _revoke(path: Path) -> int:
 
 
 def _list() -> int:
-    from specmon.terminal_text import safe_text
-    from specmon.trust import content_hash, read_records, trust_file
+    from specmon.launch.trust import content_hash, read_records, trust_file
+    from specmon.model.terminal_text import safe_text
 
     records = read_records()
     if not records:

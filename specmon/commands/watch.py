@@ -18,7 +18,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.session.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
 
     add_hosts_arguments(parser)
     parser.add_argument("--json", action="store_true", help="JSON lines (with arrival time 'at')")
@@ -31,14 +31,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.fleet import fleet_names
-    from specmon.session.cli import (
+    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.printers import (
         load_config_from,
         sessions_from_args,
         watch_fleet_headless,
         watch_headless,
     )
-    from specmon.session.nodes_cli import controller_from_args, nodes_profile
+    from specmon.state.fleet import fleet_names
 
     config = load_config_from(args)
     spanning = nodes_profile(args, config)

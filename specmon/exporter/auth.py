@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 
 MAX_SECRET_FILE_BYTES = 64 * 1024
 REALM = 'realm="specmon export"'

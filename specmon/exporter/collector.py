@@ -36,8 +36,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from specmon.backends import RUN_INFO_LABELS, backend_for_command, get_backend
-from specmon.errors import UsageError
-from specmon.store import CycleHistogram, EventBus, StateStore
+from specmon.model.errors import UsageError
+from specmon.state.store import CycleHistogram, EventBus, StateStore
 
 CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
 # The run's state as the store has it (or how the run ended: the run status's end kind) ->

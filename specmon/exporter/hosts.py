@@ -12,13 +12,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
 from specmon.exporter.collector import WatchedHost
+from specmon.model.errors import SpecmonError
 from specmon.session.transport import TransportError
+from specmon.state.controller import HostController
 
 if TYPE_CHECKING:
-    from specmon.config import Config
+    from specmon.launch.config import Config
 
 RETRY_INITIAL_S = 1.0
 RETRY_MAX_S = 60.0

@@ -9,10 +9,10 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from specmon.errors import UsageError
 from specmon.exporter.auth import ScrapeAuth
 from specmon.exporter.collector import SpecmonCollector, WatchedHost
-from specmon.listen import url_host
+from specmon.model.errors import UsageError
+from specmon.model.listen import url_host
 
 INDEX_TEXT = "specmon exporter: the metrics are at /metrics\n"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 from importlib import resources
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 
 PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
 

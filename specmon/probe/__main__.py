@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from specmon.errors import SpecmonError, UsageError
+from specmon.model.errors import SpecmonError, UsageError
 
 
 class _OneLineParser(argparse.ArgumentParser):

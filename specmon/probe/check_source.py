@@ -11,7 +11,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 from specmon.probe.inject.specmon_probe_hook import TARGET_FAMILIES, Target, TargetFamily
 
 HOOK_REGISTRY_PATH = "srt/plugins/hook_registry.py"

@@ -10,7 +10,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 from specmon.probe.check_source import _read_version
 from specmon.probe.inject.specmon_probe_vllm import VLLM_FAMILIES, VllmFamily, VllmTarget
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from specmon.events import ProbeTiming
+from specmon.model.events import ProbeTiming
 
 RECORD_KEYS = (
     "wall",

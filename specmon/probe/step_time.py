@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmon.events import ProbeTiming
+from specmon.model.events import ProbeTiming
 
 STEP_TIME_KEY = "step_time_dict"
 

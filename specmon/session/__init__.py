@@ -10,12 +10,12 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from specmon.errors import UsageError
-from specmon.hostname import parse_host
+from specmon.model.errors import UsageError
+from specmon.model.hostname import parse_host
 from specmon.session.transport import HostKeyError, Transport, TransportError
 
 if TYPE_CHECKING:
-    from specmon.config import Config, HostConfig
+    from specmon.launch.config import Config, HostConfig
     from specmon.session.host import HostSession, SessionOptions
 
 _LAZY = {
@@ -147,7 +147,7 @@ def _config_files(extra: dict[str, str], given: tuple[str, ...] | None) -> tuple
     import shutil
     from pathlib import Path
 
-    from specmon.tempdirs import owned_tempdir
+    from specmon.session.tempdirs import owned_tempdir
 
     if not extra:
         return given

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Protocol
 
-from specmon.events import AgentStatus, Event, GpuSample
-from specmon.gpu_stream import AgentStream
+from specmon.model.events import AgentStatus, Event, GpuSample
+from specmon.remote import AGENT_SOURCE
+from specmon.session.gpu_stream import AgentStream
 from specmon.session.helper_client import HelperClient
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.transport import ConnectionLost, RemoteProcess, Transport
@@ -36,17 +36,14 @@ class AgentHost(Protocol):
     def publish(self, event: Event, at: float | None = None) -> None: ...
 
 
-AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent.py"
-
-
 def parse_agent_message(
     line: bytes | str, stream: AgentStream | None = None
 ) -> list[GpuSample | AgentStatus]:
-    """The events one agent line completes (specmon.gpu_stream reads the wire format): ticks
+    """The events one agent line completes (specmon.session.gpu_stream reads the wire format): ticks
     become GpuSample, the header and errors AgentStatus; state lines, notices and stray lines
     give none. `stream` is the agent run's reader (nvidia-smi's tick rows need the lines
     before them); without one, the line is read alone."""
-    from specmon.gpu_stream import AgentError, AgentHeader
+    from specmon.session.gpu_stream import AgentError, AgentHeader
 
     text = line.decode(errors="replace") if isinstance(line, bytes) else line
     events: list[GpuSample | AgentStatus] = []

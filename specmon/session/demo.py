@@ -13,7 +13,7 @@ import contextlib
 import itertools
 from typing import Any
 
-from specmon.errors import SpecmonError
+from specmon.model.errors import SpecmonError
 from specmon.session.host import HostSession
 
 # Completion lengths cycle through these, so the throughput line shows requests starting
@@ -49,8 +49,8 @@ class DemoTraffic:
         import httpx
 
         from specmon.backends import DEFAULT_BACKEND, get_backend
-        from specmon.bench.prompts import load_prompt_set
-        from specmon.http_body import BodyTooLarge, request_capped
+        from specmon.model.prompts import load_prompt_set
+        from specmon.session.http_body import BodyTooLarge, request_capped
 
         prompts = itertools.cycle(load_prompt_set().schedule(48))
         lengths = itertools.cycle(DEMO_MAX_TOKENS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from specmon.events import ServerError, ServerFailed
+from specmon.model.events import ServerError, ServerFailed
 
 USAGE_EXIT_CODE = 2  # argparse's exit status for a command-line mistake
 _USAGE_ERROR = re.compile(r"^\S*: error: |^error: ")

@@ -21,15 +21,12 @@ import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
-from specmon.errors import SpecmonError
+from specmon.model.errors import SpecmonError
+from specmon.remote import BOOTSTRAP_SOURCE, HELPER_SOURCE
 from specmon.session.state_dir import checked_state_dir
 from specmon.session.transport import CommandResult, Transport
-
-HELPER_SOURCE = Path(__file__).with_name("remote_helper.py")
-BOOTSTRAP_SOURCE = Path(__file__).with_name("host_bootstrap.py")
 
 
 def _bootstrap_program() -> str:

@@ -24,9 +24,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
-from specmon.controller import HostController
-from specmon.errors import SpecmonError, UsageError
-from specmon.events import (
+from specmon.model.errors import SpecmonError, UsageError
+from specmon.model.events import (
     AgentStatus,
     ConnectionState,
     Event,
@@ -37,8 +36,8 @@ from specmon.events import (
     ServerError,
     StopProgress,
 )
-from specmon.run_end import REQUESTED_ENDS, RunEnd, run_end
-from specmon.secrets import redact_argv
+from specmon.model.run_end import REQUESTED_ENDS, RunEnd, run_end
+from specmon.model.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import failure_event, hang_reason
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
@@ -47,14 +46,15 @@ from specmon.session.launch_request import launch_payload
 from specmon.session.listener import ForeignListenerError, ListenerCheck
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
-from specmon.session.run_status import RunStatus, StopReport
 from specmon.session.sweep_lease import SweepLease, hold_sweep_lease
 from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
-from specmon.store import EventBus, StateStore
+from specmon.state.controller import HostController
+from specmon.state.run_status import RunStatus, StopReport
+from specmon.state.store import EventBus, StateStore
 
 if TYPE_CHECKING:
-    from specmon.config import Profile
-    from specmon.launch import FlagValue, LaunchSpec
+    from specmon.launch.config import Profile
+    from specmon.launch.spec import FlagValue, LaunchSpec
 
 # Seconds without a decode line in the log after which a server's /metrics speaks for it
 # (vLLM logs its stats every 10 s, and at DEBUG only while idle).

@@ -2,7 +2,7 @@
 server info (the run's backend names the endpoints) on a self-paced loop (one request at a time, so a slow answer never piles
 requests up), and /metrics scraped with prometheus-client's parser when the server has it.
 
-The server is not trusted: every answer is read up to a cap (specmon/http_body.py: 8 MiB for
+The server is not trusted: every answer is read up to a cap (specmon/session/http_body.py: 8 MiB for
 /metrics, 1 MiB for the rest), and a snapshot keeps at most MAX_SNAPSHOT_SAMPLES samples of
 at most MAX_SAMPLE_KEY characters, MAX_SNAPSHOT_CHARS in all (so a `watch --json` line stays
 small); what is left out is said once per run and endpoint (a ``notice``).
@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import httpx
 
-from specmon.events import Event, HealthStatus, MetricsSnapshot, Notice, ServerInfo
-from specmon.http_body import METRICS_BODY_LIMIT, BodyTooLarge, request_capped
+from specmon.model.events import Event, HealthStatus, MetricsSnapshot, Notice, ServerInfo
+from specmon.session.http_body import METRICS_BODY_LIMIT, BodyTooLarge, request_capped
 
 if TYPE_CHECKING:
     from specmon.backends import Backend, MetricsReader

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
-from specmon.flag_grammar import AUTO_PORT
-from specmon.secrets import redact_argv, redact_env
+from specmon.backends.flag_grammar import AUTO_PORT
+from specmon.model.secrets import redact_argv, redact_env
 
 if TYPE_CHECKING:
-    from specmon.config import Profile
-    from specmon.launch import LaunchSpec
+    from specmon.launch.config import Profile
+    from specmon.launch.spec import LaunchSpec
 
 PROBE_FILE = "{run_dir}/probe.jsonl"  # the helper fills in the run dir
 PROBE_DIR = "{run_dir}/probe"

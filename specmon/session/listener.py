@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specmon.errors import SpecmonError
+from specmon.model.errors import SpecmonError
 
 
 class ForeignListenerError(SpecmonError):

@@ -22,10 +22,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from specmon.backends import LogParser
-from specmon.errors import SpecmonError
-from specmon.events import Decode, Dropped, Event, LogLine, Prefill, ServerError
-from specmon.secrets import mask_secrets_in_text
-from specmon.store import HISTORY, LOG_LINES
+from specmon.model.errors import SpecmonError
+from specmon.model.events import Decode, Dropped, Event, LogLine, Prefill, ServerError
+from specmon.model.secrets import mask_secrets_in_text
+from specmon.state.store import HISTORY, LOG_LINES
 
 MAX_PARTIAL_LINE = 1 << 20  # a "line" longer than this is emitted in pieces
 RECENT_LINES = 40  # the last lines kept for a failure's root cause (argparse errors)
@@ -221,5 +221,5 @@ class LogFollower:
 
 def _shown(raw: bytes) -> str:
     """A log line as the console and `watch` show it: decoded, secret values the server
-    echoed (its arguments, a command line) as ``***`` (specmon.secrets)."""
+    echoed (its arguments, a command line) as ``***`` (specmon.model.secrets)."""
     return mask_secrets_in_text(raw.decode(errors="replace"))

@@ -28,9 +28,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import NodePlacement, get_backend
-from specmon.controller import HostController
-from specmon.errors import SpecmonError, UsageError
-from specmon.events import (
+from specmon.backends.flag_grammar import parse_flags
+from specmon.model.errors import SpecmonError, UsageError
+from specmon.model.events import (
     AgentStatus,
     ConnectionState,
     Event,
@@ -44,14 +44,14 @@ from specmon.events import (
     ShardProgress,
     StopProgress,
 )
-from specmon.flag_grammar import parse_flags
-from specmon.session.run_status import RunStatus, StopReport
 from specmon.session.sweep_lease import SweepLease
-from specmon.store import EventBus, StateStore
+from specmon.state.controller import HostController
+from specmon.state.run_status import RunStatus, StopReport
+from specmon.state.store import EventBus, StateStore
 
 if TYPE_CHECKING:
-    from specmon.config import Config, Profile
-    from specmon.launch import FlagValue, LaunchSpec
+    from specmon.launch.config import Config, Profile
+    from specmon.launch.spec import FlagValue, LaunchSpec
     from specmon.session.host import HostSession, SessionOptions
 
 SETTLE_S = 2.0  # after a node fails, how long the others' failures may still arrive
@@ -211,6 +211,8 @@ class MultiNodeController(HostController):
 
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """The same spec on every node, each with its own multi-node flags."""
+        if profile in self._profiles:
+            self.node_grace_s = self._profiles[profile].node_grace_s
         return await self._launch([spec] * len(self.nodes), profile)
 
     async def stop(self) -> StopReport | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
-from specmon.errors import UsageError
+from specmon.model.errors import UsageError
 
 
 def checked_state_dir(path: str) -> str:

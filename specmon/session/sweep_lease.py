@@ -13,24 +13,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from specmon.errors import SpecmonError
+from specmon.model.errors import SpecmonError
 from specmon.session.helper_client import HelperClient, RemoteCallError
+from specmon.state.controller import SweepLease
 
 
 class SweepBusyError(SpecmonError):
     """Another sweep holds the host's sweep lease."""
-
-
-class SweepLease:
-    """A held lease; ``name`` adds the sweep's id to what a refused sweep is told."""
-
-    def __init__(self, proc: Any = None) -> None:
-        self._proc = proc
-
-    async def name(self, sweep: str) -> None:
-        if self._proc is not None:
-            with contextlib.suppress(SpecmonError, OSError):
-                await self._proc.write((json.dumps({"sweep": sweep}) + "\n").encode())
 
 
 def busy_text(host: str, reply: dict[str, Any]) -> str:

@@ -11,34 +11,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmon.errors import SpecmonError
+from specmon.model.errors import ConnectionLost, HostKeyError, TransportError
 
-
-class TransportError(SpecmonError):
-    """The host could not be reached or a remote call failed (connection, timeout)."""
-
-
-class ConnectionLost(TransportError):
-    """The connection dropped; the session reconnects and resumes its streams."""
-
-
-class HostKeyError(TransportError):
-    """The host's key is unknown or changed: refused, never silently trusted, never retried.
-    ``accept_command`` adds the presented key to the known_hosts file ssh uses for the host;
-    ``remove_command`` removes a recorded (changed) one first."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        changed: bool = False,
-        accept_command: str | None = None,
-        remove_command: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.changed = changed
-        self.accept_command = accept_command
-        self.remove_command = remove_command
+__all__ = ["ConnectionLost", "HostKeyError", "TransportError"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """A stand-in for specmon's NVML GPU agent on the simulated host.
 
 ``python -m specmon.sim.gpu_agent --state FILE [--rate HZ] [--gpus N] [--once]`` writes the
-same JSON lines as specmon/agent.py (header, then one tick per sample), reading memory and
+same JSON lines as specmon/remote/agent.py (header, then one tick per sample), reading memory and
 load from the simulator's GPU state file. Power, temperature and clocks follow utilisation;
 once the server's pid is gone its memory is released, as the driver does for a dead process.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from specmon.agent import GpuReading, header_line, message_line, tick_line
+from specmon.remote.agent import GpuReading, header_line, message_line, tick_line
 from specmon.sim.gpus import GPU_NAME, IDLE_MB, MEM_TOTAL_MB, pid_alive, read_state
 
 POWER_IDLE_W = 75.0

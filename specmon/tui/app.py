@@ -21,10 +21,10 @@ from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 from textual.widgets import Input
 
-from specmon.config import Config
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
-from specmon.events import (
+from specmon.launch.config import Config
+from specmon.launch.spec import LaunchSpec
+from specmon.model.errors import SpecmonError
+from specmon.model.events import (
     AgentStatus,
     Dropped,
     LogLine,
@@ -34,10 +34,10 @@ from specmon.events import (
     RunInfo,
     StopProgress,
 )
-from specmon.run_end import who_of
-from specmon.session.cli import BesideService
-from specmon.store import StateStore
-from specmon.terminal_text import safe_text
+from specmon.model.run_end import who_of
+from specmon.model.terminal_text import safe_text
+from specmon.state.controller import BesideService, HostController
+from specmon.state.store import StateStore
 from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
@@ -542,7 +542,7 @@ class SpecmonApp(App[int]):
             return
         view = self.view  # each host's launches are a worker group of their own
         self.run_worker(
-            self._relaunch(view, message.profile, message.flags, message.env),
+            self._relaunch(view, message.profile, message.spec),
             group=f"launch:{view.name}",
             exclusive=True,
         )
@@ -551,14 +551,13 @@ class SpecmonApp(App[int]):
         self,
         view: HostView,
         profile: str,
-        flags: dict[str, str | None],
-        env: dict[str, str | None],
+        spec: LaunchSpec,
     ) -> None:
         prefix = self.host_prefix(view)
         view.relaunch_in_progress = True
         try:
             self.notify(f"{prefix}Stopping the run, then launching {profile}…")
-            run_id = await view.controller.launch(profile, flags=flags, env=env)  # type: ignore[arg-type]
+            run_id = await view.controller.launch_spec(spec, profile=profile)
             self.notify(f"{prefix}Launched run {run_id}; loading…", title="Relaunch")
         except SpecmonError as exc:
             self.notify(f"{prefix}{exc}", title="Relaunch failed", severity="error", timeout=30)

@@ -16,13 +16,11 @@ from textual import on
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
 
-from specmon.config import Config
-from specmon.controller import HostController
-from specmon.errors import SpecmonError, UsageError
-from specmon.events import ConnectionState
-from specmon.fleet import FleetHost, HostOutcome, relaunch_fleet
-from specmon.session.cli import BesideService
-from specmon.session.transport import HostKeyError
+from specmon.launch.config import Config
+from specmon.model.errors import HostKeyError, SpecmonError, UsageError
+from specmon.model.events import ConnectionState
+from specmon.state.controller import BesideService, HostController
+from specmon.state.fleet import FleetHost, HostOutcome, relaunch_fleet
 from specmon.tui.app import CLOSE_TIMEOUT_S, SpecmonApp, run_until_quit
 from specmon.tui.host_view import HostView
 from specmon.tui.messages import FleetRelaunchAsked, FleetRelaunchRequested, HostChosen

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specmon.events import Decode, Event, GpuSample, ProbeTiming, RunInfo, SpecDecode
+from specmon.model.events import Decode, Event, GpuSample, ProbeTiming, RunInfo, SpecDecode
 from specmon.tui.formatting import key_flags
 
 SESSION_POINTS = 6 * 3600  # one point a second, the last 6 hours per series (~2.5 MB each)

@@ -8,8 +8,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specmon.controller import HostController
-from specmon.events import Dropped, Event, LogLine
+from specmon.model.events import Dropped, Event, LogLine
+from specmon.state.controller import HostController
 from specmon.tui.history import SessionHistory
 from specmon.tui.screens.main import MainScreen
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from textual.message import Message
 
-from specmon.advisor import Advice
-from specmon.sweep import (
+from specmon.experiments.advisor import Advice
+from specmon.experiments.sweep import (
     BaselineFound,
     PointBenchmarking,
     PointFinished,
@@ -20,18 +20,19 @@ from specmon.sweep import (
     SweepFinished,
     SweepStarted,
 )
+from specmon.launch.spec import LaunchSpec
 
 
 @dataclass
 class RelaunchRequested(Message):
-    """The relaunch form was confirmed: stop the run and launch ``profile`` with overrides."""
+    """The relaunch form was confirmed: stop the run and launch ``spec``, the very spec whose
+    command the form showed (built once, with the host's python), as profile ``profile``."""
 
     profile: str
-    flags: dict[str, str | None] = field(default_factory=dict)
-    env: dict[str, str | None] = field(default_factory=dict)
+    spec: LaunchSpec
 
 
-# --- a running sweep's progress (specmon.sweep's events), posted to the Experiments screen ---
+# --- a running sweep's progress (specmon.experiments.sweep's events), posted to the Experiments screen ---
 
 
 @dataclass

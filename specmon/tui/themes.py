@@ -1,9 +1,8 @@
 """The console's colour themes, defined in TOML files rather than code so operators can add one.
 
-The canonical files live in the repository's top-level ``themes/`` directory; the package ships
-byte-identical copies in ``specmon/tui/themes/`` (a test keeps them equal) so an installed
-specmon finds them too. From a checkout the top-level directory wins, so editing a theme there
-takes effect without a reinstall.
+One copy: ``specmon/tui/themes/``, shipped with the package. The checkout's top-level
+``themes/`` is a link to it, so a theme edited there is the packaged one, and an editable
+install shows it without a reinstall.
 """
 
 from __future__ import annotations
@@ -14,10 +13,9 @@ from typing import Any
 import tomllib
 from textual.theme import Theme
 
-from specmon.errors import ConfigError
+from specmon.model.errors import ConfigError
 
 PACKAGED_THEMES_DIR = Path(__file__).resolve().parent / "themes"
-CHECKOUT_THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
 
 # Short names accepted in specmon.toml (`ui.theme = "dark"`) for the shipped themes.
 THEME_ALIASES: dict[str, str] = {
@@ -43,9 +41,7 @@ _COLOUR_KEYS = (
 
 
 def themes_dir() -> Path:
-    """Where theme files are read from: the checkout's ``themes/`` if present, else the package."""
-    if CHECKOUT_THEMES_DIR.is_dir() and any(CHECKOUT_THEMES_DIR.glob("*.toml")):
-        return CHECKOUT_THEMES_DIR
+    """Where theme files are read from: the package's one copy."""
     return PACKAGED_THEMES_DIR
 
 

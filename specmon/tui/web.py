@@ -31,9 +31,9 @@ from textual_serve.app_service import AppService
 from textual_serve.server import Server, to_int
 from yarl import URL
 
-from specmon.errors import UsageError
-from specmon.listen import is_loopback, url_host
-from specmon.terminal_text import safe_text
+from specmon.model.errors import UsageError
+from specmon.model.listen import is_loopback, url_host
+from specmon.model.terminal_text import safe_text
 
 log = logging.getLogger("textual-serve")
 

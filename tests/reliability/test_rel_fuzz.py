@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from support.reliability import count
 
 from specmon.backends import get_backend
-from specmon.config import BUILTIN_CONFIG_TOML, parse_config_text
-from specmon.errors import SpecmonError
-from specmon.launch import form_fields, form_overrides, validate_form
-from specmon.session.cli import describe_event
-from specmon.store import StateStore
-from specmon.terminal_text import safe_text
+from specmon.commands.printers import describe_event
+from specmon.launch.config import BUILTIN_CONFIG_TOML, parse_config_text
+from specmon.launch.spec import form_fields, form_overrides, validate_form
+from specmon.model.errors import SpecmonError
+from specmon.model.terminal_text import safe_text
+from specmon.state.store import StateStore
 
 EXAMPLES = count(2000, 150)
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

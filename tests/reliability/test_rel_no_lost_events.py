@@ -15,8 +15,8 @@ from support.hostile import hostile_profile_toml
 from support.hosts import kill_everything_under
 from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
 
-from specmon.events import Dropped, LogLine, Ready, RunState
-from specmon.store import EventBus
+from specmon.model.events import Dropped, LogLine, Ready, RunState
+from specmon.state.store import EventBus
 from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.log_pane import LogPane
 

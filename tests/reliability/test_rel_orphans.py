@@ -8,7 +8,7 @@ from pathlib import Path
 from support.hostile import hostile_profile_toml
 from support.hosts import group_alive, kill_everything_under, local_session
 
-from specmon.config import parse_config_text
+from specmon.launch.config import parse_config_text
 
 
 async def test_stop_takes_the_servers_children_too(tmp_path: Path) -> None:

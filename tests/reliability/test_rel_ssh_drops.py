@@ -15,7 +15,7 @@ from support.hosts import Recorder, kill_everything_under, ssh_session
 from support.reliability import count
 from support.sshd import SshdServer, start_sshd, stop_sshd
 
-from specmon.config import parse_config_text
+from specmon.launch.config import parse_config_text
 
 DROPS = count(100, 10)
 MAX_RECONNECT_S = 2.0

@@ -19,8 +19,8 @@ from support.console import local_console, wait_until
 from support.hostile import hostile_profile_toml
 from support.hosts import kill_everything_under
 
-from specmon.config import parse_config_text
-from specmon.terminal_text import safe_text
+from specmon.launch.config import parse_config_text
+from specmon.model.terminal_text import safe_text
 from specmon.tui.widgets.banner import Banner
 from specmon.tui.widgets.log_pane import LogPane
 
@@ -132,7 +132,7 @@ async def test_sweep_progress_on_the_experiments_screen_is_plain_text(
     from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
     from textual.widgets import Static
 
-    from specmon.config import load_config
+    from specmon.launch.config import load_config
     from specmon.tui.app import SpecmonApp
 
     monkeypatch.setenv("SPECMON_DATA_DIR", str(tmp_path / "data"))  # the screen's ledger
@@ -149,7 +149,7 @@ async def test_sweep_progress_on_the_experiments_screen_is_plain_text(
 
 
 def test_ledger_show_prints_a_stored_root_cause_without_raw_bytes(tmp_path: Path) -> None:
-    from specmon.ledger import Ledger, RunRecord
+    from specmon.experiments.ledger import Ledger, RunRecord
 
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as ledger:
@@ -180,7 +180,7 @@ async def test_the_loading_panels_last_line_is_safe_text() -> None:
     from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
     from textual.widgets import Static
 
-    from specmon.events import LogLine
+    from specmon.model.events import LogLine
     from specmon.tui.app import SpecmonApp
     from specmon.tui.widgets.loading import LoadingPanel
 
@@ -200,7 +200,7 @@ async def test_the_loading_panels_last_line_is_safe_text() -> None:
 async def test_the_header_shows_a_runs_profile_and_flags_as_safe_text() -> None:
     from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
 
-    from specmon.events import RunInfo
+    from specmon.model.events import RunInfo
     from specmon.tui.app import SpecmonApp
     from specmon.tui.widgets.header import HeaderBar
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from support.sshd import SshdServer
 
-from specmon.config import BUILTIN_CONFIG_TOML, parse_config_text
-from specmon.events import Event
+from specmon.launch.config import BUILTIN_CONFIG_TOML, parse_config_text
+from specmon.model.events import Event
 from specmon.session import HostSession, SessionOptions
 from specmon.session.local import LocalTransport
 from specmon.session.ssh import SshTarget, SshTransport

@@ -20,7 +20,7 @@ CI_EXAMPLES = 100
 RANDOM_FACTOR = 5
 # Where Hypothesis keeps a test's own settings (``@settings(...)`` on a ``@given`` test):
 # tests/conftest.py scales the random profile's example count there, and
-# tests/test_hypothesis_profiles.py fails if a Hypothesis release moves it.
+# tests/unit/meta/test_hypothesis_profiles.py fails if a Hypothesis release moves it.
 SETTINGS_ATTRIBUTE = "_hypothesis_internal_use_settings"
 """How many times the examples of a test (its own ``max_examples`` too) the random profile draws."""
 

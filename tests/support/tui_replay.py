@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from specmon.agent import GpuReading
 from specmon.backends.sglang.parser import SGLangLogParser
-from specmon.config import Profile
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
-from specmon.events import (
+from specmon.launch.config import Profile
+from specmon.launch.spec import FlagValue, LaunchSpec
+from specmon.model.errors import SpecmonError
+from specmon.model.events import (
     ConnectionState,
     Event,
     GpuSample,
@@ -24,9 +23,10 @@ from specmon.events import (
     RunInfo,
     ServerFailed,
 )
-from specmon.launch import FlagValue, LaunchSpec
-from specmon.session.run_status import RunStatus
-from specmon.store import EventBus
+from specmon.remote.agent import GpuReading
+from specmon.state.controller import HostController
+from specmon.state.run_status import RunStatus
+from specmon.state.store import EventBus
 
 # A copy of the reference transcript (/work/shared/reference/transcripts/), kept beside this
 # module so snapshots are the same on every machine.

@@ -26,7 +26,7 @@ import httpx
 
 from specmon.backends.vllm import metrics as vllm_metrics
 from specmon.backends.vllm.parser import VLLMLogParser
-from specmon.events import Decode, Event, ServerError, SpecDecode
+from specmon.model.events import Decode, Event, ServerError, SpecDecode
 
 LOADING_ENDPOINTS = ("/health", "/v1/models", "/metrics", "/version")
 # The start-up event kinds specmon's loading view is built from, in the order vLLM logs them.

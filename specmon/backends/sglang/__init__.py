@@ -20,8 +20,8 @@ from specmon.backends import (
     ProfileFields,
     nccl_key_flags,
 )
+from specmon.backends.flag_grammar import parse_flags, render_flag
 from specmon.backends.sglang.flags import DRAFT_MODEL_FLAGS, TP_FLAGS
-from specmon.flag_grammar import parse_flags, render_flag
 
 # /server_info fields the console shows (internal_states[0] flattened in).
 INFO_KEYS = (

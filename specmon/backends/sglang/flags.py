@@ -18,9 +18,9 @@ import re
 from collections.abc import Mapping, Sequence
 
 from specmon.backends import FlagKind, Problem
+from specmon.backends.flag_grammar import AUTO_PORT, parse_flags
+from specmon.backends.nccl import did_you_mean, nccl_env_problem
 from specmon.backends.sglang.flag_schema import BOOLEAN_FLAGS, VALUED_FLAGS
-from specmon.flag_grammar import AUTO_PORT, parse_flags
-from specmon.nccl import did_you_mean, nccl_env_problem
 
 SPECULATIVE_ALGORITHM_VALUES: tuple[str, ...] = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 

@@ -1,4 +1,4 @@
-"""SGLang server log -> typed events (specmon.events), for `specmon parse` and live tails.
+"""SGLang server log -> typed events (specmon.model.events), for `specmon parse` and live tails.
 
 The formats are SGLang's own, 0.4.6 to 0.5.23 (docs/parser.md lists them). Decode lines are
 almost all of a serving log, so the parser learns the exact shape of the log's decode lines
@@ -44,7 +44,7 @@ from specmon.backends.tracebacks import (
     source_text,
     starts_inside,
 )
-from specmon.events import (
+from specmon.model.events import (
     Decode,
     ErrorCategory,
     Event,

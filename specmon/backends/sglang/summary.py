@@ -10,7 +10,7 @@ from typing import Any
 
 from specmon.backends import LogParser, LogSummary
 from specmon.backends.log_totals import ServingTotals
-from specmon.events import Decode, Event, Prefill, Ready, SpecParams, text_rows
+from specmon.model.events import Decode, Event, Prefill, Ready, SpecParams, text_rows
 
 # Decode.from_texts rows: accept len and gen throughput texts.
 _ACCEPT_LEN = itemgetter(5)

@@ -21,8 +21,8 @@ from specmon.backends import (
     ProfileFields,
     nccl_key_flags,
 )
+from specmon.backends.flag_grammar import FlagValue, parse_flags, render_flag
 from specmon.backends.vllm import flags as vflags
-from specmon.flag_grammar import FlagValue, parse_flags, render_flag
 
 # Which profile key a launch problem's subject (a flag, or a setting of the JSON) comes from.
 _PROFILE_KEYS: dict[str, tuple[str, ...]] = {

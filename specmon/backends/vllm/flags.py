@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.backends import FlagKind, Problem
+from specmon.backends.flag_grammar import AUTO_PORT, FlagValue, parse_flags
+from specmon.backends.nccl import did_you_mean, nccl_env_problem
 from specmon.backends.vllm.flag_schema import BOOLEAN_FLAGS, REMOVED_FLAGS, VALUED_FLAGS
-from specmon.flag_grammar import AUTO_PORT, FlagValue, parse_flags
-from specmon.nccl import did_you_mean, nccl_env_problem
 
 SPEC_CONFIG_FLAG = "speculative-config"
 

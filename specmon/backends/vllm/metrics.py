@@ -22,7 +22,7 @@ from operator import attrgetter
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.backends import Backend, MetricsReader
-from specmon.events import Decode, Event, Notice, SpecDecode
+from specmon.model.events import Decode, Event, Notice, SpecDecode
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

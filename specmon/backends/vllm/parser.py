@@ -1,4 +1,4 @@
-"""vLLM server log -> typed events (specmon.events), for `specmon parse` and live tails.
+"""vLLM server log -> typed events (specmon.model.events), for `specmon parse` and live tails.
 
 Formats are vLLM's own, ~0.6 to 0.33 (docs/vllm.md lists them). Every line is keyed on its
 message text, never on a fixed prefix: the prefix changed with nearly every release (none,
@@ -45,7 +45,7 @@ from specmon.backends.tracebacks import (
     source_text,
     starts_inside,
 )
-from specmon.events import (
+from specmon.model.events import (
     CompileBegin,
     CompileEnd,
     Decode,

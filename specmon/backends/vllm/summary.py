@@ -15,7 +15,7 @@ from typing import Any
 from specmon.backends import LogParser, LogSummary
 from specmon.backends.log_totals import ServingTotals
 from specmon.backends.vllm.parser import VLLMLogParser
-from specmon.events import Decode, Event, HttpUp, Ready, SpecDecode
+from specmon.model.events import Decode, Event, HttpUp, Ready, SpecDecode
 
 
 def log_time(text: str | None) -> datetime | None:

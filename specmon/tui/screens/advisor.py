@@ -1,6 +1,6 @@
 """The `a` screen: the tuning advisor's prediction for the running server (a chart with the
 measured point beside it, and the table), and one action that opens the Experiments screen
-with a sweep that checks it. The prediction itself is specmon.advisor's; this screen shows it.
+with a sweep that checks it. The prediction itself is specmon.experiments.advisor's; this screen shows it.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from specmon.advisor import Advice, AdvisorError, sweep_steps
-from specmon.advisor_inputs import advise_from_store, steps_setting
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
-from specmon.ledger import Ledger
+from specmon.experiments.advisor import Advice, AdvisorError, sweep_steps
+from specmon.experiments.advisor_inputs import advise_from_store, steps_setting
+from specmon.experiments.ledger import Ledger
+from specmon.model.errors import SpecmonError
+from specmon.state.controller import HostController
 from specmon.tui.messages import SweepRequested
 from specmon.tui.widgets.advisor_chart import AdvisorChart
 from specmon.tui.widgets.advisor_table import AdvisorTable

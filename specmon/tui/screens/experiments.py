@@ -26,13 +26,10 @@ from textual.screen import Screen
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Select, Static, TextArea
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from specmon.advisor import Advice
-from specmon.bench.runner import BenchSettings
-from specmon.config import Config
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
-from specmon.ledger import Baseline, Ledger
-from specmon.sweep import (
+from specmon.experiments.advisor import Advice
+from specmon.experiments.bench.runner import BenchSettings
+from specmon.experiments.ledger import Baseline, Ledger
+from specmon.experiments.sweep import (
     SweepFinished,
     SweepPlan,
     SweepPoint,
@@ -41,7 +38,10 @@ from specmon.sweep import (
     parse_grid,
     plan_points,
 )
-from specmon.terminal_text import safe_text
+from specmon.launch.config import Config
+from specmon.model.errors import SpecmonError
+from specmon.model.terminal_text import safe_text
+from specmon.state.controller import HostController
 from specmon.tui.messages import (
     SweepBaselineFound,
     SweepBegan,
@@ -335,13 +335,12 @@ class ExperimentsScreen(Screen[None]):
             line.update(NO_BASELINE)
 
     def _planned_model(self) -> str | None:
-        """The model the profile's server will report (its --model-path)."""
+        """The model the profile's server will report: the profile's model, whichever flag or
+        argument its backend renders it as."""
         profile = self.query_one("#profile", Select).value
         if not isinstance(profile, str) or profile not in self.config.profiles:
             return None
-        spec = self.config.profiles[profile].to_launch_spec(python=self.controller.host_python)
-        model = spec.flag("model-path")
-        return str(model) if model else None
+        return self.config.profiles[profile].model_path or None
 
     # --- running -----------------------------------------------------------------------------
 

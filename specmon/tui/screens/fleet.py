@@ -1,4 +1,4 @@
-"""The fleet overview: one row per host (specmon.fleet computes them), sortable, filterable;
+"""The fleet overview: one row per host (specmon.state.fleet computes them), sortable, filterable;
 `enter` opens a host's full console, `space` selects hosts for a relaunch on several."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 
-from specmon.fleet import (
+from specmon.state.fleet import (
     SORT_COLUMNS,
     FleetHost,
     filter_rows,

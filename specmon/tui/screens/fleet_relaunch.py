@@ -13,9 +13,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from specmon.config import Config
-from specmon.fleet import FleetHost, unreachable_why
-from specmon.launch import form_overrides
+from specmon.launch.config import Config
+from specmon.launch.spec import form_overrides
+from specmon.state.fleet import FleetHost, unreachable_why
 from specmon.tui.messages import FleetRelaunchRequested
 from specmon.tui.screens.relaunch import RelaunchScreen
 

@@ -9,8 +9,8 @@ from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from specmon.events import GpuReading
-from specmon.store import StateStore
+from specmon.model.events import GpuReading
+from specmon.state.store import StateStore
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("GPU", "index"),

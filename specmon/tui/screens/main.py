@@ -7,7 +7,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from specmon.store import StateStore
+from specmon.state.store import StateStore
 from specmon.tui.widgets.banner import Banner
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar

@@ -1,6 +1,6 @@
 """The relaunch form (`r`): edit the speculative and NCCL settings, see the exact command, confirm.
 
-Every keystroke re-runs the launch spec's own rules (``specmon.launch.validate_form`` and
+Every keystroke re-runs the launch spec's own rules (``specmon.launch.spec.validate_form`` and
 ``LaunchSpec.problems``), shown inline under the field; the Launch button stays disabled while
 anything is wrong, so an invalid launch cannot be submitted. A restart costs minutes.
 """
@@ -20,10 +20,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
 from specmon.backends import DEFAULT_BACKEND, Backend, get_backend
-from specmon.config import Config, Profile
-from specmon.controller import HostController
-from specmon.errors import SpecmonError
-from specmon.launch import (
+from specmon.launch.config import Config, Profile
+from specmon.launch.spec import (
     FORM_EXTRA_ARGS,
     FORM_EXTRA_ENV,
     LaunchSpec,
@@ -36,6 +34,8 @@ from specmon.launch import (
     restore_form_secrets,
     validate_form,
 )
+from specmon.model.errors import SpecmonError
+from specmon.state.controller import HostController
 from specmon.tui.messages import RelaunchRequested
 from specmon.tui.screens.confirm import ConfirmScreen
 
@@ -239,7 +239,8 @@ class RelaunchScreen(ModalScreen[None]):
     def revalidate(self) -> None:
         values = self.values()
         profile = self.config.profiles[self.profile_name] if self.profile_name else None
-        base = profile.to_launch_spec() if profile is not None else None
+        python = self.controller.host_python
+        base = profile.to_launch_spec(python=python) if profile is not None else None
         # The profile's own speculative algorithm applies (a NEXTN or STANDALONE profile is
         # not judged by EAGLE3's rules).
         problems = validate_form(values, base=base)
@@ -335,17 +336,15 @@ class RelaunchScreen(ModalScreen[None]):
     def _confirmed(self, answer: bool | None) -> None:
         if not answer:
             return
-        values = self.values()
-        profile = self.config.profiles[self.profile_name]
-        flags, env = form_overrides(
-            values, profile.to_launch_spec(), profile.extra_args, self.secret_values
-        )
-        self.app.post_message(RelaunchRequested(self.profile_name, dict(flags), dict(env)))  # type: ignore[arg-type]
+        self.revalidate()  # the spec of the fields as they are now, as the preview shows it
+        if self.spec is None:
+            return
+        self.app.post_message(RelaunchRequested(self.profile_name, self.spec))
         self.dismiss(None)
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
-        from specmon.config import save_profile, user_config_path
+        from specmon.launch.config import save_profile, user_config_path
 
         name = self.query_one("#save-name", Input).value.strip()
         if not name:
@@ -405,8 +404,8 @@ def profile_from_form(
 ) -> Profile:
     """A copy of ``profile`` named ``name`` with the form's settings as its own fields (the
     backend says which profile key each flag field stands for)."""
-    from specmon.config import SpeculativeSettings
-    from specmon.launch import parse_extra_env
+    from specmon.launch.config import SpeculativeSettings
+    from specmon.launch.spec import parse_extra_env
 
     changes: dict[str, Any] = {}
     speculative: dict[str, Any] = {}

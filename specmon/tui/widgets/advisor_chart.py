@@ -7,7 +7,7 @@ from typing import Any
 
 from textual_plotext import PlotextPlot
 
-from specmon.advisor import Advice
+from specmon.experiments.advisor import Advice
 
 PREDICTION_COLOUR = "cyan"
 RECOMMENDED_COLOUR = "green"

@@ -6,7 +6,7 @@ from typing import Any
 
 from textual.widgets import DataTable
 
-from specmon.advisor import Advice, prediction_flags
+from specmon.experiments.advisor import Advice, prediction_flags
 
 COLUMNS = ("steps", "draft tokens", "accept len", "cycle ms", "tok/s (predicted)", "flags")
 

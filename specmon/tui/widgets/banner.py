@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from specmon.store import StateStore
-from specmon.terminal_text import safe_text
+from specmon.model.terminal_text import safe_text
+from specmon.state.store import StateStore
 
 ROOT_CAUSE_LINES = 4
 

@@ -1,4 +1,4 @@
-"""The fleet overview's table: one row per host, drawn from rows that specmon.fleet computed."""
+"""The fleet overview's table: one row per host, drawn from rows that specmon.state.fleet computed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Collection, Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from specmon.fleet import FleetRow
+from specmon.state.fleet import FleetRow
 from specmon.tui.formatting import format_duration, format_number, mini_sparkline
 
 COLUMNS: tuple[str, ...] = (

@@ -8,9 +8,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from specmon.events import GpuReading
-from specmon.store import StateStore
-from specmon.terminal_text import safe_text
+from specmon.model.events import GpuReading
+from specmon.model.terminal_text import safe_text
+from specmon.state.store import StateStore
 from specmon.tui.formatting import bar, mini_sparkline
 
 WIDE_AT = 100

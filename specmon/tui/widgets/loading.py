@@ -11,10 +11,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import ProgressBar, Static
 
-from specmon.events import StopProgress
-from specmon.fleet import UNREACHABLE_STATES
-from specmon.store import StateStore
-from specmon.terminal_text import safe_text
+from specmon.model.events import StopProgress
+from specmon.model.terminal_text import safe_text
+from specmon.state.fleet import UNREACHABLE_STATES
+from specmon.state.store import StateStore
 from specmon.tui.formatting import format_duration
 
 STOP_STEPS_KEPT = 6

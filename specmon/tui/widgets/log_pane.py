@@ -14,8 +14,8 @@ from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, RichLog
 
-from specmon.events import Dropped, LogLine
-from specmon.terminal_text import safe_text
+from specmon.model.events import Dropped, LogLine
+from specmon.model.terminal_text import safe_text
 
 MAX_LINES = 2000
 ERROR_PATTERN = re.compile(

@@ -10,9 +10,9 @@ from typing import Any
 
 from textual_plotext import PlotextPlot
 
-from specmon.ledger import Baseline
-from specmon.report import sweep_series
-from specmon.sweep import GridAxis, SweepPointResult, steps_axis
+from specmon.experiments.ledger import Baseline
+from specmon.experiments.report import sweep_series
+from specmon.experiments.sweep import GridAxis, SweepPointResult, steps_axis
 
 SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red")
 BASELINE_COLOUR = "white"

@@ -13,9 +13,9 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
-from specmon.report import SWEEP_RESULT_COLUMNS
-from specmon.sweep import SweepPoint, SweepPointResult, rank_results
-from specmon.terminal_text import safe_text
+from specmon.experiments.report import SWEEP_RESULT_COLUMNS
+from specmon.experiments.sweep import SweepPoint, SweepPointResult, rank_results
+from specmon.model.terminal_text import safe_text
 
 STATUS_STYLES: dict[str, str] = {
     "ok": "bold green",

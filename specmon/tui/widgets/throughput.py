@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.visual import VisualType
 from textual.widgets import Sparkline, Static
 
-from specmon.store import StateStore
+from specmon.state.store import StateStore
 from specmon.tui.formatting import format_number
 
 SPARK_POINTS = 120

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from specmon.store import StateStore
+from specmon.state.store import StateStore
 from specmon.tui.formatting import amdahl_gain_percent, format_number
 
 WINDOW = 200  # cycles averaged

@@ -1,0 +1,1 @@
+"""Measuring: benchmarks, sweeps, the ledger, reports and the advisor."""

@@ -1,0 +1,329 @@
+"""Text reports of experiments: the sweep table, benchmark summaries and terminal plots.
+
+Plain strings (plotext for plots), so the CLI, logs of unattended runs and the console can all
+show the same thing. Every speed-up is printed next to the baseline it was computed against.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specmon.experiments.ledger import Baseline, format_age
+from specmon.experiments.sweep import SweepPointResult, rank_results
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+NO_BASELINE = (
+    "no measured baseline for this host, model, prompt set and concurrency: speed-ups are not "
+    "shown (measure one with `specmon sweep ... --baseline`)"
+)
+
+
+# The result columns of a sweep table, after the rank and the swept parameters; the console's
+# sweep table shows the same ones.
+SWEEP_RESULT_COLUMNS: tuple[str, ...] = (
+    "status",
+    "tok/s",
+    "speed-up",
+    "accept len",
+    "verify ms",
+    "load s",
+    "note",
+)
+
+
+def _fmt(value: float | None, digits: int = 1, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> str:
+    """A plain aligned table; columns in ``right`` are right-aligned (numbers)."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def baseline_line(baseline: Baseline | None, now: float | None = None) -> str:
+    return f"speed-up vs {baseline.describe(now)}" if baseline is not None else NO_BASELINE
+
+
+def sweep_table(
+    results: Sequence[SweepPointResult],
+    param_names: Sequence[str],
+    baseline: Baseline | None,
+    now: float | None = None,
+) -> str:
+    """The final sweep table: fastest first, speed-up vs the measured baseline, failures last."""
+    header = ["#", *param_names, *SWEEP_RESULT_COLUMNS]
+    first_number = 1 + len(param_names) + 1
+    right = set(range(first_number, first_number + 5)) | {0}
+    rows: list[list[str]] = []
+    rank = 0
+    for result in rank_results(results):
+        if result.status == "ok" and not result.is_baseline:
+            rank += 1
+            number = str(rank)
+        else:
+            number = "-"
+        if result.is_baseline:
+            params = ["(baseline)", *[""] * (len(param_names) - 1)] if param_names else []
+            speedup = "1.00x" if result.status == "ok" and baseline is not None else "-"
+        else:
+            params = [result.params.get(name, "") for name in param_names]
+            speedup = _fmt(result.speedup_vs_baseline, 2, "x")
+        note = ""
+        if result.status != "ok":
+            note = result.error or "failed"
+        rows.append(
+            [
+                number,
+                *params,
+                result.status,
+                _fmt(result.tok_s),
+                speedup,
+                _fmt(result.accept_len, 2),
+                _fmt(result.verify_ms, 2),
+                _fmt(result.load_seconds),
+                note,
+            ]
+        )
+    return render_table(header, rows, right) + "\n" + baseline_line(baseline, now)
+
+
+def benchmark_summary(row: Mapping[str, Any], baseline: Baseline | None) -> str:
+    """A stored benchmark (ledger row) as readable lines."""
+    now = time.time()
+    spec = row.get("speculative")
+    spec_text = {1: "on", 0: "off"}.get(spec, "unknown")
+    lines = [
+        f"benchmark b{row['id']}  {row['host']}  profile {row.get('profile') or '-'}  "
+        f"measured {format_age(now - row['created_at'])} ago",
+        f"  model {row.get('model') or '-'}  server {row.get('server_version') or '-'}  "
+        f"speculation {spec_text}  specmon {row.get('specmon_version')}",
+        f"  prompts {row['prompt_set']}  {row['requests']} requests x {row['max_tokens']} tokens"
+        f"  concurrency {row['concurrency']}  warm-up {row['warmup']}",
+        f"  tok/s {row['tok_s']:.1f} overall; per request median {row['tok_s_median']:.1f}"
+        f" (p10 {row['tok_s_p10']:.1f}, p90 {row['tok_s_p90']:.1f})",
+        f"  TTFT median {_fmt(row.get('ttft_median_ms'), 0, ' ms')}"
+        f" (p90 {_fmt(row.get('ttft_p90_ms'), 0, ' ms')})"
+        f"  accept len {_fmt(row.get('accept_len'), 2)}"
+        f" (/metrics {_fmt(row.get('metrics_accept_len'), 2)})",
+    ]
+    if row.get("verify_ms") is not None:
+        lines.append(
+            f"  per cycle ({row.get('timing_source')}): draft {row['draft_ms']:.2f} ms, "
+            f"verify {row['verify_ms']:.2f} ms, extend {row['extend_ms']:.2f} ms"
+        )
+    argv = row.get("argv") or []
+    env = row.get("env") or {}
+    if argv:
+        env_text = " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+        lines.append(f"  command: {env_text + ' ' if env_text else ''}{' '.join(argv)}")
+    if spec == 0:
+        lines.append("  this is a measured baseline (speculation off)")
+    elif spec is None:
+        lines.append(
+            "  the server did not report its launch args: this result can never be a baseline"
+        )
+    elif "baseline" in (row.get("profile") or ""):
+        lines.append(
+            f"  profile {row['profile']} is named like a baseline, but its server reported "
+            "speculation on: it is not a baseline"
+        )
+    elif baseline is not None:
+        lines.append(f"  speed-up {row['tok_s'] / baseline.tok_s:.2f}x vs {baseline.describe(now)}")
+    else:
+        lines.append("  " + NO_BASELINE)
+    return "\n".join(lines)
+
+
+def sweep_series(
+    results: Sequence[SweepPointResult], x_name: str
+) -> dict[str, list[tuple[float, float]]]:
+    """(x, tok/s) points per setting of the other grid parameters, x ascending: the data of
+    the tok/s-vs-steps plot, for plotext here and textual-plotext in the console."""
+    series: dict[str, list[tuple[float, float]]] = {}
+    for result in results:
+        if result.is_baseline or result.status != "ok" or result.tok_s is None:
+            continue
+        raw_x = result.params.get(x_name)
+        if raw_x is None:
+            continue
+        try:
+            x = float(raw_x)
+        except ValueError:
+            continue
+        rest = {k: v for k, v in result.params.items() if k != x_name}
+        label = " ".join(f"{k}={v}" for k, v in rest.items()) or "tok/s"
+        series.setdefault(label, []).append((x, result.tok_s))
+    for points in series.values():
+        points.sort()
+    return dict(sorted(series.items()))
+
+
+def sweep_plot(
+    results: Sequence[SweepPointResult],
+    baseline: Baseline | None,
+    x_name: str,
+    *,
+    width: int = 80,
+    height: int = 20,
+    color: bool = False,
+) -> str:
+    """tok/s against ``x_name`` (e.g. steps), one line per setting of the other parameters,
+    with the measured baseline as a horizontal line."""
+    import plotext as plt
+
+    series = sweep_series(results, x_name)
+    if not series:
+        return f"nothing to plot: no finished point has a numeric {x_name}"
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    if not color:
+        plt.theme("clear")
+    markers = ("dot", "x", "+", "star", "o", "sd", "hd", "braille")
+    for number, (label, points) in enumerate(series.items()):
+        xs = [p[0] for p in points]
+        ys = [p[1] for p in points]
+        plt.plot(xs, ys, label=label, marker=markers[number % len(markers)])
+    values = [p[1] for points in series.values() for p in points]
+    if baseline is not None:
+        values.append(baseline.tok_s)
+    low, high = min(values), max(values)
+    margin = max(1.0, (high - low) * 0.1)
+    plt.ylim(max(0.0, low - margin), high + margin)  # keeps the baseline off the frame
+    if baseline is not None:
+        plt.hline(baseline.tok_s)
+        plt.title(
+            f"tok/s vs {x_name}; line: baseline b{baseline.benchmark_id} {baseline.tok_s:.1f}"
+        )
+    else:
+        plt.title(f"tok/s vs {x_name} (no measured baseline)")
+    plt.xlabel(x_name)
+    plt.ylabel("tok/s")
+    text = plt.build()
+    plt.clear_figure()
+    return text if color else _ANSI.sub("", text)
+
+
+def progress_printer(stream: Any, *, width: int = 30) -> Any:
+    """A BenchProgress callback drawing a bar: redrawn in place on a TTY, one line per
+    finished request otherwise (for nohup/tmux logs of unattended runs)."""
+    interactive = bool(getattr(stream, "isatty", lambda: False)())
+
+    def show(progress: Any) -> None:
+        filled = int(width * progress.done / max(1, progress.total))
+        bar = "#" * filled + "." * (width - filled)
+        last = progress.last
+        figure = ""
+        if last is not None:
+            figure = f"  {last.tok_s:.1f} tok/s" if last.ok else f"  failed: {last.error}"
+        text = f"{progress.phase:<7} [{bar}] {progress.done}/{progress.total}{figure}"
+        if interactive:
+            end = "\n" if progress.done == progress.total else ""
+            stream.write("\r\x1b[2K" + text + end)
+        else:
+            stream.write(text + "\n")
+        stream.flush()
+
+    return show
+
+
+def predicted_vs_measured(
+    advice: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> list[tuple[int, float, float | None, float | None]]:
+    """(steps, predicted tok/s, measured tok/s, relative error) for each step count the sweep
+    measured (mean over its points at that count), from a stored ``Advice.to_dict()``."""
+    predicted = {int(p["num_steps"]): float(p["tok_s"]) for p in advice.get("predictions", [])}
+    measured: dict[int, list[float]] = {}
+    for result in results:
+        steps = result.params.get(steps_param, "")
+        if result.is_baseline or result.status != "ok" or not steps.isdigit():
+            continue
+        if result.tok_s is not None:
+            measured.setdefault(int(steps), []).append(result.tok_s)
+    rows = []
+    for steps in sorted(set(measured) & set(predicted)):
+        mean = sum(measured[steps]) / len(measured[steps])
+        error = predicted[steps] / mean - 1 if mean > 0 else None
+        rows.append((steps, predicted[steps], mean, error))
+    return rows
+
+
+def prediction_table(
+    prediction: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> str:
+    """The advisor's prediction made before a sweep, next to what the sweep measured."""
+    advice = prediction["advice"]
+    inputs = advice["inputs"]
+    rows = [
+        [
+            str(steps),
+            f"{predicted:.1f}",
+            _fmt(measured),
+            "-" if error is None else f"{error * 100:+.1f}%",
+            "recommended" if steps == advice["recommended"]["num_steps"] else "",
+        ]
+        for steps, predicted, measured, error in predicted_vs_measured(advice, results, steps_param)
+    ]
+    head = (
+        f"advisor PREDICTION p{prediction['id']} ({prediction['source']}, before the sweep): "
+        f"from {inputs['cycles']} probe cycles at {inputs['num_steps']} steps, "
+        f"{inputs['requests_per_cycle']:.1f} requests per cycle; recommended "
+        f"{advice['recommended']['num_steps']} steps"
+    )
+    if not rows:
+        return head + "\n(no measured point at a predicted step count)"
+    header = ["steps", "predicted tok/s", "measured tok/s", "error", ""]
+    return head + "\n" + render_table(header, rows, {0, 1, 2, 3})
+
+
+def collective_table(results: Sequence[Any], param_names: Sequence[str]) -> str:
+    """A collective sweep's table: one row per setting, the per-call p50 latency (us) for each
+    batch size and the p99 at the smallest; lowest small-batch p50 first, failures last."""
+    batches = sorted({r.batch for point in results for r in point.results})
+    header = [
+        "#",
+        *param_names,
+        "status",
+        *(f"p50 b{b}" for b in batches),
+        f"p99 b{batches[0]}" if batches else "p99",
+        "note",
+    ]
+    first_number = 1 + len(param_names) + 1
+    right = set(range(first_number, first_number + len(batches) + 1)) | {0}
+
+    def order(point: Any) -> tuple[int, float]:
+        ok = point.status == "ok" and point.results
+        return (0, point.results[0].p50_us) if ok else (1, 0.0)
+
+    rows: list[list[str]] = []
+    rank = 0
+    for point in sorted(results, key=order):
+        by_batch = {r.batch: r for r in point.results}
+        if point.status == "ok":
+            rank += 1
+        smallest = by_batch.get(batches[0]) if batches else None
+        rows.append(
+            [
+                str(rank) if point.status == "ok" else "-",
+                *(point.params.get(name, "") for name in param_names),
+                point.status,
+                *(_fmt(by_batch[b].p50_us if b in by_batch else None) for b in batches),
+                _fmt(smallest.p99_us if smallest else None),
+                "" if point.status == "ok" else (point.error or "failed"),
+            ]
+        )
+    return render_table(header, rows, right)

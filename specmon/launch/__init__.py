@@ -1,0 +1,1 @@
+"""What runs: the launch spec and the configuration it is built from."""

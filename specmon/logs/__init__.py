@@ -1,0 +1,1 @@
+"""Reading logs in bulk: parallel parts, time windows, compressed files, event lines."""

@@ -1,0 +1,128 @@
+"""Issue 26 item 4: the relaunch form starts on the field people change, does not select a
+field's text on focus (the first keystroke replaced vLLM's draft model with "5"), keeps every
+label on one line, and shows the change as a diff above the exact command."""
+
+from __future__ import annotations
+
+import shlex
+
+from support.paths import REPO
+from support.tui_replay import FROZEN_NOW, ReplayController, recorded_session
+from textual.widgets import Input, Label, Select, Static
+
+from specmon.launch.config import load_config
+from specmon.launch.spec import LaunchSpec
+from specmon.tui.app import SpecmonApp
+from specmon.tui.screens.relaunch import RelaunchScreen, field_id
+
+VLLM_PROFILE = "llama70b-eagle3-vllm"
+
+
+def vllm_app() -> SpecmonApp:
+    controller = ReplayController([], profiles=[VLLM_PROFILE])
+    return SpecmonApp(controller, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+
+
+async def open_form(app: SpecmonApp, pilot: object) -> RelaunchScreen:
+    await pilot.pause(0.2)  # type: ignore[attr-defined]
+    await pilot.press("r")  # type: ignore[attr-defined]
+    await pilot.pause(0.3)  # type: ignore[attr-defined]
+    assert isinstance(app.screen, RelaunchScreen)
+    return app.screen
+
+
+async def test_vllm_form_starts_on_num_speculative_tokens() -> None:
+    app = vllm_app()
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        tokens = form.query_one("#" + field_id("num_speculative_tokens"), Input)
+        assert tokens.has_focus
+        assert tokens.value == "3"
+
+
+async def test_focusing_a_field_does_not_select_it_so_typing_never_replaces_it() -> None:
+    app = vllm_app()
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        draft = form.query_one("#" + field_id("draft_model"), Input)
+        draft.focus()
+        await pilot.pause(0.1)
+        await pilot.press("5")
+        assert draft.value == "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B5"  # typed at the end
+
+
+async def test_sglang_form_starts_on_num_steps() -> None:
+    controller = ReplayController(recorded_session())
+    app = SpecmonApp(controller, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        assert form.query_one("#" + field_id("speculative-num-steps"), Input).has_focus
+
+
+async def test_long_labels_stay_on_one_line_clear_of_the_error_line() -> None:
+    app = vllm_app()
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        form.query_one("#" + field_id("gpu-memory-utilization"), Input).value = "1.7"
+        await pilot.pause(0.2)
+        problem = form.query_one("#" + field_id("gpu-memory-utilization") + "-problem", Static)
+        assert str(problem.render())  # the field's error line shows
+        for label in form.query("Label.name").results(Label):
+            assert label.region.height == 1, str(label.render())
+
+
+async def test_the_confirmation_shows_the_change_as_a_diff_above_the_command() -> None:
+    app = vllm_app()
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        form.query_one("#" + field_id("num_speculative_tokens"), Input).value = "5"
+        form.query_one("#" + field_id("NCCL_PROTO"), Select).value = "LL"
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        question = str(app.screen.query_one("#question", Static).render())
+        assert "num speculative tokens 3 -> 5" in question
+        assert "+NCCL_PROTO=LL" in question
+        assert question.index("+NCCL_PROTO=LL") < question.index("vllm serve")
+
+
+class LaunchRecordingController(ReplayController):
+    """A replayed host whose python is not ``python3`` and which records what it launches."""
+
+    def __init__(self, profiles: list[str]) -> None:
+        super().__init__([], profiles=profiles)
+        self.launched: list[tuple[LaunchSpec, str | None]] = []
+
+    @property
+    def host_python(self) -> str:
+        return "/opt/venv/bin/python"
+
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
+        self.launched.append((spec, profile))
+        return "run-1"
+
+
+async def test_what_the_form_shows_is_exactly_what_is_launched() -> None:
+    """Issue 27 item 4: the preview was built with ``python3`` while the launch used the
+    host's python; now the confirmed spec itself is launched, built with the host's python."""
+    controller = LaunchRecordingController(["demo"])
+    app = SpecmonApp(controller, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
+        form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
+        await pilot.pause(0.2)
+        shown = form.spec
+        assert shown is not None, form.problems
+        preview = str(form.query_one("#preview", Static).render())
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        await pilot.click("#yes")
+        await pilot.pause(0.5)
+    assert len(controller.launched) == 1
+    launched, profile = controller.launched[0]
+    assert profile == "demo"
+    assert launched.argv == shown.argv
+    assert launched.argv[0] == "/opt/venv/bin/python"
+    assert "--speculative-num-steps 2" in " ".join(launched.argv)
+    assert shlex.join(launched.shown().argv) in " ".join(preview.split())
