@@ -425,7 +425,7 @@ class _ConnectionTrouble(Exception):
 
 
 def _is_transport_error(exc: BaseException) -> bool:
-    from specmon.session.transport import TransportError
+    from specmon.model.errors import TransportError
 
     return isinstance(exc, TransportError)
 

@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING
 
 from specmon.exporter.collector import WatchedHost
-from specmon.model.errors import SpecmonError
-from specmon.session.transport import TransportError
+from specmon.model.errors import SpecmonError, TransportError
 from specmon.state.controller import HostController
 
 if TYPE_CHECKING:

@@ -10,9 +10,9 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from specmon.model.errors import UsageError
+from specmon.model.errors import HostKeyError, TransportError, UsageError
 from specmon.model.hostname import parse_host
-from specmon.session.transport import HostKeyError, Transport, TransportError
+from specmon.session.transport import Transport
 
 if TYPE_CHECKING:
     from specmon.launch.config import Config, HostConfig

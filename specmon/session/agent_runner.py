@@ -11,12 +11,13 @@ import asyncio
 import time
 from typing import Protocol
 
+from specmon.model.errors import ConnectionLost
 from specmon.model.events import AgentStatus, Event, GpuSample
 from specmon.remote import AGENT_SOURCE
 from specmon.session.gpu_stream import AgentStream
 from specmon.session.helper_client import HelperClient
 from specmon.session.options import GpuAgentKind, SessionOptions
-from specmon.session.transport import ConnectionLost, RemoteProcess, Transport
+from specmon.session.transport import RemoteProcess, Transport
 
 
 class AgentHost(Protocol):

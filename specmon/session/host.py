@@ -24,7 +24,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
-from specmon.model.errors import SpecmonError, UsageError
+from specmon.model.errors import (
+    ConnectionLost,
+    HostKeyError,
+    SpecmonError,
+    TransportError,
+    UsageError,
+)
 from specmon.model.events import (
     AgentStatus,
     ConnectionState,
@@ -47,7 +53,7 @@ from specmon.session.listener import ForeignListenerError, ListenerCheck
 from specmon.session.log_follower import LogFollower
 from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.sweep_lease import SweepLease, hold_sweep_lease
-from specmon.session.transport import ConnectionLost, HostKeyError, Transport, TransportError
+from specmon.session.transport import Transport
 from specmon.state.controller import HostController
 from specmon.state.run_status import RunStatus, StopReport
 from specmon.state.store import EventBus, StateStore

@@ -15,8 +15,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from specmon.model.errors import TransportError
 from specmon.model.user_dirs import make_private_dirs
-from specmon.session.transport import CommandResult, RemoteProcess, Transport, TransportError
+from specmon.session.transport import CommandResult, RemoteProcess, Transport
 
 
 def _expand(arg: str) -> str:

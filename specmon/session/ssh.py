@@ -14,14 +14,8 @@ from typing import Any
 
 import asyncssh
 
-from specmon.session.transport import (
-    CommandResult,
-    ConnectionLost,
-    HostKeyError,
-    RemoteProcess,
-    Transport,
-    TransportError,
-)
+from specmon.model.errors import ConnectionLost, HostKeyError, TransportError
+from specmon.session.transport import CommandResult, RemoteProcess, Transport
 
 
 def shell_word(arg: str) -> str:

@@ -11,10 +11,6 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmon.model.errors import ConnectionLost, HostKeyError, TransportError
-
-__all__ = ["ConnectionLost", "HostKeyError", "TransportError"]
-
 
 @dataclass(frozen=True, slots=True)
 class CommandResult:

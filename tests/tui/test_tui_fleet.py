@@ -11,8 +11,8 @@ from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, reco
 from textual.widgets import Static
 
 from specmon.launch.config import load_config
+from specmon.model.errors import HostKeyError, TransportError
 from specmon.model.events import ConnectionState, RunInfo
-from specmon.session.transport import HostKeyError, TransportError
 from specmon.tui import fleet_app
 from specmon.tui.fleet_app import FleetApp
 from specmon.tui.screens.fleet import FleetScreen

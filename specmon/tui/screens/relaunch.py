@@ -336,8 +336,7 @@ class RelaunchScreen(ModalScreen[None]):
     def _confirmed(self, answer: bool | None) -> None:
         if not answer:
             return
-        self.revalidate()  # the spec of the fields as they are now, as the preview shows it
-        if self.spec is None:
+        if self.spec is None:  # the question is asked only with a valid spec; kept by the modal
             return
         self.app.post_message(RelaunchRequested(self.profile_name, self.spec))
         self.dismiss(None)
