@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from specmon.model.errors import ConfigError
+from specmon.model.errors import ConfigError, UsageError
 from specmon.model.user_dirs import (
     CONFIG_FILE_NAME,
     default_state_dir,
@@ -263,6 +263,15 @@ class Config:
             f"known: {', '.join(sorted(self.profiles)) or 'none'}",
             path=str(self.source) if self.source else None,
         )
+
+
+def profile_named(profiles: Mapping[str, Profile], name: str) -> Profile:
+    """The named profile of a host session's own table, or a UsageError naming the known ones
+    (with a "did you mean" hint): one lookup for the single-host and multi-node launch."""
+    if name in profiles:
+        return profiles[name]
+    known = ", ".join(sorted(profiles)) or "none"
+    raise UsageError(f"unknown profile {name!r}{_did_you_mean(name, profiles)}; known: {known}")
 
 
 # --- finding and loading ----------------------------------------------------------------

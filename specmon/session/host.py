@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
+from specmon.launch.config import profile_named
 from specmon.model.errors import (
     ConnectionLost,
     HostKeyError,
@@ -247,11 +248,7 @@ class HostSession(HostController):
         flags: Mapping[str, FlagValue] | None = None,
         env: Mapping[str, str | None] | None = None,
     ) -> str:
-        try:
-            chosen = self._profiles[profile]
-        except KeyError:
-            known = ", ".join(self.profiles()) or "none"
-            raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
+        chosen = profile_named(self._profiles, profile)
         spec = chosen.to_launch_spec(flags=flags, env=env, python=self.host_python)
         return await self.launch_spec(spec, profile=profile)
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from specmon.backends import NodePlacement, get_backend
 from specmon.backends.flag_grammar import parse_flags
+from specmon.launch.config import profile_named
 from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.events import (
     AgentStatus,
@@ -197,11 +198,7 @@ class MultiNodeController(HostController):
         flags: Mapping[str, FlagValue] | None = None,
         env: Mapping[str, str | None] | None = None,
     ) -> str:
-        try:
-            chosen = self._profiles[profile]
-        except KeyError:
-            known = ", ".join(self.profiles()) or "none"
-            raise UsageError(f"unknown profile {profile!r}; known: {known}") from None
+        chosen = profile_named(self._profiles, profile)
         self.node_grace_s = chosen.node_grace_s
         specs = [
             chosen.to_launch_spec(flags=flags, env=env, python=node.session.host_python)

@@ -661,3 +661,19 @@ async def test_a_relaunch_over_a_crashed_leaders_group_kills_the_whole_group(
         await session.stop()
     finally:
         await session.close()
+
+
+async def test_a_misspelt_profile_is_refused_before_the_host_is_touched(tmp_path: Path) -> None:
+    """One lookup for single-host and multi-node launch (launch.config.profile_named): the
+    refusal names the known profiles and the closest one."""
+    from specmon.launch.config import load_config
+    from specmon.session import SessionOptions, open_session
+
+    config = load_config(REPO_ROOT / "specmon.toml")
+    session = open_session("local", config, options=SessionOptions(state_dir=str(tmp_path)))
+    with pytest.raises(UsageError) as refused:
+        await session.launch("dmeo")
+    message = str(refused.value)
+    assert message.startswith("unknown profile 'dmeo'; did you mean 'demo'?; known: ")
+    assert "kimi-eagle3" in message
+    assert not any(tmp_path.iterdir())  # nothing was written on the host
