@@ -255,14 +255,11 @@ class Config:
         )
 
     def profile(self, name: str) -> Profile:
-        """The named profile, or a ConfigError with a "did you mean" hint."""
-        if name in self.profiles:
-            return self.profiles[name]
-        raise ConfigError(
-            f"unknown profile {name!r}{_did_you_mean(name, self.profiles)}; "
-            f"known: {', '.join(sorted(self.profiles)) or 'none'}",
-            path=str(self.source) if self.source else None,
-        )
+        """The named profile, or a ConfigError (profile_named's message, with the file)."""
+        try:
+            return profile_named(self.profiles, name)
+        except UsageError as exc:
+            raise ConfigError(str(exc), path=str(self.source) if self.source else None) from None
 
 
 def profile_named(profiles: Mapping[str, Profile], name: str) -> Profile:
@@ -912,7 +909,6 @@ class _Reader:
         self.check_keys(table, path, PROFILE_KEYS)
         from specmon.backends import BACKENDS, DEFAULT_BACKEND, backend_for_command, get_backend
         from specmon.launch.spec import env_name_problem
-        from specmon.model.errors import UsageError
 
         command = self.string_list(table, path, "command")
         if "command" in table and not table["command"]:
@@ -994,7 +990,6 @@ class _Reader:
             raise self.error(key, "name two or more hosts (a one-node server needs no nodes)")
         seen: set[str] = set()
         for node in nodes:
-            from specmon.model.errors import UsageError
             from specmon.model.hostname import parse_host
 
             if node in seen:

@@ -1,6 +1,6 @@
 """What is shipped to the host and run there: the helper, its bootstrap and the GPU agent.
 
-Standard library only, and never an import of specmon (tests/unit/meta/test_boundary.py): each file
+Standard library only, and never an import of specmon (tests/unit/meta/test_layers.py): each file
 travels alone, as its own source text. The paths below are how the sending side finds them.
 """
 

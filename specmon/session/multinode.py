@@ -199,7 +199,6 @@ class MultiNodeController(HostController):
         env: Mapping[str, str | None] | None = None,
     ) -> str:
         chosen = profile_named(self._profiles, profile)
-        self.node_grace_s = chosen.node_grace_s
         specs = [
             chosen.to_launch_spec(flags=flags, env=env, python=node.session.host_python)
             for node in self.nodes
@@ -208,8 +207,6 @@ class MultiNodeController(HostController):
 
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """The same spec on every node, each with its own multi-node flags."""
-        if profile in self._profiles:
-            self.node_grace_s = self._profiles[profile].node_grace_s
         return await self._launch([spec] * len(self.nodes), profile)
 
     async def stop(self) -> StopReport | None:
@@ -284,6 +281,8 @@ class MultiNodeController(HostController):
         return out
 
     async def _launch(self, specs: Sequence[LaunchSpec], profile: str | None) -> str:
+        if profile in self._profiles:  # a profile's own grace for its nodes, however launched
+            self.node_grace_s = self._profiles[profile].node_grace_s
         labels = [node.label for node in self.nodes]
         async with self._locked("launch"):
             await self._stop_all()  # a relaunch waits for every node's run to be gone
