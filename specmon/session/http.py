@@ -22,7 +22,7 @@ from specmon.model.events import Event, HealthStatus, MetricsSnapshot, Notice, S
 from specmon.session.http_body import METRICS_BODY_LIMIT, BodyTooLarge, request_capped
 
 if TYPE_CHECKING:
-    from specmon.backends import Backend, MetricsReader
+    from specmon.backends import HttpApi, MetricsReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ MAX_SNAPSHOT_CHARS = 256 * 1024  # of all keys together
 
 
 def metrics_values(
-    text: str, backend: Backend, left_out: list[int] | None = None
+    text: str, backend: HttpApi, left_out: list[int] | None = None
 ) -> tuple[tuple[str, float], ...]:
     """The backend's samples from a Prometheus text page, histogram buckets left out, at
     most MAX_SNAPSHOT_SAMPLES of them with keys of at most MAX_SAMPLE_KEY characters and
@@ -150,7 +150,7 @@ class HttpPoller:
                 self.base_url = self.run_id = None
             await self.host.transport.close_forward(local_port)
 
-    async def _poll(self, run_id: str, base: str, backend: Backend) -> None:
+    async def _poll(self, run_id: str, base: str, backend: HttpApi) -> None:
         host = self.host
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
@@ -191,7 +191,7 @@ class HttpPoller:
             self._notice_once(_path(url), str(exc))
             return exc.status_code
 
-    async def _server_info(self, client: httpx.AsyncClient, url: str, backend: Backend) -> None:
+    async def _server_info(self, client: httpx.AsyncClient, url: str, backend: HttpApi) -> None:
         try:
             response = await request_capped(client, "GET", url, what=_path(url))
             if response.status_code == 200:
@@ -207,7 +207,7 @@ class HttpPoller:
         self,
         client: httpx.AsyncClient,
         url: str,
-        backend: Backend,
+        backend: HttpApi,
         reader: MetricsReader | None = None,
     ) -> bool | None:
         what = _path(url)

@@ -29,7 +29,7 @@ from support.hosts import (
 )
 from support.sshd import SshdServer, start_sshd, stop_sshd
 
-from specmon.backends import BACKENDS, NodePlacement, get_backend
+from specmon.backends import BACKENDS, NodePlacement, get_backend, registry
 from specmon.backends.sglang import SGLangBackend
 from specmon.launch.config import parse_config_text
 from specmon.model.errors import ConfigError, UsageError
@@ -325,7 +325,7 @@ def test_a_backend_without_a_multinode_launch_is_refused(
     with pytest.raises(UsageError, match="cannot span nodes"):
         controller._node_specs([spec, spec], "127.0.0.1", 29555)
     with contextlib.suppress(KeyError):
-        del __import__("specmon.backends").backends._instances["nonodes"]
+        del registry._instances["nonodes"]
 
 
 def specmon(*args: str, config: Path, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:

@@ -12,12 +12,19 @@ from specmon.backends import (
     DraftShape,
     FlagKind,
     FormField,
+    HttpApi,
+    LaunchRules,
     LogParser,
     LogSummary,
     NodePlacement,
+    ProbeHook,
     ProbeTargets,
     Problem,
     ProfileFields,
+    RelaunchForm,
+    ServerLogs,
+    Simulator,
+    Tuning,
     nccl_key_flags,
 )
 from specmon.backends.flag_grammar import parse_flags, render_flag
@@ -77,23 +84,8 @@ _PROFILE_KEYS = {
 _LAUNCH_COMMAND = re.compile(r"(^|\s)-m\s+sglang\.launch_server(\s|$)|(^|/)sglang\.launch_server")
 
 
-class SGLangBackend(Backend):
-    name = "sglang"
-    display_name = "SGLang"
-    default_command = ("{python}", "-m", "sglang.launch_server")
-    env_prefixes = ("SGLANG_",)
-    default_speculative_algorithm = "EAGLE3"
-    sim_module = "specmon.sim"
-    default_port = 30000
-    health_path = "/health"
-    info_paths = ("/get_server_info", "/server_info")
-    metrics_path = "/metrics"
-    metric_prefix = "sglang:"
-    accept_length_metric = "sglang:spec_accept_length"
-    generate_path = "/generate"
-    steps_setting = "speculative-num-steps"
-
-    # --- logs --------------------------------------------------------------------------
+class SGLangLogs(ServerLogs):
+    """How its log reads."""
 
     def new_log_parser(self) -> LogParser:
         from specmon.backends.sglang.parser import SGLangLogParser
@@ -110,7 +102,14 @@ class SGLangBackend(Backend):
 
         return sglang_log_confidence(sample)
 
-    # --- launch ------------------------------------------------------------------------
+
+class SGLangLaunch(LaunchRules):
+    """How a profile becomes its command line, and what may run."""
+
+    default_command = ("{python}", "-m", "sglang.launch_server")
+    env_prefixes = ("SGLANG_",)
+    default_speculative_algorithm = "EAGLE3"
+    default_port = 30000
 
     def command_matches(self, command: Sequence[str]) -> bool:
         return bool(_LAUNCH_COMMAND.search(" ".join(command)))
@@ -205,6 +204,89 @@ class SGLangBackend(Backend):
             for label, names in _RUN_INFO_FLAGS
         }
 
+    def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
+        host = f"[{node.init_host}]" if ":" in node.init_host else node.init_host
+        return (
+            *render_flag("nnodes", str(node.nnodes)),
+            *render_flag("node-rank", str(node.rank)),
+            *render_flag("dist-init-addr", f"{host}:{node.init_port}"),
+        )
+
+    def multinode_flags(self) -> frozenset[str]:
+        from specmon.backends.sglang.flags import MULTINODE_FLAGS
+
+        return MULTINODE_FLAGS
+
+
+class SGLangForm(RelaunchForm):
+    """The relaunch form's fields."""
+
+    def form_fields(self) -> tuple[FormField, ...]:
+        return (
+            FormField("speculative-num-steps", label="num steps"),
+            FormField("speculative-eagle-topk", label="eagle topk"),
+            FormField("speculative-num-draft-tokens", label="draft tokens"),
+            FormField("mem-fraction-static", label="mem fraction"),
+            *NCCL_FORM_FIELDS,
+        )
+
+    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
+        algorithm: str | None = self.default_speculative_algorithm
+        if base_args is not None:
+            given = [
+                i.value for i in parse_flags(base_args)[0] if i.name == "speculative-algorithm"
+            ]
+            algorithm = given[-1] if given else None
+        return [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
+
+    def form_fixed_subjects(self) -> frozenset[str]:
+        return frozenset({"--speculative-algorithm", "--speculative-draft-model-path"})
+
+
+class SGLangHttp(HttpApi):
+    """Its HTTP endpoints."""
+
+    health_path = "/health"
+    info_paths = ("/get_server_info", "/server_info")
+    metrics_path = "/metrics"
+    metric_prefix = "sglang:"
+    accept_length_metric = "sglang:spec_accept_length"
+    generate_path = "/generate"
+
+    def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
+        if not isinstance(data, dict):
+            return ()
+        flat = dict(data)
+        states = data.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], dict):
+            flat.update(states[0])
+        return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
+
+    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+        return {
+            "text": text,
+            "sampling_params": {
+                "max_new_tokens": max_tokens,
+                "temperature": 0.0,
+                "ignore_eos": True,
+            },
+            "stream": stream,
+        }
+
+    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
+        meta = reply.get("meta_info") if isinstance(reply, dict) else None
+        return meta if isinstance(meta, dict) else None
+
+    def generate_text(self, reply: Any) -> str:
+        text = reply.get("text") if isinstance(reply, dict) else None
+        return text if isinstance(text, str) else ""
+
+
+class SGLangTuning(Tuning):
+    """The draft's shape and what a step count decides."""
+
+    steps_setting = "speculative-num-steps"
+
     def draft_shape(
         self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
     ) -> DraftShape:
@@ -238,75 +320,26 @@ class SGLangBackend(Backend):
             return {}
         return {"speculative-num-draft-tokens": (tokens, "steps + 1, topk 1")}
 
-    # --- the relaunch form -------------------------------------------------------------
 
-    def form_fields(self) -> tuple[FormField, ...]:
-        return (
-            FormField("speculative-num-steps", label="num steps"),
-            FormField("speculative-eagle-topk", label="eagle topk"),
-            FormField("speculative-num-draft-tokens", label="draft tokens"),
-            FormField("mem-fraction-static", label="mem fraction"),
-            *NCCL_FORM_FIELDS,
-        )
-
-    def form_context_args(self, base_args: Sequence[str] | None) -> list[str]:
-        algorithm: str | None = self.default_speculative_algorithm
-        if base_args is not None:
-            given = [
-                i.value for i in parse_flags(base_args)[0] if i.name == "speculative-algorithm"
-            ]
-            algorithm = given[-1] if given else None
-        return [*render_flag("speculative-algorithm", algorithm)] if algorithm else []
-
-    def form_fixed_subjects(self) -> frozenset[str]:
-        return frozenset({"--speculative-algorithm", "--speculative-draft-model-path"})
-
-    # --- several nodes -----------------------------------------------------------------
-
-    def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
-        host = f"[{node.init_host}]" if ":" in node.init_host else node.init_host
-        return (
-            *render_flag("nnodes", str(node.nnodes)),
-            *render_flag("node-rank", str(node.rank)),
-            *render_flag("dist-init-addr", f"{host}:{node.init_port}"),
-        )
-
-    def multinode_flags(self) -> frozenset[str]:
-        from specmon.backends.sglang.flags import MULTINODE_FLAGS
-
-        return MULTINODE_FLAGS
-
-    # --- running -----------------------------------------------------------------------
-
-    def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
-        if not isinstance(data, dict):
-            return ()
-        flat = dict(data)
-        states = data.get("internal_states")
-        if isinstance(states, list) and states and isinstance(states[0], dict):
-            flat.update(states[0])
-        return tuple((k, str(flat[k])) for k in INFO_KEYS if flat.get(k) is not None)
-
-    def generate_body(self, text: str, max_tokens: int, stream: bool) -> dict[str, Any]:
-        return {
-            "text": text,
-            "sampling_params": {
-                "max_new_tokens": max_tokens,
-                "temperature": 0.0,
-                "ignore_eos": True,
-            },
-            "stream": stream,
-        }
-
-    def generate_meta(self, reply: Any) -> dict[str, Any] | None:
-        meta = reply.get("meta_info") if isinstance(reply, dict) else None
-        return meta if isinstance(meta, dict) else None
-
-    def generate_text(self, reply: Any) -> str:
-        text = reply.get("text") if isinstance(reply, dict) else None
-        return text if isinstance(text, str) else ""
+class SGLangProbe(ProbeHook):
+    """The in-server timing probe."""
 
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.backends.sglang.probe import injection_files
 
         return ProbeTargets(files=injection_files())
+
+
+class SGLangSim(Simulator):
+    """The simulator personality that stands in for it."""
+
+    sim_module = "specmon.sim"
+
+
+class SGLangBackend(
+    SGLangLogs, SGLangLaunch, SGLangForm, SGLangHttp, SGLangTuning, SGLangProbe, SGLangSim, Backend
+):
+    """SGLang's facets together: the registry's entry for this server."""
+
+    name = "sglang"
+    display_name = "SGLang"

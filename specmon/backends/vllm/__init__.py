@@ -13,12 +13,19 @@ from specmon.backends import (
     DraftShape,
     FlagKind,
     FormField,
+    HttpApi,
+    LaunchRules,
     LogParser,
     LogSummary,
     MetricsReader,
+    ProbeHook,
     ProbeTargets,
     Problem,
     ProfileFields,
+    RelaunchForm,
+    ServerLogs,
+    Simulator,
+    Tuning,
     nccl_key_flags,
 )
 from specmon.backends.flag_grammar import FlagValue, parse_flags, render_flag
@@ -70,29 +77,9 @@ _SERVE_WORDS = ("vllm", "serve")
 _ENTRY_MODULE_PREFIX = "vllm.entrypoints."
 
 
-class VLLMBackend(Backend):
-    name = "vllm"
-    display_name = "vLLM"
-    default_command = _SERVE_WORDS
-    env_prefixes = ("VLLM_",)
-    default_speculative_algorithm = "eagle3"
-    speculative_keys = (
-        ("method", "algorithm"),
-        ("num_speculative_tokens", "num_speculative_tokens"),
-        ("draft_tensor_parallel_size", "draft_tensor_parallel_size"),
-    )
-    sim_module = "specmon.sim.vllm"
-    default_port = 8000
-    health_path = "/health"
-    info_paths = ("/v1/models", "/version")
-    info_merged = True  # the served model from one, the version from the other
-    metrics_path = "/metrics"
-    metric_prefix = "vllm:"
-    accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
-    generate_path = "/v1/completions"
-    steps_setting = "num_speculative_tokens"  # a key of --speculative-config (setting_flags)
-    has_extend_phase = False  # draft, then verify: no draft-extend pass as SGLang's
-    builtin_profiles_toml = DEMO_PROFILE_TOML
+class VLLMLogs(ServerLogs):
+    """How its log reads."""
+
     loading_phases = (
         "weights",
         "draft weights",
@@ -102,8 +89,6 @@ class VLLMBackend(Backend):
         "HTTP server",
         "ready",
     )
-
-    # --- logs --------------------------------------------------------------------------
 
     def new_log_parser(self) -> LogParser:
         from specmon.backends.vllm.parser import VLLMLogParser
@@ -121,7 +106,19 @@ class VLLMBackend(Backend):
         score = vllm_log_score(sample)
         return score if score > 0.5 else 0.0  # 0.5: no line voted either way
 
-    # --- launch ------------------------------------------------------------------------
+
+class VLLMLaunch(LaunchRules):
+    """How a profile becomes its command line, and what may run."""
+
+    default_command = _SERVE_WORDS
+    env_prefixes = ("VLLM_",)
+    default_speculative_algorithm = "eagle3"
+    speculative_keys = (
+        ("method", "algorithm"),
+        ("num_speculative_tokens", "num_speculative_tokens"),
+        ("draft_tensor_parallel_size", "draft_tensor_parallel_size"),
+    )
+    default_port = 8000
 
     def command_matches(self, command: Sequence[str]) -> bool:
         words = list(command)
@@ -253,28 +250,9 @@ class VLLMBackend(Backend):
             labels[label] = "" if value is None else str(value)
         return labels
 
-    def draft_shape(
-        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
-    ) -> DraftShape:
-        """A chain of ``num_speculative_tokens`` (k) drafts: topk 1, and the verify checks the
-        k drafts plus the bonus token, k + 1. vLLM's info endpoints do not report the draft,
-        so the launch says. A ``speculative_token_tree`` drafts a tree: its widest branching
-        is the topk (the advisor refuses trees)."""
-        flags = self.key_flags(args, env)
-        if flags.get("algorithm") == "off":
-            return DraftShape(steps=0, topk=1, verify_tokens=1)
-        k_text = flags.get("k", "")
-        k = int(k_text) if k_text.isdigit() else None
-        tree = vflags.token_tree(args)
-        if tree is not None:
-            return DraftShape(steps=k, topk=tree[0], verify_tokens=tree[1] + 1)
-        return DraftShape(steps=k, topk=1, verify_tokens=None if k is None else k + 1)
 
-    def probe_draft_positions(self, draft_tokens: int, batch_size: int) -> int:
-        """vLLM's probe counts the scheduled draft tokens, k per request, without a root."""
-        return draft_tokens // batch_size
-
-    # --- the relaunch form -------------------------------------------------------------
+class VLLMForm(RelaunchForm):
+    """The relaunch form's fields."""
 
     def form_fields(self) -> tuple[FormField, ...]:
         return (
@@ -299,7 +277,17 @@ class VLLMBackend(Backend):
     def form_fixed_subjects(self) -> frozenset[str]:
         return frozenset({"--model", "--tensor-parallel-size"})
 
-    # --- running -----------------------------------------------------------------------
+
+class VLLMHttp(HttpApi):
+    """Its HTTP endpoints."""
+
+    health_path = "/health"
+    info_paths = ("/v1/models", "/version")
+    info_merged = True  # the served model from one, the version from the other
+    metrics_path = "/metrics"
+    metric_prefix = "vllm:"
+    accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
+    generate_path = "/v1/completions"
 
     def ready_on_health(self, status: int | None) -> bool:
         return status == 200  # 503: the engine died (vLLM refuses connections while loading)
@@ -409,10 +397,58 @@ class VLLMBackend(Backend):
             return None
         return snapshot.spec_decode if snapshot.engines else None
 
+
+class VLLMTuning(Tuning):
+    """The draft's shape and what a step count decides."""
+
+    steps_setting = "num_speculative_tokens"  # a key of --speculative-config (setting_flags)
+    has_extend_phase = False  # draft, then verify: no draft-extend pass as SGLang's
+
+    def draft_shape(
+        self, args: Sequence[str], env: Mapping[str, str], server_info: Mapping[str, str]
+    ) -> DraftShape:
+        """A chain of ``num_speculative_tokens`` (k) drafts: topk 1, and the verify checks the
+        k drafts plus the bonus token, k + 1. vLLM's info endpoints do not report the draft,
+        so the launch says. A ``speculative_token_tree`` drafts a tree: its widest branching
+        is the topk (the advisor refuses trees)."""
+        flags = self.key_flags(args, env)
+        if flags.get("algorithm") == "off":
+            return DraftShape(steps=0, topk=1, verify_tokens=1)
+        k_text = flags.get("k", "")
+        k = int(k_text) if k_text.isdigit() else None
+        tree = vflags.token_tree(args)
+        if tree is not None:
+            return DraftShape(steps=k, topk=tree[0], verify_tokens=tree[1] + 1)
+        return DraftShape(steps=k, topk=1, verify_tokens=None if k is None else k + 1)
+
+
+class VLLMProbe(ProbeHook):
+    """The in-server timing probe."""
+
+    def probe_draft_positions(self, draft_tokens: int, batch_size: int) -> int:
+        """vLLM's probe counts the scheduled draft tokens, k per request, without a root."""
+        return draft_tokens // batch_size
+
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.probe import injection_files
 
         return ProbeTargets(files=injection_files())  # sitecustomize loads the vLLM table
+
+
+class VLLMSim(Simulator):
+    """The simulator personality that stands in for it."""
+
+    sim_module = "specmon.sim.vllm"
+    builtin_profiles_toml = DEMO_PROFILE_TOML
+
+
+class VLLMBackend(
+    VLLMLogs, VLLMLaunch, VLLMForm, VLLMHttp, VLLMTuning, VLLMProbe, VLLMSim, Backend
+):
+    """VLLM's facets together: the registry's entry for this server."""
+
+    name = "vllm"
+    display_name = "vLLM"
 
 
 def _first_choice(reply: Any) -> dict[str, Any] | None:

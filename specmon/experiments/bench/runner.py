@@ -22,7 +22,7 @@ from specmon.model.events import ProbeTiming
 from specmon.model.prompts import DEFAULT_PROMPT_SET, Prompt, load_prompt_set
 
 if TYPE_CHECKING:
-    from specmon.backends import Backend
+    from specmon.backends import HttpApi
 
 MAX_REQUESTS = 100_000
 MAX_CONCURRENCY = 1024
@@ -317,7 +317,7 @@ def _result_from_meta(
 
 
 async def _one_request(
-    client: Any, prompt: Prompt, settings: BenchSettings, server: Backend
+    client: Any, prompt: Prompt, settings: BenchSettings, server: HttpApi
 ) -> RequestResult:
     """Send one generation request in the backend's API; every failure becomes a failed
     RequestResult, never an exception."""
@@ -407,7 +407,7 @@ async def _run_batch(
     settings: BenchSettings,
     phase: Literal["warmup", "measure"],
     on_progress: Callable[[BenchProgress], None] | None,
-    server: Backend,
+    server: HttpApi,
 ) -> list[RequestResult]:
     """Run ``prompts`` with at most ``settings.concurrency`` in flight; results in prompt order."""
     results: list[RequestResult | None] = [None] * len(prompts)
@@ -430,7 +430,7 @@ async def _run_batch(
     return [r for r in results if r is not None]
 
 
-async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | None:
+async def fetch_server_info(client: Any, backend: HttpApi) -> dict[str, Any] | None:
     """The backend's server-info endpoints, tried in order; None if the server has none.
     A backend whose info is spread over several endpoints (``info_merged``) has every
     answering endpoint's fields (``bench_info``) merged, the first answer winning per key."""
@@ -457,7 +457,7 @@ async def fetch_server_info(client: Any, backend: Backend) -> dict[str, Any] | N
     return None
 
 
-async def fetch_metrics_text(client: Any, backend: Backend) -> str | None:
+async def fetch_metrics_text(client: Any, backend: HttpApi) -> str | None:
     import httpx
 
     from specmon.session.http_body import METRICS_BODY_LIMIT, request_capped
@@ -470,7 +470,7 @@ async def fetch_metrics_text(client: Any, backend: Backend) -> str | None:
     return response.text if response.status_code == 200 else None
 
 
-async def fetch_metrics_accept_length(client: Any, backend: Backend) -> float | None:
+async def fetch_metrics_accept_length(client: Any, backend: HttpApi) -> float | None:
     if backend.accept_length_metric is None:
         return None
     text = await fetch_metrics_text(client, backend)
