@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from specmon.backends import all_backends, get_backend
+from specmon.backends import all_backends
 from specmon.experiments.advisor import Advice, AdvisorError
 from specmon.experiments.advisor_inputs import advise_from_store, enough_data, model_of
 from specmon.experiments.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
@@ -205,7 +205,7 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
             spec = profile.to_launch_spec(python=python).without_speculation()
             name = plan.profile
             note = f"profile {plan.profile} with its speculative decoding flags removed"
-        speculating = sorted(get_backend(spec.backend).speculation_flags(spec.args))
+        speculating = sorted(spec.backend.speculation_flags(spec.args))
         if speculating:
             shown = " ".join(f"--{flag} {spec.flag(flag) or ''}".strip() for flag in speculating)
             raise UsageError(
@@ -218,7 +218,7 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
         env = {k: v for k, v in params.items() if k[:1].isupper()}
         notes: list[str] = []
         spec = profile.to_launch_spec(flags=flags, env=env, python=python)
-        backend = get_backend(spec.backend)
+        backend = spec.backend
         if backend.steps_setting is not None and backend.steps_setting in flags:
             follow = backend.steps_follow_ups(spec.args, flags)
             if follow:
@@ -719,7 +719,7 @@ class SweepRunner:
                     self.plan.bench,
                     on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
                     phase_timing=probes.phase_times,
-                    backend=point.spec.backend,
+                    backend=point.spec.backend.name,
                 )
             _check_served_flags(point, result.server_info)
             if point.is_baseline and result.speculative is not False:

@@ -203,9 +203,10 @@ class Profile:
         from specmon.backends import get_backend
         from specmon.launch.spec import LaunchSpec
 
-        words = get_backend(self.backend).profile_command(self.command, self)
+        backend = get_backend(self.backend)  # the spec holds it from here on
+        words = backend.profile_command(self.command, self)
         command = tuple(python if word == PYTHON_PLACEHOLDER else word for word in words)
-        spec = LaunchSpec(self.backend, command, self.base_args(), dict(self.env))
+        spec = LaunchSpec(backend, command, backend.profile_args(self), dict(self.env))
         if flags:
             spec = spec.with_flags(flags)
         if env:

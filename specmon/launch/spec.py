@@ -134,6 +134,7 @@ def simulator_env_problem(name: str, value: str) -> str | None:
 
 
 def _backend(name: str) -> Backend:
+    """The registered backend ``name``; an unknown name is a LaunchSpecError."""
     from specmon.backends import get_backend
 
     try:
@@ -164,21 +165,34 @@ def _quote_command_word(word: str) -> str:
 class LaunchSpec:
     """What to run: ``command`` (the server program), ``args`` and ``env``, for ``backend``.
 
-    ``env`` may be given as a mapping; it is stored as a tuple of pairs so a spec stays
-    immutable and comparable.
+    The spec holds its backend itself, so whoever reads or changes it asks that backend
+    directly and no name is looked up again on the way to the host. ``backend`` may be
+    given by name (JSON, tests): it is looked up once, here, and an unknown name is a
+    LaunchSpecError. ``env`` may be given as a mapping; it is stored as a tuple of pairs so
+    a spec stays immutable and comparable (backends are one instance per process, so two
+    specs of one backend compare equal).
     """
 
-    backend: str
+    backend: Backend
     command: tuple[str, ...]
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
 
     def __post_init__(self) -> None:
+        backend: Any = self.backend
+        if isinstance(backend, str):
+            object.__setattr__(self, "backend", _backend(backend))
         env: Any = self.env
         pairs = tuple(env.items()) if isinstance(env, Mapping) else tuple(tuple(p) for p in env)
         object.__setattr__(self, "env", pairs)
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "args", tuple(self.args))
+
+    def __repr__(self) -> str:
+        return (
+            f"LaunchSpec(backend={self.backend.name!r}, command={self.command!r}, "
+            f"args={self.args!r}, env={self.env!r})"
+        )
 
     # --- reading -----------------------------------------------------------------------
 
@@ -206,10 +220,7 @@ class LaunchSpec:
         backend's named setting that is not a flag of its own (vLLM's
         ``num_speculative_tokens``, a key of its speculative config) reads the same way."""
         name = name.lstrip("-")
-        try:
-            setting = _backend(self.backend).setting_value(self.args, name)
-        except LaunchSpecError:
-            setting = None  # an unknown backend (a record from another build): flags only
+        setting = self.backend.setting_value(self.args, name)
         if setting is not None:
             return setting
         found: str | None = None
@@ -225,7 +236,7 @@ class LaunchSpec:
     def key_flags(self) -> dict[str, str]:
         """The settings an operator compares runs by, for the console header (the backend
         says which: algorithm, steps, topk, draft_tokens, tp, mem_fraction, NCCL_*)."""
-        return _backend(self.backend).key_flags(self.args, self.env_dict())
+        return self.backend.key_flags(self.args, self.env_dict())
 
     # --- changing (every change returns a new spec) ------------------------------------
 
@@ -236,12 +247,12 @@ class LaunchSpec:
         removes it. A replaced flag keeps its position; a new one is appended. The backend
         folds its named settings (``Backend.setting_flags``) into the flags that carry them."""
         args = list(self.args)
-        changes = _backend(self.backend).setting_flags(self.args, changes)
+        changes = self.backend.setting_flags(self.args, changes)
         for raw_name, value in changes.items():
             name = raw_name.lstrip("-")
             if not FLAG_NAME.match(name):
                 raise LaunchSpecError([f"{raw_name[:60]!r}: not a valid flag name"])
-            if isinstance(value, str) and _backend(self.backend).flag_kind(name) == "switch":
+            if isinstance(value, str) and self.backend.flag_kind(name) == "switch":
                 value = switch_value(name, value)
             items = [item for item in parse_flags(args)[0] if item.name == name]
             spans = [(item.index, _flag_width(args, item)) for item in items]
@@ -267,7 +278,7 @@ class LaunchSpec:
 
     def without_speculation(self) -> LaunchSpec:
         """The same launch with speculative decoding off (the measured baseline)."""
-        names = _backend(self.backend).speculation_flags(self.args)
+        names = self.backend.speculation_flags(self.args)
         return self.with_flags(dict.fromkeys(names))
 
     # --- checking ----------------------------------------------------------------------
@@ -302,11 +313,7 @@ class LaunchSpec:
             seen.add(name)
         if any("\x00" in t for t in self.args):
             return problems  # the backend's rules cannot say more about unusable text
-        try:
-            backend = _backend(self.backend)
-        except LaunchSpecError as exc:
-            return [*problems, *exc.problems]
-        problems.extend(backend.validate_launch(self.args, self.env_dict()))
+        problems.extend(self.backend.validate_launch(self.args, self.env_dict()))
         for name, value in self.env:
             problem = simulator_env_problem(name, value)
             if problem:
@@ -341,7 +348,7 @@ class LaunchSpec:
     def to_json(self) -> str:
         return json.dumps(
             {
-                "backend": self.backend,
+                "backend": self.backend.name,
                 "command": list(self.command),
                 "args": list(self.args),
                 "env": dict(self.env),
@@ -350,7 +357,8 @@ class LaunchSpec:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> LaunchSpec:
-        """Read what to_json wrote; a wrong shape is a LaunchSpecError, never a KeyError."""
+        """Read what to_json wrote; a wrong shape or an unknown backend is a LaunchSpecError,
+        never a KeyError."""
         try:
             data = json.loads(text)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -449,7 +457,7 @@ def validate_form(
     if backend is None:
         from specmon.backends import DEFAULT_BACKEND
 
-        backend = _backend(base.backend if base is not None else DEFAULT_BACKEND)
+        backend = base.backend if base is not None else _backend(DEFAULT_BACKEND)
     flag_fields, env_fields = _flag_fields(backend), _env_fields(backend)
     messages: dict[str, str] = {}
     args: list[str] = backend.form_context_args(base.args if base is not None else None)
@@ -457,7 +465,7 @@ def validate_form(
     changes: dict[str, FlagValue] = {
         name: values.get(name, "").strip() or None for name in flag_fields
     }
-    args = list(LaunchSpec(backend.name, ("server",), tuple(args)).with_flags(changes).args)
+    args = list(LaunchSpec(backend, ("server",), tuple(args)).with_flags(changes).args)
     for name in env_fields:
         value = values.get(name, "").strip()
         if value:
@@ -513,7 +521,7 @@ def form_values(spec: LaunchSpec, profile_extra_args: Iterable[str] = ()) -> dic
     profile's ``extra_args``); environment variables without a field of their own go to
     the extra-env field.
     """
-    backend = _backend(spec.backend)
+    backend = spec.backend
     env_fields = _env_fields(backend)
     values = {name: spec.flag(name) or "" for name in _flag_fields(backend)}
     env = spec.env_dict()
@@ -615,7 +623,7 @@ def form_overrides(
     cannot be parsed.
     """
     values = restore_form_secrets(values, secrets if secrets is not None else SecretValues.of(base))
-    backend = _backend(base.backend)
+    backend = base.backend
     env_fields = _env_fields(backend)
     flags: dict[str, FlagValue] = {}
     env: dict[str, str | None] = {}

@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specmon.backends import get_backend
 from specmon.backends.flag_grammar import AUTO_PORT
 from specmon.model.secrets import redact_argv, redact_env
 
@@ -31,9 +30,9 @@ def port_of(spec: LaunchSpec, chosen: Profile | None) -> int | str:
     if value == AUTO_PORT:
         return AUTO_PORT
     try:
-        return int(value) if value is not None else get_backend(spec.backend).default_port
+        return int(value) if value is not None else spec.backend.default_port
     except ValueError:
-        return get_backend(spec.backend).default_port
+        return spec.backend.default_port
 
 
 def launch_payload(
@@ -72,7 +71,7 @@ def launch_payload(
         "port_must_be_free": node is None or not node.get("rank"),
         "meta": {
             "owner": owner,
-            "backend": spec.backend,
+            "backend": spec.backend.name,
             "spec": spec.shown().to_json(),
             "replaces": list(replaces),
             "client": client,
@@ -95,7 +94,7 @@ def launch_payload(
         }
     if sim_gpu_state_path is not None:
         payload["extra_env"]["SPECMON_SIM_GPU_STATE"] = sim_gpu_state_path
-    targets = get_backend(spec.backend).probe_targets() if chosen and chosen.probe else None
+    targets = spec.backend.probe_targets() if chosen and chosen.probe else None
     if targets is not None and targets.files:
         payload["files"] = {
             f"probe/{name}": base64.b64encode(data).decode() for name, data in targets.files.items()

@@ -263,7 +263,7 @@ class MultiNodeController(HostController):
         count = len(self.nodes)
         out = []
         for rank, spec in enumerate(specs):
-            backend = get_backend(spec.backend)
+            backend = spec.backend
             typed = {item.name for item in parse_flags(spec.args)[0]} & backend.multinode_flags()
             if typed:
                 raise UsageError(

@@ -19,7 +19,7 @@ from specmon.state.store import PHASES, StateStore
 
 if TYPE_CHECKING:
     from specmon.launch.config import Config
-    from specmon.launch.spec import FlagValue
+    from specmon.launch.spec import LaunchSpec
     from specmon.state.controller import HostController
 
 BUSY_UTIL_PERCENT = 5.0  # a GPU above this utilisation counts as busy
@@ -256,13 +256,13 @@ class HostOutcome:
 async def relaunch_fleet(
     hosts: Sequence[FleetHost],
     profile: str,
+    specs: Mapping[str, LaunchSpec],
     *,
-    flags: Mapping[str, FlagValue] | None = None,
-    env: Mapping[str, str | None] | None = None,
     all_or_none: bool,
 ) -> list[HostOutcome]:
-    """Relaunch ``profile`` on every host at once, each through its own controller (which takes
-    that host's lock). With ``all_or_none``, each host is first asked whether it would accept
+    """Relaunch ``profile`` on every host at once: each host's own spec (``specs`` by host name,
+    the ones the operator confirmed, validated again by the host), each through its own
+    controller (which takes that host's lock). With ``all_or_none``, each host is first asked whether it would accept
     (its lock taken and its runs checked); if one refuses, none is launched. Otherwise a host
     that refuses is reported and the others proceed."""
     if all_or_none:
@@ -276,7 +276,7 @@ async def relaunch_fleet(
                 for h in hosts
             ]
     results = await asyncio.gather(
-        *(h.controller.launch(profile, flags=flags, env=env) for h in hosts),
+        *(h.controller.launch_spec(specs[h.name], profile=profile) for h in hosts),
         return_exceptions=True,
     )
     return [

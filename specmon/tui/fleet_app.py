@@ -250,7 +250,7 @@ class FleetApp(SpecmonApp):
         self.run_worker(self._relaunch_fleet(message), group="fleet-relaunch")
 
     async def _relaunch_fleet(self, message: FleetRelaunchRequested) -> None:
-        views = [self.view_named(n) for n in message.names]
+        views = [self.view_named(n) for n in message.specs]
         busy = [
             HostOutcome(v.name, refusal="a relaunch or sweep of this console is in progress there")
             for v in views
@@ -271,8 +271,7 @@ class FleetApp(SpecmonApp):
                 outcomes = busy + await relaunch_fleet(
                     [FleetHost(v.name, v.controller) for v in free],
                     message.profile,
-                    flags=message.flags,  # type: ignore[arg-type]
-                    env=message.env,
+                    message.specs,
                     all_or_none=message.all_or_none,
                 )
             finally:

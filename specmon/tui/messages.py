@@ -3,7 +3,7 @@ screen; small dataclasses, handled with @on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from textual.message import Message
 
@@ -130,11 +130,11 @@ class FleetRelaunchAsked(Message):
 
 @dataclass
 class FleetRelaunchRequested(Message):
-    """The operator confirmed one relaunch on several hosts; ``all_or_none``: launch none if
-    one host refuses (else the others proceed)."""
+    """The operator confirmed one relaunch on several hosts: launch ``specs`` (host -> the
+    very spec whose command the confirmation showed, built with that host's python) as
+    profile ``profile``; ``all_or_none``: launch none if one host refuses (else the others
+    proceed)."""
 
-    names: list[str]
     profile: str
-    flags: dict[str, str | None] = field(default_factory=dict)
-    env: dict[str, str | None] = field(default_factory=dict)
+    specs: dict[str, LaunchSpec]
     all_or_none: bool = False

@@ -8,9 +8,10 @@ import dataclasses
 
 from support.paths import REPO
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from specmon.launch.config import load_config
+from specmon.launch.spec import LaunchSpec
 from specmon.model.errors import HostKeyError, TransportError
 from specmon.model.events import ConnectionState, RunInfo
 from specmon.tui import fleet_app
@@ -18,6 +19,7 @@ from specmon.tui.fleet_app import FleetApp
 from specmon.tui.screens.fleet import FleetScreen
 from specmon.tui.screens.fleet_relaunch import FleetConfirmScreen, FleetRelaunchScreen
 from specmon.tui.screens.main import MainScreen
+from specmon.tui.screens.relaunch import field_id
 from specmon.tui.widgets.fleet_table import FleetTable
 from specmon.tui.widgets.header import HeaderBar
 
@@ -225,3 +227,68 @@ async def test_fleet_relaunch_warns_of_unreachable_hosts_and_can_leave_them_out(
         assert [host for host, _ in again.commands] == ["alpha"]
         assert not again.query("#unreachable")
         assert [t.name for t in form.targets] == ["alpha"]
+
+
+class SpecRecordingController(ReplayController):
+    """A host with a python of its own that records what it is asked to launch: a ready spec
+    (``launch_spec``), or a profile to build its spec from again (``launch``)."""
+
+    def __init__(self, python: str) -> None:
+        super().__init__([], host_label=f"root@{python}:22", profiles=["demo"])
+        self.python = python
+        self.launched: list[LaunchSpec] = []
+        self.launched_by_profile: list[str] = []
+
+    @property
+    def host_python(self) -> str:
+        return self.python
+
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
+        self.launched.append(spec)
+        return f"run-{len(self.launched)}"
+
+    async def launch(self, profile, *, flags=None, env=None) -> str:  # type: ignore[override]
+        self.launched_by_profile.append(profile)
+        return "run-rebuilt"
+
+
+async def test_a_fleet_relaunch_launches_the_very_specs_it_confirmed() -> None:
+    """Each host's spec is built once, with that host's python, for the confirmation; the
+    launch carries those very specs (it built each host's spec again, from the profile)."""
+    hosts = {
+        "a": SpecRecordingController("/opt/a/bin/python"),
+        "b": SpecRecordingController("/opt/b/bin/python"),
+    }
+    config = load_config(REPO / "specmon.toml")
+    app = FleetApp(list(hosts.items()), config, clock=lambda: FROZEN_NOW)  # type: ignore[arg-type]
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause(0.3)
+        table = app.overview.query_one(FleetTable)
+        for name in hosts:
+            table.move_cursor(row=table.host_order.index(name), animate=False)
+            await pilot.press("space")
+        await pilot.press("r")
+        await pilot.pause(0.3)
+        form = app.screen
+        assert isinstance(form, FleetRelaunchScreen)
+        form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
+        form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        confirm = app.screen
+        assert isinstance(confirm, FleetConfirmScreen)
+        listed = dict(confirm.commands)
+        await pilot.press("y")
+        for _ in range(50):
+            if app.last_fleet_outcomes:
+                break
+            await pilot.pause(0.1)
+    assert [(o.name, o.run_id) for o in app.last_fleet_outcomes] == [("a", "run-1"), ("b", "run-1")]
+    for name, controller in hosts.items():
+        assert controller.launched_by_profile == []
+        [launched] = controller.launched
+        assert launched is confirm.specs[name]
+        assert launched.argv[0] == controller.python
+        assert listed[name] == launched.shown().shell_command()
+        assert "--speculative-num-steps 2" in listed[name]

@@ -1,9 +1,10 @@
 """One relaunch for several hosts: the same form as `r`, then one confirmation that lists every
-host with its exact command and lets the operator choose what a refusal means."""
+host with its exact command and lets the operator choose what a refusal means. Each host's spec
+is built once, for the confirmation, and that very spec is what is launched there."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import ClassVar, Literal
 
 from textual import on
@@ -14,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from specmon.launch.config import Config
-from specmon.launch.spec import form_overrides
+from specmon.launch.spec import LaunchSpec, form_overrides
 from specmon.state.fleet import FleetHost, unreachable_why
 from specmon.tui.messages import FleetRelaunchRequested
 from specmon.tui.screens.relaunch import RelaunchScreen
@@ -34,28 +35,24 @@ class FleetRelaunchScreen(RelaunchScreen):
             t.name for t in self.targets
         )
 
-    def commands(self) -> list[tuple[str, str]]:
-        """(host, the exact command that host would run), from the form as it stands."""
+    def host_specs(self) -> dict[str, LaunchSpec]:
+        """Each host's exact launch, from the form as it stands (with that host's python)."""
         profile = self.config.profiles[self.profile_name]
         flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
-        return [
-            (
-                t.name,
-                profile.to_launch_spec(flags=flags, env=env, python=t.controller.host_python)
-                .shown()
-                .shell_command(),
-            )
+        return {
+            t.name: profile.to_launch_spec(flags=flags, env=env, python=t.controller.host_python)
             for t in self.targets
-        ]
+        }
 
     def action_submit(self) -> None:
         self.revalidate()
         if not self.valid or self.spec is None:
             self.notify("The form has problems; fix the fields marked in red.", severity="error")
             return
+        specs = self.host_specs()
         self.app.push_screen(
-            FleetConfirmScreen(self.commands(), self.unreachable(), self.change_summary()),
-            self._fleet_confirmed,
+            FleetConfirmScreen(specs, self.unreachable(), self.change_summary()),
+            lambda answer: self._fleet_confirmed(answer, specs),
         )
 
     def unreachable(self) -> list[tuple[str, str]]:
@@ -68,7 +65,9 @@ class FleetRelaunchScreen(RelaunchScreen):
                 out.append((target.name, why))
         return out
 
-    def _fleet_confirmed(self, answer: FleetAnswer) -> None:
+    def _fleet_confirmed(self, answer: FleetAnswer, specs: Mapping[str, LaunchSpec]) -> None:
+        """Launch the specs the confirmation showed, or leave the unreachable hosts out and
+        confirm again (their specs built anew, for the hosts left)."""
         if answer is None:
             return
         if answer == "leave_out":  # drop the unreachable hosts, then confirm again
@@ -83,22 +82,17 @@ class FleetRelaunchScreen(RelaunchScreen):
                 return
             self.action_submit()
             return
-        profile = self.config.profiles[self.profile_name]
-        flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
         self.app.post_message(
             FleetRelaunchRequested(
-                [t.name for t in self.targets],
-                self.profile_name,
-                dict(flags),  # type: ignore[arg-type]
-                dict(env),
-                all_or_none=answer == "all_or_none",
+                self.profile_name, dict(specs), all_or_none=answer == "all_or_none"
             )
         )
         self.dismiss(None)
 
 
 class FleetConfirmScreen(ModalScreen[FleetAnswer]):
-    """Every host and its command; `y` launches where accepted, `a` only if all accept."""
+    """Every host and its command (its spec, shown with secrets as ***); `y` launches where
+    accepted, `a` only if all accept."""
 
     DEFAULT_CSS = """
     FleetConfirmScreen { align: center middle; }
@@ -121,12 +115,13 @@ class FleetConfirmScreen(ModalScreen[FleetAnswer]):
 
     def __init__(
         self,
-        commands: Sequence[tuple[str, str]],
+        specs: Mapping[str, LaunchSpec],
         unreachable: Sequence[tuple[str, str]] = (),
         changes: str = "",
     ) -> None:
         super().__init__()
-        self.commands = list(commands)
+        self.specs = dict(specs)  # host -> the spec that is launched there if confirmed
+        self.commands = [(host, spec.shown().shell_command()) for host, spec in specs.items()]
         self.unreachable = list(unreachable)  # (host, why) among the selected
         self.changes = changes  # the form's edit as a diff (against the first host's run)
 

@@ -192,7 +192,7 @@ class RelaunchScreen(ModalScreen[None]):
         self.secret_values = SecretValues.of(spec)
         run = self.controller.bus.store.run
         if run is not None and run.profile == name and run.argv:
-            running = LaunchSpec(profile.backend, (), _args_after_command(run.argv), dict(run.env))
+            running = LaunchSpec(spec.backend, (), _args_after_command(run.argv), dict(run.env))
             self.secret_values = SecretValues.of(spec, running)
             for key, value in form_values(running).items():
                 if key not in (FORM_EXTRA_ARGS, FORM_EXTRA_ENV):

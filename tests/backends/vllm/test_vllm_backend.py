@@ -59,7 +59,7 @@ def problems(args: list[str], env: dict[str, str] | None = None) -> list[str]:
 
 def test_a_vllm_profile_renders_vllm_serve_with_the_speculative_config_json():
     spec = profile().to_launch_spec()
-    assert spec.backend == "vllm"
+    assert spec.backend.name == "vllm"
     assert spec.command == ("vllm", "serve", "meta-llama/Llama-3.3-70B-Instruct")
     assert spec.args[:8] == (
         "--tensor-parallel-size",

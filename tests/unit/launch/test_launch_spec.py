@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from specmon.backends import get_backend
 from specmon.backends.nccl import NCCL_ALGO_VALUES, NCCL_P2P_LEVEL_VALUES, NCCL_PROTO_VALUES
 from specmon.backends.sglang.flags import (
     EAGLE_TOPK_RANGE,
@@ -272,9 +273,23 @@ def test_validate_lists_every_problem_at_once():
     assert {"--tp", "--speculative-num-steps", "NCCL_ALGO"} <= subjects
 
 
-def test_unknown_backend_is_a_problem_not_a_crash():
-    spec = LaunchSpec("tgi", ("tgi",), ())
-    assert any(problem.startswith("backend: unknown backend 'tgi'") for problem in spec.problems())
+def test_unknown_backend_is_a_launch_spec_error_not_a_crash():
+    """The spec holds its backend, looked up once when it is built: an unknown name is
+    refused there, with the known ones named."""
+    with pytest.raises(LaunchSpecError) as caught:
+        LaunchSpec("tgi", ("tgi",), ())
+    assert caught.value.problems == ["backend: unknown backend 'tgi'; known: sglang, vllm"]
+
+
+def test_the_spec_holds_its_backend_and_writes_its_name():
+    """Built once from the profile's name; every change keeps the very same backend, and
+    JSON (the run record's meta) still carries the name."""
+    spec = kimi_spec()
+    assert spec.backend is get_backend("sglang")
+    changed = spec.with_flags({"tp": "4"}).with_env({"NCCL_PROTO": "LL"}).shown()
+    assert changed.backend is spec.backend
+    assert json.loads(spec.to_json())["backend"] == "sglang"
+    assert repr(spec).startswith("LaunchSpec(backend='sglang', command=(")
 
 
 # --- changing a spec --------------------------------------------------------------------------
@@ -735,13 +750,16 @@ def test_a_flag_name_starting_with_a_capital_is_kept_whole():
     assert split_overrides({"--Xfoo": "2"}) == ({"Xfoo": "2"}, {})
 
 
-def test_a_spec_of_an_unknown_backend_still_reads_its_flags():
-    """A record written by another build (backend 'tgi') reads flags by the grammar alone:
-    a given flag has its value, a missing one is None (not '')."""
-    spec = LaunchSpec("tgi", ("tgi",), ("--port", "8000", "--trust-remote-code"))
+def test_a_spec_reads_its_flags_by_the_grammar_beyond_the_backends_settings():
+    """A flag that is no named setting of the backend reads by the grammar alone: a given
+    flag has its value, a bare one '', a missing one None (not ''). A spec JSON of a
+    backend this build does not have (another build's record) is refused, not guessed."""
+    spec = LaunchSpec("sglang", ("python3",), ("--port", "8000", "--trust-remote-code"))
     assert spec.flag("port") == "8000"
     assert spec.flag("trust-remote-code") == ""
     assert spec.flag("tp") is None
+    with pytest.raises(LaunchSpecError, match="backend: unknown backend 'tgi'"):
+        LaunchSpec.from_json('{"backend": "tgi", "command": ["tgi"]}')
 
 
 def test_with_command_swaps_only_the_program():

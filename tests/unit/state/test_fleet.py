@@ -10,7 +10,9 @@ import pytest
 from support.paths import REPO
 from support.tui_replay import FROZEN_NOW, ReplayController, failure_event, recorded_session
 
+from specmon.backends import DEFAULT_BACKEND
 from specmon.launch.config import load_config
+from specmon.launch.spec import LaunchSpec
 from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.events import ConnectionState, LoadBegin, RunInfo, ShardProgress
 from specmon.state.fleet import (
@@ -125,31 +127,35 @@ class Launcher(ReplayController):
     def __init__(self, refuse: str | None = None) -> None:
         super().__init__([])
         self.refuse = refuse
-        self.launched: list[str] = []
+        self.launched: list[tuple[LaunchSpec, str | None]] = []
 
     async def check_launch(self) -> None:
         if self.refuse:
             raise SpecmonError(self.refuse)
 
-    async def launch(self, profile, *, flags=None, env=None) -> str:  # type: ignore[override]
+    async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         if self.refuse:
             raise SpecmonError(self.refuse)
-        self.launched.append(profile)
+        self.launched.append((spec, profile))
         return f"run-{profile}"
 
 
 def test_relaunch_fleet_proceeds_or_launches_none_as_chosen() -> None:
     ok, busy = Launcher(), Launcher(refuse="lock busy")
     hosts = [FleetHost("ok", ok), FleetHost("busy", busy)]
-    outcomes = asyncio.run(relaunch_fleet(hosts, "p", all_or_none=True))
+    specs = {
+        "ok": LaunchSpec(DEFAULT_BACKEND, ("/opt/ok/python",)),
+        "busy": LaunchSpec(DEFAULT_BACKEND, ("/opt/busy/python",)),
+    }
+    outcomes = asyncio.run(relaunch_fleet(hosts, "p", specs, all_or_none=True))
     assert [(o.name, o.run_id, o.refusal, o.skipped) for o in outcomes] == [
         ("ok", None, None, True),
         ("busy", None, "lock busy", False),
     ]
     assert ok.launched == []
-    outcomes = asyncio.run(relaunch_fleet(hosts, "p", all_or_none=False))
+    outcomes = asyncio.run(relaunch_fleet(hosts, "p", specs, all_or_none=False))
     assert [(o.name, o.run_id, o.refusal) for o in outcomes] == [
         ("ok", "run-p", None),
         ("busy", None, "lock busy"),
     ]
-    assert ok.launched == ["p"]
+    assert ok.launched == [(specs["ok"], "p")]  # each host its own spec, as confirmed
