@@ -22,8 +22,8 @@ LAYERS: tuple[str, ...] = (
     "model",  # events, errors, secrets, safe text: the words everything else uses
     "probe",  # the in-server timing probe and its records
     "logs",  # reading logs in bulk
-    "backends",  # one folder per server, plus what servers share (flag grammar, NCCL)
-    "sim",  # the simulated server, its personalities per backend
+    "sim",  # the simulator's engine; each server's personality is in its backend folder
+    "backends",  # one folder per server (its simulator personality too), plus what they share
     "launch",  # the launch spec and the configuration
     "state",  # the store, the controller port, run status, the fleet
     "session",  # the host session: transports, the helper client, the log follower

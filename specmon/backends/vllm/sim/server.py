@@ -1,5 +1,5 @@
 """The simulated vLLM 0.33 server: start-up with vLLM's lines in order (vllm.md §2), the
-periodic stats lines (specmon.sim.vllm.stats), faults ending as vLLM ends, readiness (the port
+periodic stats lines (specmon.backends.vllm.sim.stats), faults ending as vLLM ends, readiness (the port
 refuses connections until the engine is up), and the exit paths.
 
 Start-up durations are the reference transcript's (Llama-3.3-70B + EAGLE-3, TP8: about three
@@ -21,19 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specmon.backends.vllm.sim import failures
+from specmon.backends.vllm.sim.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
+from specmon.backends.vllm.sim.logs import VllmLogWriter
+from specmon.backends.vllm.sim.metrics import VllmMetrics
+from specmon.backends.vllm.sim.stats import log_stats
 from specmon.sim import faults, perf, procs
 from specmon.sim.engine import Engine
 from specmon.sim.gpus import TOTAL_GIB, GpuState
 from specmon.sim.logwriter import default_bar
-from specmon.sim.vllm import failures
-from specmon.sim.vllm.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
-from specmon.sim.vllm.logs import VllmLogWriter
-from specmon.sim.vllm.metrics import VllmMetrics
-from specmon.sim.vllm.stats import log_stats
 
 if TYPE_CHECKING:
+    from specmon.backends.vllm.sim.http import VllmApi
     from specmon.sim.asgi import UvicornServing
-    from specmon.sim.vllm.http import VllmApi
 
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_MAX_NUM_SEQS = 1024
@@ -629,8 +629,8 @@ class VllmServer:
                 os.kill(pid, signal.SIGKILL)
 
     async def run(self) -> int:
+        from specmon.backends.vllm.sim.http import VllmApi
         from specmon.sim.asgi import UvicornServing
-        from specmon.sim.vllm.http import VllmApi
 
         self.install_signals(asyncio.get_running_loop())
         # vLLM binds its socket before starting the engine and listens once it is ready:

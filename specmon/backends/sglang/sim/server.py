@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specmon.backends.sglang.sim.args import SimLaunch, env_true
+from specmon.backends.sglang.sim.metrics import SimMetrics
 from specmon.sim import faults, perf, procs
-from specmon.sim.args import SimLaunch, env_true
 from specmon.sim.engine import Engine
 from specmon.sim.gpus import GpuState
 from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
-from specmon.sim.metrics import SimMetrics
 from specmon.sim.rendezvous import (
     DEFAULT_TIMEOUT_S,
     PEER_LOST,
@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 # The HTTP stack (starlette and uvicorn, then httpx for the warm-up: ~100 ms of imports)
 # loads on a thread while the simulated start-up runs; serve() waits for it without blocking
 # the event loop (an import on the loop's thread would stall /health during warm-up).
-HTTP_SERVER_MODULE = "specmon.sim.sglang_http"
-WARM_UP_MODULE = "specmon.sim.sglang_warmup"
+HTTP_SERVER_MODULE = "specmon.backends.sglang.sim.http"
+WARM_UP_MODULE = "specmon.backends.sglang.sim.warmup"
 
 
 def _load_http_stack(server_loaded: threading.Event) -> None:
@@ -535,8 +535,8 @@ class SimServer:
     async def serve(self) -> None:
         """SGLang's HTTP server: uvicorn starts listening only now, after loading."""
         await asyncio.to_thread(self._http_server_loaded.wait)
+        from specmon.backends.sglang.sim.http import SGLangApi
         from specmon.sim.asgi import UvicornServing
-        from specmon.sim.sglang_http import SGLangApi
 
         args = self.launch.args
         self.writer.uvicorn(f"Started server process [{os.getpid()}]")
@@ -572,7 +572,7 @@ class SimServer:
     async def _warm_up(self) -> None:
         """Real HTTP requests to ourselves (httpx), as SGLang's warm-up thread makes them."""
         await asyncio.to_thread(self._http_stack.join)
-        from specmon.sim.sglang_warmup import warm_up
+        from specmon.backends.sglang.sim.warmup import warm_up
 
         args = self.launch.args
         host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
