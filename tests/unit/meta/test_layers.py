@@ -125,3 +125,22 @@ def test_the_layer_check_sees_an_arrow_back_up(tmp_path):
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    from specmon.tui.app import SpecmonApp\n")
     assert _imported_units(module) == {("tui", 2)}
+
+
+def test_no_backend_module_outside_a_sim_folder_imports_a_personality():
+    """A simulator personality (``backends/<name>/sim/``) pulls in the ASGI server; the rest of
+    a backend, which every command loads, names it only as a string (``Backend.sim_module``)."""
+    offenders = []
+    for path in sorted((PACKAGE / "backends").rglob("*.py")):
+        if "sim" in path.relative_to(PACKAGE / "backends").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            if any(len(n.split(".")) > 3 and n.split(".")[3] == "sim" for n in names):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []
