@@ -10,10 +10,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from specmon.backends.nccl import NCCL_FORM_CHOICES
-from specmon.model.events import Event
+
+if TYPE_CHECKING:  # events load ~45 ms of dataclasses: not on every simulator start
+    from specmon.model.events import Event
 
 FlagKind = Literal["switch", "value"]
 

@@ -1,7 +1,8 @@
-"""A simulated SGLang EAGLE-3 server on a simulated 8-GPU host, for the demo and the tests.
+"""The simulator's engine, shared by every server personality: decode cycles, the performance
+model, the simulated GPUs and their agent, faults, the HTTP serving seam, process shape and the
+multi-node rendezvous.
 
-``python -m specmon.sim [launch_server flags]`` is a real server process: SGLang 0.5.9's log
-lines, HTTP API and metrics, a performance model calibrated on a real Kimi-K2.5 / EAGLE-3 /
-TP8 host, faults on demand, and a GPU state file for ``python -m specmon.sim.gpu_agent``.
-See docs/simulator.md.
+A personality (a server's command line, log lines, HTTP API and metrics) lives in its backend's
+folder, ``specmon/backends/<name>/sim/``; ``python -m specmon.sim`` (SGLang) and
+``python -m specmon.sim.vllm serve`` keep their published names here. See docs/simulator.md.
 """

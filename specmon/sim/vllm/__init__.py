@@ -1,5 +1,2 @@
-"""The simulator's vLLM personality: ``python -m specmon.sim.vllm serve MODEL [vLLM flags]``.
-
-vLLM 0.33's command line, log formats, HTTP API and ``/metrics`` over the same simulated GPU
-host and performance model as the SGLang personality (specmon.sim).
-"""
+"""``python -m specmon.sim.vllm serve ...``: the published name of the vLLM personality, which
+lives in specmon/backends/vllm/sim/ (this package holds only its launcher)."""

@@ -1,45 +1,11 @@
-"""``python -m specmon.sim.vllm serve MODEL [vLLM flags]``: run the simulated vLLM server."""
+"""``python -m specmon.sim.vllm``, a published name: vLLM's personality is in its backend folder."""
 
 from __future__ import annotations
 
-import sys
+import runpy
 
-from specmon.sim.faults import FAULT_ENV, FaultSpecError, parse_fault
-from specmon.sim.gpus import state_path_from_env
-from specmon.sim.vllm.args import parse_serve
-
-
-def main(argv: list[str] | None = None) -> int:
-    launch, _ = parse_serve(sys.argv[1:] if argv is None else argv)  # argparse: exit 2
-    env = launch.env
-    try:
-        parse_fault(env.get(FAULT_ENV))
-        scale = float(env.get("SPECMON_SIM_TIME_SCALE", "1") or 1)
-        int(env.get("SPECMON_SIM_SEED", "0") or 0)
-        shards = int(env.get("SPECMON_SIM_SHARDS", "30") or 30)
-        interval = float(env.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
-        if scale < 0 or shards < 1 or interval <= 0:
-            raise ValueError(
-                "SPECMON_SIM_TIME_SCALE must be >= 0, SPECMON_SIM_SHARDS >= 1 and "
-                "VLLM_LOG_STATS_INTERVAL > 0"
-            )
-    except FaultSpecError as error:
-        print(f"specmon.sim.vllm: {error}", file=sys.stderr)
-        return 2
-    except ValueError as error:
-        print(f"specmon.sim.vllm: bad simulator environment: {error}", file=sys.stderr)
-        return 2
-    from specmon.sim.vllm.server import main_entry
-
-    return main_entry(launch, state_path_from_env(launch.env))
-
-
-def _run() -> int:
-    try:
-        return main()
-    except KeyboardInterrupt:
-        return 130
-
+# By name, not import: the engine sits below the backends (tests/unit/meta/test_layers.py).
+PERSONALITY = "specmon.backends.vllm.sim"
 
 if __name__ == "__main__":
-    raise SystemExit(_run())
+    runpy.run_module(PERSONALITY, run_name="__main__")

@@ -343,8 +343,8 @@ def test_importing_config_loads_no_heavy_modules():
 
 
 def test_the_simulator_accepts_every_shipped_profile_launch():
+    from specmon.backends.sglang.sim.args import parse_launch
     from specmon.remote.helper import _with_port
-    from specmon.sim.args import parse_launch
 
     config = load_config(SHIPPED, environ=NO_USER_DIR)
     for profile in config.profiles.values():
@@ -360,7 +360,9 @@ def test_the_vllm_simulator_accepts_every_shipped_vllm_profile_launch():
     vLLM would. Skipped where the personality (specmon.sim.vllm) is not in this tree."""
     from specmon.remote.helper import _with_port
 
-    serve = pytest.importorskip("specmon.sim.vllm.args", reason="no simulator vLLM personality")
+    serve = pytest.importorskip(
+        "specmon.backends.vllm.sim.args", reason="no simulator vLLM personality"
+    )
     config = load_config(SHIPPED, environ=NO_USER_DIR)
     vllm_profiles = [p for p in config.profiles.values() if p.backend == "vllm"]
     assert {"demo-vllm", "llama70b-eagle3-vllm"} <= {p.name for p in vllm_profiles}

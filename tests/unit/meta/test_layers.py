@@ -22,8 +22,8 @@ LAYERS: tuple[str, ...] = (
     "model",  # events, errors, secrets, safe text: the words everything else uses
     "probe",  # the in-server timing probe and its records
     "logs",  # reading logs in bulk
-    "backends",  # one folder per server, plus what servers share (flag grammar, NCCL)
-    "sim",  # the simulated server, its personalities per backend
+    "sim",  # the simulator's engine; each server's personality is in its backend folder
+    "backends",  # one folder per server (its simulator personality too), plus what they share
     "launch",  # the launch spec and the configuration
     "state",  # the store, the controller port, run status, the fleet
     "session",  # the host session: transports, the helper client, the log follower
@@ -125,3 +125,22 @@ def test_the_layer_check_sees_an_arrow_back_up(tmp_path):
     module = tmp_path / "bad.py"
     module.write_text("def f():\n    from specmon.tui.app import SpecmonApp\n")
     assert _imported_units(module) == {("tui", 2)}
+
+
+def test_no_backend_module_outside_a_sim_folder_imports_a_personality():
+    """A simulator personality (``backends/<name>/sim/``) pulls in the ASGI server; the rest of
+    a backend, which every command loads, names it only as a string (``Backend.sim_module``)."""
+    offenders = []
+    for path in sorted((PACKAGE / "backends").rglob("*.py")):
+        if "sim" in path.relative_to(PACKAGE / "backends").parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            if any(len(n.split(".")) > 3 and n.split(".")[3] == "sim" for n in names):
+                offenders.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert offenders == []

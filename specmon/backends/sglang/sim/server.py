@@ -8,24 +8,21 @@ Start-up durations are a real host's (about 15 minutes for 64 shards) times
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import os
-import random
 import signal
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from specmon.backends.sglang.sim.args import SimLaunch, env_true
+from specmon.backends.sglang.sim.metrics import SimMetrics
 from specmon.sim import faults, perf, procs
-from specmon.sim.args import SimLaunch, env_true
 from specmon.sim.engine import Engine
-from specmon.sim.gpus import GpuState
 from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
-from specmon.sim.metrics import SimMetrics
 from specmon.sim.rendezvous import (
     DEFAULT_TIMEOUT_S,
     PEER_LOST,
@@ -35,15 +32,13 @@ from specmon.sim.rendezvous import (
     RendezvousError,
     parse_init_addr,
 )
-
-if TYPE_CHECKING:
-    from specmon.sim.asgi import UvicornServing
+from specmon.sim.serving import SimServerBase, probe_path, run_to_exit
 
 # The HTTP stack (starlette and uvicorn, then httpx for the warm-up: ~100 ms of imports)
 # loads on a thread while the simulated start-up runs; serve() waits for it without blocking
 # the event loop (an import on the loop's thread would stall /health during warm-up).
-HTTP_SERVER_MODULE = "specmon.sim.sglang_http"
-WARM_UP_MODULE = "specmon.sim.sglang_warmup"
+HTTP_SERVER_MODULE = "specmon.backends.sglang.sim.http"
+WARM_UP_MODULE = "specmon.backends.sglang.sim.warmup"
 
 
 def _load_http_stack(server_loaded: threading.Event) -> None:
@@ -118,7 +113,7 @@ def model_profile(model_path: str) -> dict[str, Any]:
     }
 
 
-class SimServer:
+class SimServer(SimServerBase):
     """One simulated launch, from ``server_args=`` to exit."""
 
     def __init__(
@@ -127,16 +122,18 @@ class SimServer:
         self.launch = launch
         args = launch.args
         env = launch.env
-        self.scale = max(0.0, float(env.get("SPECMON_SIM_TIME_SCALE", "1") or 1))
-        self.seed = int(env.get("SPECMON_SIM_SEED", "0") or 0)
-        self.shards = max(1, int(env.get("SPECMON_SIM_SHARDS", "64") or 64))
-        self.fault = faults.parse_fault(env.get(faults.FAULT_ENV))
+        self.local_tp = args.tp_size // args.nnodes  # the TP ranks this node runs
+        self.init_sim(
+            env,
+            default_shards=64,
+            gpu_state_path=gpu_state_path,
+            local_gpus=self.local_tp,
+            child_pids=rank_pids,
+        )
         self.health_check_timeout = float(env.get("SGLANG_HEALTH_CHECK_TIMEOUT", "20") or 20)
-        self.rng = random.Random(self.seed)
         self.writer = LogWriter()
         self.rank_pids = rank_pids
         self.tp = args.tp_size
-        self.local_tp = args.tp_size // args.nnodes  # the TP ranks this node runs
         self.rank_base = args.node_rank * self.local_tp  # node 1 of 2x8 runs TP8..TP15
         self.ranks: list[int | None] = (
             list(range(self.rank_base, self.rank_base + self.local_tp)) if self.tp > 1 else [None]
@@ -150,14 +147,6 @@ class SimServer:
             args.disable_custom_all_reduce,
             env,
         )
-        self.gpus = GpuState(
-            gpu_state_path,
-            self.local_tp,
-            os.getpid(),
-            rank_pids or None,
-            self.seed,
-            host_gpus=int(env.get("SPECMON_SIM_GPUS", "8") or 8),
-        )
         self.status = "starting"  # starting -> ready -> shutting_down
         self.started_at = time.time()
         self.load_seconds = 0.0
@@ -166,7 +155,6 @@ class SimServer:
         self.capture_bs: list[int] = []
         self.metrics: SimMetrics | None = None
         self.last_heartbeat = time.time()
-        probe = env.get("SPECMON_PROBE_FILE")
         self.engine = Engine(
             self.settings,
             self.writer,
@@ -175,15 +163,12 @@ class SimServer:
             max_running_requests=args.max_running_requests or 48,
             max_total_tokens=1,
             seed=self.seed + 1,
-            probe_path=Path(probe) if probe else None,
+            probe_path=probe_path(env),
             on_decode_iteration=self._on_decode_iteration,
             on_busy=self._on_busy,
             on_latency=self._on_latency,
         )
-        self.http: UvicornServing | None = None
         self._ready_iterations = 0
-        self._stop = asyncio.Event()
-        self._engine_task: asyncio.Task[None] | None = None
         self._http_server_loaded = threading.Event()
         self._http_stack = threading.Thread(
             target=_load_http_stack, args=(self._http_server_loaded,), daemon=True
@@ -192,10 +177,8 @@ class SimServer:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    async def pause(self, seconds: float) -> None:
-        """A scaled start-up wait with a little noise."""
-        if seconds > 0 and self.scale > 0:
-            await asyncio.sleep(seconds * self.scale * self.rng.uniform(0.95, 1.05))
+    def child_pids(self) -> list[int]:
+        return self.rank_pids
 
     def each_rank(self, message_for_rank: Any) -> None:
         """Every TP rank logs its own copy, in the order the processes happen to get there."""
@@ -248,16 +231,6 @@ class SimServer:
         self.gpus.set_util(0.0)
         self.gpus.write("failed")
         procs.kill_process_tree(self.rank_pids)
-
-    async def wait_forever(self) -> None:
-        await self._stop.wait()
-        await asyncio.sleep(3600)
-
-    async def hang(self) -> None:
-        """Stop logging and answering; the process keeps running until signalled."""
-        self.writer.enabled = False
-        self.engine.hung = True
-        await self.wait_forever()
 
     # --- start-up --------------------------------------------------------------------------
 
@@ -314,11 +287,7 @@ class SimServer:
         self.writer.raw("\r" + safetensors_bar(0, self.shards, 0.0) + "\n")
         fail_at = self.shards * 3 // 5
         for shard in range(1, self.shards + 1):
-            if (
-                self.fault
-                and self.fault.at("hang", "load")
-                and shard == max(1, self.shards * 2 // 5)
-            ):
+            if self.hangs_at_shard(shard):
                 await self.hang()
             await self.pause(d.per_shard * 64 / self.shards)
             if self.fault and self.fault.at("oom", "load") and shard == fail_at:
@@ -535,8 +504,8 @@ class SimServer:
     async def serve(self) -> None:
         """SGLang's HTTP server: uvicorn starts listening only now, after loading."""
         await asyncio.to_thread(self._http_server_loaded.wait)
+        from specmon.backends.sglang.sim.http import SGLangApi
         from specmon.sim.asgi import UvicornServing
-        from specmon.sim.sglang_http import SGLangApi
 
         args = self.launch.args
         self.writer.uvicorn(f"Started server process [{os.getpid()}]")
@@ -547,7 +516,7 @@ class SimServer:
                 startup_seconds=time.time() - self.started_at,
                 load_seconds=self.load_seconds,
             )
-        self._engine_task = asyncio.create_task(self.engine.run())
+        self._tasks.append(asyncio.create_task(self.engine.run()))
         self.http = UvicornServing(SGLangApi(self).app(), args.host, args.port, self.writer)
         await self.http.start()
         self.writer.uvicorn("Application startup complete.")
@@ -572,7 +541,7 @@ class SimServer:
     async def _warm_up(self) -> None:
         """Real HTTP requests to ourselves (httpx), as SGLang's warm-up thread makes them."""
         await asyncio.to_thread(self._http_stack.join)
-        from specmon.sim.sglang_warmup import warm_up
+        from specmon.backends.sglang.sim.warmup import warm_up
 
         args = self.launch.args
         host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
@@ -585,12 +554,7 @@ class SimServer:
 
     def _on_busy(self, fraction: float) -> None:
         self.last_heartbeat = time.time()
-        self.gpus.set_util(94.0 * fraction)
-        self.gpus.write(min_interval=0.25)
-
-    def _on_latency(self, what: str, seconds: float) -> None:
-        if self.metrics is not None:
-            self.metrics.observe_latency(what, seconds)
+        super()._on_busy(fraction)
 
     def _on_decode_iteration(self, iteration: int) -> None:
         if self.status != "ready" or self.fault is None:
@@ -622,34 +586,13 @@ class SimServer:
 
     # --- signals and exit ------------------------------------------------------------------
 
-    def install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        loop.add_signal_handler(signal.SIGTERM, self._on_signal, signal.SIGTERM)
-        loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
-
-    def _on_signal(self, signum: int) -> None:
-        if self.status == "starting":
-            self.gpus.write("stopped")
-            self.engine.flush_probe()
-            procs.die_by_signal(self.rank_pids, signum)
-        if self.status == "shutting_down":
-            return
-        self.status = "shutting_down"
-        asyncio.get_running_loop().create_task(self._shutdown(signum))
-
     async def _shutdown(self, signum: int) -> None:
+        """SIGINT: uvicorn's exit; SIGTERM: SGLang's graceful drain, then the tree killed."""
+        if signum == signal.SIGINT:
+            await self.uvicorn_shutdown()
+            return
         self.writer.enabled = True
         engine = self.engine
-        if signum == signal.SIGINT:
-            self.writer.uvicorn("Shutting down")
-            engine.abort_all()
-            if self.http is not None:
-                await self.http.stop()
-            self.writer.uvicorn("Waiting for application shutdown.")
-            self.writer.uvicorn("Application shutdown complete.")
-            self.writer.uvicorn(f"Finished server process [{os.getpid()}]")
-            self.engine.flush_probe()
-            self._stop.set()
-            return
         pending = [r.rid for r in [*engine.running, *engine.waiting]]
         self.writer.main(
             f"Gracefully exiting... Remaining number of requests {len(pending)}. "
@@ -733,21 +676,11 @@ class SimServer:
             self.gpus.write("failed")
             procs.kill_process_tree(self.rank_pids)
         finally:
-            self.engine.flush_probe()
-            if self._engine_task is not None:
-                self._engine_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await self._engine_task
-            if self.http is not None:
-                await self.http.stop()
+            await self.wind_down()
         return 0
 
 
 def main_entry(launch: SimLaunch, gpu_state_path: Path | None) -> int:
     """Fork the rank processes, then run the server's event loop to the end."""
     rank_pids = procs.spawn_rank_processes(launch.args.tp_size // launch.args.nnodes)
-    server = SimServer(launch, rank_pids=rank_pids, gpu_state_path=gpu_state_path)
-    code = asyncio.run(server.run())
-    server.gpus.set_util(0.0)
-    server.gpus.write("stopped")
-    return code
+    return run_to_exit(SimServer(launch, rank_pids=rank_pids, gpu_state_path=gpu_state_path))

@@ -1,5 +1,5 @@
 """The simulated vLLM 0.33 server: start-up with vLLM's lines in order (vllm.md §2), the
-periodic stats lines (specmon.sim.vllm.stats), faults ending as vLLM ends, readiness (the port
+periodic stats lines (specmon.backends.vllm.sim.stats), faults ending as vLLM ends, readiness (the port
 refuses connections until the engine is up), and the exit paths.
 
 Start-up durations are the reference transcript's (Llama-3.3-70B + EAGLE-3, TP8: about three
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import re
 import signal
 import sys
@@ -21,19 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specmon.sim import faults, perf, procs
+from specmon.backends.vllm.sim import failures
+from specmon.backends.vllm.sim.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
+from specmon.backends.vllm.sim.logs import VllmLogWriter
+from specmon.backends.vllm.sim.metrics import VllmMetrics
+from specmon.backends.vllm.sim.stats import log_stats
+from specmon.sim import perf, procs
 from specmon.sim.engine import Engine
-from specmon.sim.gpus import TOTAL_GIB, GpuState
+from specmon.sim.gpus import TOTAL_GIB
 from specmon.sim.logwriter import default_bar
-from specmon.sim.vllm import failures
-from specmon.sim.vllm.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
-from specmon.sim.vllm.logs import VllmLogWriter
-from specmon.sim.vllm.metrics import VllmMetrics
-from specmon.sim.vllm.stats import log_stats
+from specmon.sim.serving import SimServerBase, probe_path, run_to_exit
 
 if TYPE_CHECKING:
-    from specmon.sim.asgi import UvicornServing
-    from specmon.sim.vllm.http import VllmApi
+    from specmon.backends.vllm.sim.http import VllmApi
 
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_MAX_NUM_SEQS = 1024
@@ -97,7 +96,7 @@ class FatalStartup(Exception):
         self.worker = worker
 
 
-class VllmServer:
+class VllmServer(SimServerBase):
     """One simulated ``vllm serve``, from its first line to exit."""
 
     def __init__(
@@ -111,13 +110,15 @@ class VllmServer:
         self.launch = launch
         env = launch.env
         self.args = launch.args
-        self.scale = max(0.0, float(env.get("SPECMON_SIM_TIME_SCALE", "1") or 1))
-        self.seed = int(env.get("SPECMON_SIM_SEED", "0") or 0)
-        self.shards = max(1, int(env.get("SPECMON_SIM_SHARDS", str(DEFAULT_SHARDS)) or 30))
+        self.init_sim(
+            env,
+            default_shards=DEFAULT_SHARDS,
+            gpu_state_path=gpu_state_path,
+            local_gpus=launch.tp,
+            child_pids=worker_pids,
+        )
         self.stats_interval = float(env.get("VLLM_LOG_STATS_INTERVAL", "10") or 10)
         self.keep_alive_on_death = env.get("VLLM_KEEP_ALIVE_ON_ENGINE_DEATH", "0") in ("1", "true")
-        self.fault = faults.parse_fault(env.get(faults.FAULT_ENV))
-        self.rng = random.Random(self.seed)
         self.writer = VllmLogWriter()
         self.worker_pids = worker_pids
         self.engine_pid = engine_pid
@@ -128,20 +129,11 @@ class VllmServer:
         self.settings = perf.SpecSettings.from_launch(
             k, 1 if k else None, k + 1 if k else None, False, env
         )
-        self.gpus = GpuState(
-            gpu_state_path,
-            self.tp,
-            os.getpid(),
-            worker_pids or None,
-            self.seed,
-            host_gpus=int(env.get("SPECMON_SIM_GPUS", "8") or 8),
-        )
         self.status = "starting"  # starting -> ready -> shutting_down
         self.engine_dead = False  # /health answers 503 from then on
         self.started_at = time.time()
         self.kv_tokens = 0
         self.compile_seconds = 0.0
-        probe = env.get("SPECMON_PROBE_FILE")
         self.engine = Engine(
             self.settings,
             self.writer,
@@ -150,7 +142,7 @@ class VllmServer:
             max_running_requests=self.args.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
             max_total_tokens=1,
             seed=self.seed + 1,
-            probe_path=Path(probe) if probe else None,
+            probe_path=probe_path(env),
             on_decode_iteration=self._on_decode_iteration,
             on_busy=self._on_busy,
             on_latency=self._on_latency,
@@ -160,11 +152,8 @@ class VllmServer:
         self.metrics: VllmMetrics | None = None
         if not self.args.disable_log_stats:
             self.metrics = VllmMetrics(launch.served_name, self.settings.num_steps if k else 0)
-        self.http: UvicornServing | None = None
         self.api: VllmApi | None = None
         self.load_started = time.time()
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[Any]] = []
         self._exit_code = 0
 
     # --- log helpers ---------------------------------------------------------------------
@@ -185,16 +174,8 @@ class VllmServer:
     def core(self, site: str, message: str, level: str = "INFO") -> None:
         self.writer.record("EngineCore", self.engine_pid, site, message, level)
 
-    async def pause(self, seconds: float) -> None:
-        if seconds > 0 and self.scale > 0:
-            await asyncio.sleep(seconds * self.scale * self.rng.uniform(0.95, 1.05))
-
-    async def hang(self) -> None:
-        """Stop logging and answering; the process keeps running until signalled."""
-        self.writer.enabled = False
-        self.engine.hung = True
-        await self._stop.wait()
-        await asyncio.sleep(3600)
+    def child_pids(self) -> list[int]:
+        return [*self.worker_pids, self.engine_pid]
 
     def mem(self, rank: int) -> Any:
         return self.gpus.ranks[rank]
@@ -305,11 +286,7 @@ class VllmServer:
             fail_at = max(1, int(self.shards * (budget - self.mem(0).used_gib) / per_rank))
         self.writer.raw(_shard_bar(0, self.shards, 0.0))
         for shard in range(1, self.shards + 1):
-            if (
-                self.fault
-                and self.fault.at("hang", "load")
-                and shard == max(1, self.shards * 2 // 5)
-            ):
+            if self.hangs_at_shard(shard):
                 await self.hang()
             await self.pause(d.per_shard * DEFAULT_SHARDS / self.shards)
             if fail_at is not None and shard >= fail_at:
@@ -519,14 +496,6 @@ class VllmServer:
 
     # --- engine callbacks ----------------------------------------------------------------
 
-    def _on_busy(self, fraction: float) -> None:
-        self.gpus.set_util(94.0 * fraction)
-        self.gpus.write(min_interval=0.25)
-
-    def _on_latency(self, what: str, seconds: float) -> None:
-        if self.metrics is not None:
-            self.metrics.observe_latency(what, seconds)
-
     def _on_decode_iteration(self, iteration: int) -> None:
         if self.status != "ready" or self.fault is None or iteration != CRASH_AFTER_ITERATIONS:
             return
@@ -582,34 +551,9 @@ class VllmServer:
 
     # --- exits ---------------------------------------------------------------------------
 
-    def install_signals(self, loop: asyncio.AbstractEventLoop) -> None:
-        loop.add_signal_handler(signal.SIGTERM, self._on_signal, signal.SIGTERM)
-        loop.add_signal_handler(signal.SIGINT, self._on_signal, signal.SIGINT)
-
-    def _on_signal(self, signum: int) -> None:
-        if self.status == "starting":
-            self.gpus.write("stopped")
-            self.engine.flush_probe()
-            procs.die_by_signal([*self.worker_pids, self.engine_pid], signum)
-        self._begin_shutdown()
-
-    def _begin_shutdown(self) -> None:
-        if self.status == "shutting_down":
-            return
-        self.status = "shutting_down"
-        asyncio.get_running_loop().create_task(self._shutdown())
-
-    async def _shutdown(self) -> None:
-        self.writer.enabled = True
-        self.writer.uvicorn("Shutting down")
-        self.engine.abort_all()
-        if self.http is not None:
-            await self.http.stop()
-        self.writer.uvicorn("Waiting for application shutdown.")
-        self.writer.uvicorn("Application shutdown complete.")
-        self.writer.uvicorn(f"Finished server process [{os.getpid()}]")
-        self.engine.flush_probe()
-        self._stop.set()
+    async def _shutdown(self, signum: int) -> None:
+        """vLLM exits as uvicorn does, whatever the signal (or an engine death)."""
+        await self.uvicorn_shutdown()
 
     def fail(self, error: FatalStartup) -> None:
         """The engine failed to start: the worker's traceback (the root cause), the engine
@@ -629,8 +573,8 @@ class VllmServer:
                 os.kill(pid, signal.SIGKILL)
 
     async def run(self) -> int:
+        from specmon.backends.vllm.sim.http import VllmApi
         from specmon.sim.asgi import UvicornServing
-        from specmon.sim.vllm.http import VllmApi
 
         self.install_signals(asyncio.get_running_loop())
         # vLLM binds its socket before starting the engine and listens once it is ready:
@@ -659,13 +603,7 @@ class VllmServer:
         try:
             await self.serve()
         finally:
-            self.engine.flush_probe()
-            for task in self._tasks:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-            if self.http is not None:
-                await self.http.stop()
+            await self.wind_down()
             self._kill_children()
         return self._exit_code
 
@@ -684,8 +622,6 @@ def main_entry(launch: VllmLaunch, gpu_state_path: Path | None) -> int:
     server = VllmServer(
         launch, worker_pids=worker_pids, engine_pid=engine_pids[0], gpu_state_path=gpu_state_path
     )
-    code = asyncio.run(server.run())
-    server.gpus.set_util(0.0)
-    server.gpus.write("stopped")
+    code = run_to_exit(server)
     sys.stdout.flush()
     return code

@@ -21,16 +21,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from specmon.backends.vllm.sim.args import VLLM_VERSION
 from specmon.sim.asgi import build_app
 from specmon.sim.engine import SimRequest
-from specmon.sim.sglang_http import BadBody, json_body, sse
-from specmon.sim.vllm.args import VLLM_VERSION
+from specmon.sim.http import BadBody, include_usage, json_body, openai_usage, sse
 
 if TYPE_CHECKING:
+    from specmon.backends.vllm.sim.args import VllmLaunch
+    from specmon.backends.vllm.sim.logs import VllmLogWriter
+    from specmon.backends.vllm.sim.metrics import VllmMetrics
     from specmon.sim.engine import Engine
-    from specmon.sim.vllm.args import VllmLaunch
-    from specmon.sim.vllm.logs import VllmLogWriter
-    from specmon.sim.vllm.metrics import VllmMetrics
 
 
 class VllmHost(Protocol):
@@ -217,15 +217,6 @@ class VllmApi:
         self.host.engine.submit(request)
         return request
 
-    @staticmethod
-    def _usage(request: SimRequest) -> dict[str, Any]:
-        return {
-            "prompt_tokens": request.prompt_tokens,
-            "total_tokens": request.prompt_tokens + request.completion_tokens,
-            "completion_tokens": request.completion_tokens,
-            "prompt_tokens_details": None,
-        }
-
     async def _body(self, http_request: Request, required: str) -> dict[str, Any] | Response:
         if self.host.engine_dead:
             return _engine_dead()
@@ -288,7 +279,7 @@ class VllmApi:
                 return _engine_dead()
             full = body(request.text(), "length")
             full["choices"][0] |= {"prompt_logprobs": None, "routed_experts": None}
-            usage = self._usage(request) | {"completion_tokens_details": None}
+            usage = openai_usage(request) | {"completion_tokens_details": None}
             return JSONResponse(
                 full
                 | {
@@ -317,8 +308,8 @@ class VllmApi:
                 text = request.text()
                 delta, sent = text[len(sent) :], text
                 yield body(delta, "length" if finished else None)
-            if _include_usage(data):  # the usage chunk: no prompt_tokens_details, fingerprint
-                usage = self._usage(request)
+            if include_usage(data):  # the usage chunk: no prompt_tokens_details, fingerprint
+                usage = openai_usage(request)
                 del usage["prompt_tokens_details"]
                 yield body("", None) | {
                     "choices": [],
@@ -395,7 +386,7 @@ class VllmApi:
                     ],
                     "service_tier": None,
                     "system_fingerprint": self.fingerprint,
-                    "usage": self._usage(request),
+                    "usage": openai_usage(request),
                     "prompt_logprobs": None,
                     "kv_transfer_params": None,
                 }
@@ -413,12 +404,7 @@ class VllmApi:
                     yield chunk({"content": delta}, None)
                 if finished:
                     yield chunk({}, finish)
-            if _include_usage(data):
-                yield chunk({}, None) | {"choices": [], "usage": self._usage(request)}
+            if include_usage(data):
+                yield chunk({}, None) | {"choices": [], "usage": openai_usage(request)}
 
         return sse(chunks())
-
-
-def _include_usage(data: dict[str, Any]) -> bool:
-    options = data.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))

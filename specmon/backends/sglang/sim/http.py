@@ -10,7 +10,6 @@ for bodies that fail validation, FastAPI's ``{"detail": ...}`` for unknown paths
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,15 +17,16 @@ from http import HTTPStatus
 from typing import Any, Protocol
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
-from specmon.sim.args import SimLaunch
+from specmon.backends.sglang.sim.args import SimLaunch
+from specmon.backends.sglang.sim.metrics import SimMetrics
 from specmon.sim.asgi import build_app
 from specmon.sim.engine import Engine, SimRequest
+from specmon.sim.http import BadBody, include_usage, json_body, openai_usage, sse
 from specmon.sim.logwriter import LogWriter
-from specmon.sim.metrics import SimMetrics
 from specmon.sim.perf import SpecSettings
 
 FLUSH_CACHE_TEXT = (
@@ -55,14 +55,6 @@ class SGLangHost(Protocol):
     async def wait_forever(self) -> None: ...
 
 
-class BadBody(Exception):
-    """The body fails FastAPI's validation: SGLang answers 400 with the OpenAI error object."""
-
-
-def _dumps(data: Any) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-
-
 def openai_error(message: str, kind: str = "BadRequestError", status: int = 400) -> Response:
     """OpenAIServingBase.create_error_response's body (``type`` "Bad Request" for bodies that
     fail validation, as SGLang's RequestValidationError handler writes it)."""
@@ -73,67 +65,6 @@ def openai_error(message: str, kind: str = "BadRequestError", status: int = 400)
 def generate_error(message: str) -> Response:
     """/generate's answer when the tokenizer manager raises ValueError."""
     return JSONResponse({"error": {"message": message}}, 400)
-
-
-def sse(chunks: AsyncIterator[Any]) -> StreamingResponse:
-    """Server-sent events as SGLang streams them: ``data: {json}`` per chunk, then [DONE]."""
-
-    async def events() -> AsyncIterator[str]:
-        async for chunk in chunks:
-            yield f"data: {_dumps(chunk)}\n\n"
-        yield "data: [DONE]\n\n"
-
-    return StreamingResponse(events(), media_type="text/event-stream")
-
-
-async def json_body(request: Request, *, require_json_type: bool = False) -> dict[str, Any]:
-    """The body as FastAPI hands it to a handler, or BadBody with FastAPI's error list."""
-    if require_json_type:  # SGLang's validate_json_request on the /v1 endpoints
-        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media != "application/json":
-            raise BadBody(
-                str(
-                    [
-                        {
-                            "loc": ["header", "content-type"],
-                            "msg": "Unsupported Media Type: Only 'application/json' is allowed",
-                            "type": "value_error",
-                        }
-                    ]
-                )
-            )
-    raw = await request.body()
-    try:
-        data = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadBody(
-            str(
-                [
-                    {
-                        "type": "json_invalid",
-                        "loc": ("body", getattr(exc, "pos", 0)),
-                        "msg": "JSON decode error",
-                        "input": {},
-                        "ctx": {"error": getattr(exc, "msg", str(exc))},
-                    }
-                ]
-            )
-        ) from None
-    if not isinstance(data, dict):
-        raise BadBody(
-            str(
-                [
-                    {
-                        "type": "model_attributes_type",
-                        "loc": ("body",),
-                        "msg": "Input should be a valid dictionary or object to extract "
-                        "fields from",
-                        "input": data,
-                    }
-                ]
-            )
-        )
-    return data
 
 
 def _missing(field: str, data: dict[str, Any]) -> BadBody:
@@ -346,13 +277,7 @@ class SGLangApi:
 
     @staticmethod
     def _usage(request: SimRequest) -> dict[str, Any]:
-        return {
-            "prompt_tokens": request.prompt_tokens,
-            "total_tokens": request.prompt_tokens + request.completion_tokens,
-            "completion_tokens": request.completion_tokens,
-            "prompt_tokens_details": None,
-            "reasoning_tokens": 0,
-        }
+        return openai_usage(request) | {"reasoning_tokens": 0}
 
     async def completions(self, http_request: Request) -> Response:
         """/v1/completions (``text_completion``), plain and streamed."""
@@ -408,7 +333,7 @@ class SGLangApi:
                 text = request.text()
                 delta, sent = text[len(sent) :], text
                 yield body(delta, "length" if finished else None)
-            if _include_usage(data):
+            if include_usage(data):
                 yield body("", None, self._usage(request)) | {"choices": []}
 
         return sse(chunks())
@@ -502,12 +427,7 @@ class SGLangApi:
                 if delta:
                     yield chunk({"content": delta}, None)
             yield chunk({}, "length")
-            if _include_usage(data):
+            if include_usage(data):
                 yield chunk({}, None) | {"choices": [], "usage": self._usage(request)}
 
         return sse(chunks())
-
-
-def _include_usage(data: dict[str, Any]) -> bool:
-    options = data.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))

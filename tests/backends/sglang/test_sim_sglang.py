@@ -361,7 +361,7 @@ def test_bad_command_lines_fail_like_sglang(argv, code, needle, tmp_path):
 
 
 def test_sglang_flags_specmon_does_not_model_are_accepted():
-    from specmon.sim.args import parse_launch
+    from specmon.backends.sglang.sim.args import parse_launch
 
     launch = parse_launch(
         [

@@ -21,10 +21,10 @@ from support.vllm_conformance import PROMPTS, check_vllm_conformance
 
 from specmon.backends.vllm.metrics import parse_metrics, spec_decode_rates
 from specmon.backends.vllm.parser import VLLMLogParser
+from specmon.backends.vllm.sim.stats import Totals, spec_decode_line
 from specmon.backends.vllm.summary import VLLMLogSummary
 from specmon.probe.records import ProbeTiming, parse_probe_line
 from specmon.sim import perf
-from specmon.sim.vllm.stats import Totals, spec_decode_line
 
 _SHARED = Path("/work/shared/reference/transcripts")
 TRANSCRIPTS = (
