@@ -75,11 +75,9 @@ def run(args: argparse.Namespace) -> int:
     if not 1 <= args.hosts <= MAX_DEMO_HOSTS:
         raise UsageError(f"--hosts {args.hosts}: expected 1 to {MAX_DEMO_HOSTS}")
     config, ignored = _demo_config(args)
-    if args.profile not in config.profiles:
-        if ignored is not None:
-            raise ignored  # the profile may be the ignored file's: say how to trust it
-        known = ", ".join(sorted(config.profiles)) or "none"
-        raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
+    if args.profile not in config.profiles and ignored is not None:
+        raise ignored  # the profile may be the ignored file's: say how to trust it
+    config.profile(args.profile)  # one "unknown profile, did you mean" before any host
     if ignored is not None:
         print(
             f"specmon demo: ignoring {ignored.shown}: it {ignored.reason} (found in the working "

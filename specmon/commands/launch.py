@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     flags = parse_assignments(args.flags, "--set")
     env = parse_assignments(args.env, "--env")
     config = load_config_from(args)
+    config.profile(args.profile)  # one "unknown profile, did you mean" before any host
     spanning = nodes_profile(args, config)
     if spanning is not None:
         session = controller_from_args(args, config, spanning)
@@ -70,9 +71,6 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"name the HOST to launch on (profile {args.profile!r} has no nodes)")
     else:
         session = session_from_args(args, config)
-    if args.profile not in session.profiles():
-        known = ", ".join(session.profiles()) or "none"
-        raise UsageError(f"unknown profile {args.profile!r}; known: {known}")
 
     async def main() -> int:
         await session.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from specmon.commands.bench import (
@@ -12,6 +11,7 @@ from specmon.commands.bench import (
     add_bench_options,
     bench_settings,
 )
+from specmon.commands.sweep_session import SweepPrinter
 
 DEFAULT_READY_TIMEOUT_S = 3600.0
 
@@ -75,18 +75,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from specmon.commands.sweep_session import sweep_host
+    from specmon.commands.sweep_session import sweep_target
     from specmon.experiments.sweep import SweepPlan, parse_grid, plan_points
-    from specmon.launch.config import load_config
     from specmon.model.errors import UsageError
 
     settings = bench_settings(args)
     axes = parse_grid(args.grid)
     if not args.ready_timeout > 0:
         raise UsageError("--ready-timeout must be positive")
-    config = load_config(getattr(args, "config", None))
-    config.profile(args.profile)  # a clear "unknown profile, did you mean" before connecting
-    host_label, python = sweep_host(config, args.host)
+    config, host_label, python = sweep_target(args)
     plan = SweepPlan(
         host=host_label, profile=args.profile, axes=axes, baseline=args.baseline, bench=settings
     )
@@ -95,48 +92,28 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[Any]) -> int:
-    import asyncio
-
-    from specmon.commands.sweep_session import interrupted, sweep_session
+    from specmon.commands.sweep_session import run_sweep
     from specmon.experiments.sweep import SweepRunner
 
     reporter = SweepReporter(plan, json_lines=args.json)
-    runner: SweepRunner | None = None
-    async with sweep_session(args.host, config, args.ledger) as (session, ledger):
-        try:
-            await session.start()
-            if session.host_label != plan.host:
-                from dataclasses import replace
 
-                plan = replace(plan, host=session.host_label)
-                reporter.plan = plan
-            runner = SweepRunner(
-                controller=session,
-                ledger=ledger,
-                plan=plan,
-                points=points,
-                on_event=reporter,
-                ready_timeout_s=args.ready_timeout,
-                fresh=args.fresh,
-                stop_at_end=not args.leave_running,
-            )
-            finished = await runner.run()
-            reporter.final(finished)
-            return 0 if any(r.status == "ok" for r in finished.results) else 1
-        except asyncio.CancelledError:
-            return interrupted("sweep", runner.sweep_id if runner is not None else None)
+    def new_runner(session: Any, ledger: Any, plan: Any) -> SweepRunner:
+        return SweepRunner(
+            controller=session,
+            ledger=ledger,
+            plan=plan,
+            points=points,
+            on_event=reporter,
+            ready_timeout_s=args.ready_timeout,
+            fresh=args.fresh,
+            stop_at_end=not args.leave_running,
+        )
+
+    return await run_sweep(args, config, plan, reporter, new_runner, command="sweep", passed=any)
 
 
-class SweepReporter:
+class SweepReporter(SweepPrinter):
     """Prints sweep progress to stderr and finished points (JSON) or the final table (stdout)."""
-
-    def __init__(self, plan: Any, *, json_lines: bool, out: Any = None, err: Any = None) -> None:
-        self.plan = plan
-        self.json_lines = json_lines
-        self.out = out if out is not None else sys.stdout
-        self.err = err if err is not None else sys.stderr
-        self.total = 0
-        self._loading_shown: set[int] = set()
 
     def __call__(self, event: Any) -> None:
         from specmon.experiments.report import progress_printer
@@ -186,31 +163,11 @@ class SweepReporter:
                     self._say(f"    {line}")
             self._point_json(result)
 
-    def _point_json(self, result: Any) -> None:
-        """One point as a JSON line; the runner gave it its speed-up (baseline known so far)."""
-        if not self.json_lines:
-            return
-        import json
-
-        self.out.write(json.dumps(result.to_json_dict()) + "\n")
-        self.out.flush()
-
     def final(self, finished: Any) -> None:
         from specmon.experiments.report import sweep_table
 
         names = [axis.name for axis in self.plan.axes]
-        table = sweep_table(finished.results, names, finished.baseline)
-        if self.json_lines:
-            self.err.write(table + "\n")
-        else:
-            self.out.write(table + "\n")
-        self.out.flush()
-
-    def _say(self, text: str) -> None:
-        from specmon.model.terminal_text import safe_text
-
-        self.err.write(safe_text(text) + "\n")
-        self.err.flush()
+        self._table(sweep_table(finished.results, names, finished.baseline))
 
 
 def _num(value: float | None, digits: int) -> str:

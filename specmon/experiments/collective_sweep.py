@@ -15,16 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from specmon.experiments.collective import CollectiveResult, check_settings, read_log
-from specmon.experiments.ledger import Ledger, RunRecord, params_key
-from specmon.experiments.sweep import GridAxis, SweepPoint, combinations
+from specmon.experiments.ledger import Ledger, RunRecord
+from specmon.experiments.sweep import (
+    GridAxis,
+    KeyedPlan,
+    PointFailed,
+    PointStarted,
+    SweepPoint,
+    SweepStarted,
+    combinations,
+    grid_spec,
+    mark_interrupted,
+    open_sweep,
+    refuse_invalid,
+)
 from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.events import LogLine, RunInfo
 from specmon.state.controller import HostController
@@ -37,7 +47,7 @@ POLL_S = 0.1
 
 
 @dataclass(frozen=True)
-class CollectivePlan:
+class CollectivePlan(KeyedPlan):
     """What one collective sweep measures; its ``key`` identifies it for resuming."""
 
     host: str
@@ -49,13 +59,8 @@ class CollectivePlan:
             "kind": "collective",
             "host": self.host,
             "profile": self.profile,
-            "grid": [{"name": a.name, "values": list(a.values)} for a in self.axes],
+            "grid": grid_spec(self.axes),
         }
-
-    @property
-    def key(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def plan_collective_points(
@@ -63,25 +68,18 @@ def plan_collective_points(
 ) -> list[SweepPoint]:
     """Every launch of the sweep, validated before anything runs. Only environment variables
     may vary (the benchmark's settings are the profile's; NCCL's knobs are variables)."""
-    if plan.profile not in config.profiles:
-        known = ", ".join(sorted(config.profiles)) or "none"
-        raise UsageError(f"unknown profile {plan.profile!r}; profiles: {known}")
+    profile = config.profile(plan.profile)
     flags = [axis.name for axis in plan.axes if not axis.is_env]
     if flags:
         raise UsageError(
             f"nccl-sweep varies environment variables only; {', '.join(flags)} is a flag"
         )
-    profile = config.profiles[plan.profile]
     points: list[SweepPoint] = []
-    problems: list[str] = []
     for params in combinations(plan.axes):
         env = {k: (None if v == UNSET else v) for k, v in params.items()}
         spec = profile.to_launch_spec(env=env, python=python)
-        label = " ".join(f"{k}={v}" for k, v in params.items())
-        problems.extend(f"[{label}] {p}" for p in spec.problems())
         points.append(SweepPoint(params, False, spec, plan.profile))
-    if problems:
-        raise UsageError("the grid has invalid combinations: " + "; ".join(problems))
+    refuse_invalid(points)
     return points
 
 
@@ -119,18 +117,7 @@ class CollectivePointResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class CollectiveStarted:
-    sweep_id: int
-    points: tuple[SweepPoint, ...]
-    resumed: bool
-
-
-@dataclass(frozen=True, slots=True)
-class CollectivePointStarted:
-    index: int
-    point: SweepPoint
-    command: str
+# Events: SweepStarted and PointStarted (specmon.experiments.sweep), then these.
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,12 +150,6 @@ def point_result_from_ledger(ledger: Ledger, row: Any) -> CollectivePointResult:
     )
 
 
-class _PointFailed(SpecmonError):
-    def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
-        super().__init__(message)
-        self.root_cause = tuple(root_cause)
-
-
 class CollectiveSweepRunner:
     """Runs a collective sweep on a connected host session, recording every point."""
 
@@ -198,22 +179,13 @@ class CollectiveSweepRunner:
             self.on_event(event)
 
     async def run(self) -> CollectiveFinished:
-        existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
-        if existing is not None:
-            sweep_id = existing.id
-            self.ledger.set_sweep_status(sweep_id, "running")
-            done = {row.params_key: row for row in self.ledger.sweep_points(sweep_id)}
-        else:
-            sweep_id = self.ledger.start_sweep(
-                self.plan.key, self.plan.host, self.plan.profile, self.plan.to_dict()
-            )
-            done = {}
+        sweep_id, done, resumed = open_sweep(self.ledger, self.plan, fresh=self.fresh)
         self.sweep_id = sweep_id
-        self._emit(CollectiveStarted(sweep_id, tuple(self.points), existing is not None))
+        self._emit(SweepStarted(sweep_id, tuple(self.points), resumed, frozenset(done)))
         results: list[CollectivePointResult] = []
         try:
             for index, point in enumerate(self.points):
-                row = done.get(params_key(point.params))
+                row = done.get(point.key)
                 if row is not None:
                     result = self._from_ledger(row)
                     self._emit(CollectivePointFinished(index, point, result, skipped=True))
@@ -221,8 +193,8 @@ class CollectiveSweepRunner:
                     result = await self._run_point(sweep_id, index, point)
                     self._emit(CollectivePointFinished(index, point, result))
                 results.append(result)
-        except BaseException:
-            self.ledger.set_sweep_status(sweep_id, "interrupted")
+        except BaseException as exc:
+            mark_interrupted(self.ledger, sweep_id, exc)
             if self._live_run is not None:  # Ctrl-C, SIGTERM: the ranks go with the sweep
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.controller.stop())
@@ -238,7 +210,7 @@ class CollectiveSweepRunner:
     async def _run_point(
         self, sweep_id: int, index: int, point: SweepPoint
     ) -> CollectivePointResult:
-        self._emit(CollectivePointStarted(index, point, point.spec.shown().shell_command()))
+        self._emit(PointStarted(index, point, point.spec.shown().shell_command()))
         started = time.monotonic()
         run_id: str | None = None
         lines: list[str] = []
@@ -256,12 +228,12 @@ class CollectiveSweepRunner:
                     log, {k: (None if v == UNSET else v) for k, v in point.params.items()}
                 )
                 if not check.reached:
-                    raise _PointFailed("setting not confirmed: " + "; ".join(check.problems))
+                    raise PointFailed("setting not confirmed: " + "; ".join(check.problems))
                 if not log.results:
-                    raise _PointFailed("the benchmark printed no result line")
+                    raise PointFailed("the benchmark printed no result line")
             except (SpecmonError, OSError) as exc:
                 seconds = time.monotonic() - started
-                root_cause = exc.root_cause if isinstance(exc, _PointFailed) else ()
+                root_cause = exc.root_cause if isinstance(exc, PointFailed) else ()
                 message = str(exc) or type(exc).__name__
                 if run_id is not None:
                     with contextlib.suppress(SpecmonError):
@@ -321,7 +293,7 @@ class CollectiveSweepRunner:
         )
 
     async def _until_exit(self, run_id: str, queue: Any, lines: list[str]) -> None:
-        """Collect the run's log lines until it exits; _PointFailed if it fails or outlives
+        """Collect the run's log lines until it exits; PointFailed if it fails or outlives
         ``run_timeout_s`` (then it is stopped)."""
         store = self.controller.bus.store
         deadline = time.monotonic() + self.run_timeout_s
@@ -345,8 +317,8 @@ class CollectiveSweepRunner:
                 cause = failure.root_cause if failure is not None else ()
                 what = "hung" if failure is not None and failure.hung else "failed"
                 first = f": {cause[0]}" if cause else ""
-                raise _PointFailed(f"benchmark {what}{first}", cause)
+                raise PointFailed(f"benchmark {what}{first}", cause)
             if time.monotonic() > deadline:
                 await self.controller.stop()
-                raise _PointFailed(f"still running after {self.run_timeout_s:.0f} s; stopped")
+                raise PointFailed(f"still running after {self.run_timeout_s:.0f} s; stopped")
             await asyncio.sleep(POLL_S)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.experiments.ledger import Baseline, format_age
-from specmon.experiments.sweep import SweepPointResult, rank_results
+from specmon.experiments.sweep import SweepPointResult, best_first, rank_results
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NO_BASELINE = (
@@ -305,13 +305,12 @@ def collective_table(results: Sequence[Any], param_names: Sequence[str]) -> str:
     first_number = 1 + len(param_names) + 1
     right = set(range(first_number, first_number + len(batches) + 1)) | {0}
 
-    def order(point: Any) -> tuple[int, float]:
-        ok = point.status == "ok" and point.results
-        return (0, point.results[0].p50_us) if ok else (1, 0.0)
+    def p50(point: Any) -> float | None:
+        return point.results[0].p50_us if point.status == "ok" and point.results else None
 
     rows: list[list[str]] = []
     rank = 0
-    for point in sorted(results, key=order):
+    for point in best_first(results, p50):
         by_batch = {r.batch: r for r in point.results}
         if point.status == "ok":
             rank += 1

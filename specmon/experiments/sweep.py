@@ -118,8 +118,29 @@ def combinations(axes: Sequence[GridAxis]) -> list[dict[str, str]]:
 # --- the plan -------------------------------------------------------------------------------
 
 
+def grid_spec(axes: Sequence[GridAxis]) -> list[dict[str, Any]]:
+    """The grid as a plan records it (the ledger's spec, the resume key)."""
+    return [{"name": a.name, "values": list(a.values)} for a in axes]
+
+
+class KeyedPlan:
+    """A sweep plan (this one, the collective one): its ``key``, a hash of what it measures
+    (``to_dict``), finds the interrupted sweep of the same plan to resume."""
+
+    host: str
+    profile: str
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def key(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 @dataclass(frozen=True)
-class SweepPlan:
+class SweepPlan(KeyedPlan):
     """What one sweep measures; its ``key`` identifies it for resuming."""
 
     host: str
@@ -132,15 +153,10 @@ class SweepPlan:
         return {
             "host": self.host,
             "profile": self.profile,
-            "grid": [{"name": a.name, "values": list(a.values)} for a in self.axes],
+            "grid": grid_spec(self.axes),
             "baseline": self.baseline,
             "bench": asdict(self.bench),
         }
-
-    @property
-    def key(self) -> str:
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True)
@@ -190,12 +206,8 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
     adjust them) and the point says so in its notes. ``python`` is the host's interpreter,
     for profiles whose command starts with "{python}".
     """
-    if plan.profile not in config.profiles:
-        known = ", ".join(sorted(config.profiles)) or "none"
-        raise UsageError(f"unknown profile {plan.profile!r}; profiles: {known}")
-    profile = config.profiles[plan.profile]
+    profile = config.profile(plan.profile)
     points: list[SweepPoint] = []
-    problems: list[str] = []
     if plan.baseline:
         name = baseline_profile_name(config, plan.profile)
         if name is not None:
@@ -224,13 +236,22 @@ def plan_points(config: Config, plan: SweepPlan, *, python: str = "python3") -> 
             if follow:
                 spec = spec.with_flags({name: value for name, (value, _) in follow.items()})
                 notes.extend(f"{name}={value} ({why})" for name, (value, why) in follow.items())
-        point_problems = spec.problems()
-        label = " ".join(f"{k}={v}" for k, v in params.items())
-        problems.extend(f"[{label}] {p}" for p in point_problems)
         points.append(SweepPoint(params, False, spec, plan.profile, tuple(notes)))
+    refuse_invalid(points)
+    return points
+
+
+def refuse_invalid(points: Sequence[SweepPoint]) -> None:
+    """A UsageError naming every grid combination whose launch is invalid (the baseline is
+    checked where it is chosen), before anything runs."""
+    problems = [
+        f"[{' '.join(f'{k}={v}' for k, v in point.params.items())}] {problem}"
+        for point in points
+        if not point.is_baseline
+        for problem in point.spec.problems()
+    ]
     if problems:
         raise UsageError("the grid has invalid combinations: " + "; ".join(problems))
-    return points
 
 
 def steps_axis(names: Iterable[str]) -> str | None:
@@ -411,10 +432,24 @@ def result_from_row(row: PointRow) -> SweepPointResult:
     )
 
 
+def best_first(results: Sequence[Any], score: Callable[[Any], float | None]) -> list[Any]:
+    """The measured results by ``score``, lowest first (ties in sweep order); those it gives
+    None (failed) after them, in sweep order: the order of a sweep's table, server or
+    collective."""
+    measured: list[tuple[float, Any]] = []
+    rest: list[Any] = []
+    for result in results:
+        value = score(result)
+        if value is None:
+            rest.append(result)
+        else:
+            measured.append((value, result))
+    return [result for _, result in sorted(measured, key=lambda pair: pair[0])] + rest
+
+
 def rank_results(results: Sequence[SweepPointResult]) -> list[SweepPointResult]:
     """Finished points by tok/s, fastest first; failed points last, in sweep order."""
-    ok = sorted((r for r in results if r.status == "ok"), key=lambda r: -(r.tok_s or 0.0))
-    return ok + [r for r in results if r.status != "ok"]
+    return best_first(results, lambda r: -(r.tok_s or 0.0) if r.status == "ok" else None)
 
 
 # --- running --------------------------------------------------------------------------------
@@ -440,9 +475,31 @@ class PointInterrupted(SweepAborted):
 
 
 class PointFailed(SpecmonError):
+    """A verdict on the point's combination: recorded as failed, with its root cause."""
+
     def __init__(self, message: str, root_cause: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.root_cause = tuple(root_cause)
+
+
+def open_sweep(
+    ledger: Ledger, plan: KeyedPlan, *, fresh: bool
+) -> tuple[int, dict[str, PointRow], bool]:
+    """(sweep id, its recorded points by params key, resumed): the newest unfinished sweep of
+    the same plan, resumed (unless ``fresh``), else a new one (server and collective sweeps)."""
+    existing = None if fresh else ledger.resumable_sweep(plan.key)
+    if existing is None:
+        return ledger.start_sweep(plan.key, plan.host, plan.profile, plan.to_dict()), {}, False
+    rows = {row.params_key: row for row in ledger.sweep_points(existing.id)}
+    ledger.set_sweep_status(existing.id, "running")
+    return existing.id, rows, True
+
+
+def mark_interrupted(ledger: Ledger, sweep_id: int, exc: BaseException) -> None:
+    """The sweep ended before its last point (Ctrl-C, SIGTERM, an error): resumable; when
+    another console interrupted the point, the note says who."""
+    note = str(exc) if isinstance(exc, PointInterrupted) else None
+    ledger.set_sweep_status(sweep_id, "interrupted", note=note)
 
 
 @dataclass
@@ -522,23 +579,13 @@ class SweepRunner:
         return finished
 
     async def _run_leased(self, lease: SweepLease) -> SweepFinished:
-        existing = None if self.fresh else self.ledger.resumable_sweep(self.plan.key)
-        if existing is not None:
-            sweep_id = existing.id
-            rows = {row.params_key: row for row in self.ledger.sweep_points(sweep_id)}
-            self.ledger.set_sweep_status(sweep_id, "running")
-        else:
-            sweep_id = self.ledger.start_sweep(
-                self.plan.key, self.plan.host, self.plan.profile, self.plan.to_dict()
-            )
-            rows = {}
+        sweep_id, rows, resumed = open_sweep(self.ledger, self.plan, fresh=self.fresh)
+        if not resumed:
             self._record_prediction(sweep_id)
         self.sweep_id = sweep_id
         await lease.name(f"s{sweep_id} (profile {self.plan.profile})")
         self._task = asyncio.current_task()
-        self._emit(
-            SweepStarted(sweep_id, tuple(self.points), existing is not None, frozenset(rows))
-        )
+        self._emit(SweepStarted(sweep_id, tuple(self.points), resumed, frozenset(rows)))
         results: list[SweepPointResult] = []
         try:
             for index, point in enumerate(self.points):
@@ -553,8 +600,7 @@ class SweepRunner:
             if self.stop_at_end and self._launched:
                 await self.controller.stop()
         except BaseException as exc:
-            note = str(exc) if isinstance(exc, PointInterrupted) else None
-            self.ledger.set_sweep_status(sweep_id, "interrupted", note=note)
+            mark_interrupted(self.ledger, sweep_id, exc)
             raise
         self.ledger.set_sweep_status(sweep_id, "finished")
         baseline = self._baseline_for(results)
