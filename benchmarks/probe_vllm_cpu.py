@@ -2,7 +2,7 @@
 
 Starts two real vLLM 0.32 CPU servers (tests/support/real_vllm.py: the tiny 8-layer Llama with
 its one-layer EAGLE-3 draft, 3 speculative tokens), one plain and one with the probe injected
-as specmon injects it (``injection_files()`` copied to a folder, ``launch_env()`` merged). Then,
+as specmon injects it (vLLM's ``probe_targets()`` files in a folder, ``launch_env()`` merged). Then,
 in rounds that alternate which server goes first (so the shared machine's load falls on both
 alike), sends the same greedy requests one at a time to each and measures tokens per second and
 the time per engine step (the round's wall time over its ``vllm:spec_decode_num_drafts_total``
@@ -53,8 +53,9 @@ from support.real_vllm import (  # noqa: E402
 )
 from support.real_vllm import RealVLLMInstall as Install  # noqa: E402
 
+from specmon.backends import get_backend  # noqa: E402
 from specmon.backends.vllm import metrics as vllm_metrics  # noqa: E402
-from specmon.probe import injection_files, launch_env  # noqa: E402
+from specmon.probe import launch_env  # noqa: E402
 from specmon.probe.records import parse_probe_line  # noqa: E402
 
 PROMPTS = ("The draft model verify", "River stone cloud light north", "A request prompt speed")
@@ -71,7 +72,9 @@ def install() -> Install:
 def probe_env(workdir: Path) -> tuple[dict[str, str], Path]:
     folder = workdir / "probe"
     folder.mkdir(parents=True)
-    for name, content in injection_files().items():
+    targets = get_backend("vllm").probe_targets()
+    assert targets is not None
+    for name, content in targets.files.items():
         (folder / name).write_bytes(content)
     probe_file = workdir / "probe.jsonl"
     return launch_env(str(folder), str(probe_file), None), probe_file

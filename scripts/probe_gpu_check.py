@@ -7,7 +7,8 @@ It writes a stand-in ``sglang.srt.speculative.eagle_worker`` whose ``EAGLEWorker
 class and method names and does real CUDA work of known size (bf16 matmuls calibrated to about
 1 ms of draft, 25 ms of verify and 0.5 ms of draft-extend), then runs child processes that drive
 it like SGLang's scheduler does, alternately without and with the probe injected exactly as the
-host session injects it (``injection_files()`` copied to a folder, ``launch_env()`` merged):
+host session injects it (the backend's ``probe_targets()`` files copied to a folder,
+``launch_env()`` merged):
 
 * heavy cycles: the probe's per-phase numbers against events recorded inside the method bodies
   (the ground truth), and the loop's wall time with and without the probe;
@@ -177,10 +178,13 @@ def write_stand_in(root: Path, family: str = "v1") -> None:
     (package / f"{module}.py").write_text(source)
 
 
-def write_probe(probe_dir: Path) -> None:
-    from specmon.probe import injection_files
+def write_probe(probe_dir: Path, backend: str = "sglang") -> None:
+    """Copy what ``backend``'s ``probe_targets()`` ships (the runtime and its server table)."""
+    from specmon.backends import get_backend
 
-    for relative, content in injection_files().items():
+    targets = get_backend(backend).probe_targets()
+    assert targets is not None, f"{backend} has no probe"
+    for relative, content in targets.files.items():
         path = probe_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)

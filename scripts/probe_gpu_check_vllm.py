@@ -260,7 +260,7 @@ def main() -> int:
     stand_in_root, probe_dir = work / "standin", work / "probe"
     write_stand_in(stand_in_root)
     sys.path.insert(0, str(repo))
-    write_probe(probe_dir)
+    write_probe(probe_dir, "vllm")
     from specmon.model.events import ProbeTiming
     from specmon.probe import launch_env
     from specmon.probe.records import parse_probe_line

@@ -8,8 +8,8 @@ with SGLang's class and method names doing real work of known size, but starts i
 of one ``torch.distributed`` group, as SGLang's TP scheduler processes are: each phase does
 matmuls, and verify also all-reduces a bf16 tensor of hidden x (batch x draft tokens), like
 the target model's TP layers. Every rank gets the probe injected exactly as the host session
-injects it (``injection_files()`` in a folder on PYTHONPATH, ``launch_env()`` merged); the run
-is repeated without it. Per rank it reports the ground truth (times taken inside the method
+injects it (SGLang's ``probe_targets()`` files in a folder on PYTHONPATH, ``launch_env()``
+merged); the run is repeated without it. Per rank it reports the ground truth (times taken inside the method
 bodies: CUDA events on GPU, perf_counter on CPU), its spread across ranks, and the probe's
 overhead (the rank's loop with the probe less without). The probe writes global rank 0 only
 (docs/probe.md); its records are compared with rank 0's ground truth.
@@ -121,9 +121,11 @@ def write_stand_in(root: Path) -> None:
 
 
 def write_probe(probe_dir: Path) -> None:
-    from specmon.probe import injection_files
+    from specmon.backends import get_backend
 
-    for relative, content in injection_files().items():
+    targets = get_backend("sglang").probe_targets()
+    assert targets is not None
+    for relative, content in targets.files.items():
         path = probe_dir / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content)

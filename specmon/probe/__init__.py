@@ -1,34 +1,41 @@
 """The draft/verify timing probe injected into a real server (see records.py for the record
 schema the probe and the simulator both write).
 
-The in-server hook modules live in ``inject/`` (per server by nature); the backend adds what
-its server needs to find them (its ``probe_targets()``). ``launch_env()`` gives the variables
-to merge into the server's environment. Nothing in the server is edited: Python runs the
-copied ``sitecustomize.py`` in every process.
+The in-server runtime lives in ``inject/`` and names no server; each backend keeps its server
+table (the methods to time, and the glue) in its own folder and ships it with the runtime
+through its ``probe_targets()``, built with ``injection_files()``. ``launch_env()`` gives the
+variables to merge into the server's environment. Nothing in the server is edited: Python runs
+the copied ``sitecustomize.py`` in every process.
 """
 
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Mapping
 from importlib import resources
 
 from specmon.model.errors import UsageError
+from specmon.probe.inject.specmon_probe_hook import PROBE_FILE_ENV, TABLES_FILE
 
-PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
+RUNTIME_FILES = ("sitecustomize.py", "specmon_probe_hook.py")
 
 
-def injection_files() -> dict[str, bytes]:
-    """Relative path -> content of the in-server hook modules copied to ``<run dir>/probe/``:
-    ``sitecustomize.py`` and every server's ``specmon_probe_*.py`` (each acts only inside the
-    server whose modules it watches)."""
+def injection_files(tables: Mapping[str, str]) -> dict[str, bytes]:
+    """Relative path -> content of the files copied to ``<run dir>/probe/``: the runtime
+    (``sitecustomize.py``, ``specmon_probe_hook.py``), each server table of ``tables`` (the
+    top-level module name it has there -> the specmon module whose source it is), and
+    ``TABLES_FILE`` naming those tables, one a line: the runtime reads it beside itself, so
+    what was shipped together is what loads, with no variable to add to the environment."""
     package = resources.files("specmon.probe.inject")
-    hooks = sorted(
-        entry.name
-        for entry in package.iterdir()
-        if entry.name.startswith("specmon_probe_") and entry.name.endswith(".py")
-    )
-    names = ["sitecustomize.py", *hooks]
-    return {name: package.joinpath(name).read_bytes() for name in names}
+    files = {name: package.joinpath(name).read_bytes() for name in RUNTIME_FILES}
+    for shipped, source in tables.items():
+        path = f"{shipped}.py"
+        if not shipped.isidentifier() or path in files:
+            raise ValueError(f"not a name for a server table module: {shipped!r}")
+        owner, _, leaf = source.rpartition(".")
+        files[path] = resources.files(owner).joinpath(f"{leaf}.py").read_bytes()
+    files[TABLES_FILE] = "".join(f"{shipped}\n" for shipped in tables).encode()
+    return files
 
 
 def launch_env(probe_dir: str, probe_file: str, existing_pythonpath: str | None) -> dict[str, str]:

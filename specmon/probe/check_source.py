@@ -1,143 +1,57 @@
-"""Would the probe work on this SGLang? Reads an unpacked ``sglang`` package with ``ast`` (never
-imports it, so no torch or GPU is needed) and checks every probe target by name and signature.
-
-The target table is the one the injected probe itself uses (``specmon_probe_hook``), so this
-check and the runtime cannot disagree about names.
+"""What every server's source check shares (``python -m specmon.probe --check-source DIR``):
+reading an unpacked package with ``ast`` (never importing it, so no torch or GPU is needed),
+its version, whether the probe can call through a method, and the verdict. Each server's check
+lives in its backend folder (``specmon/backends/<name>/check_source.py``), beside the table the
+injected probe uses, so the check and the runtime cannot disagree about names.
 """
 
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from specmon.model.errors import UsageError
-from specmon.probe.inject.specmon_probe_hook import TARGET_FAMILIES, Target, TargetFamily
-
-HOOK_REGISTRY_PATH = "srt/plugins/hook_registry.py"
 
 
-@dataclass(frozen=True, slots=True)
-class TargetCheck:
-    role: str
-    class_name: str
-    method_name: str | None  # the spelling found, None when missing
-    ok: bool
-    detail: str  # "self, batch, spec_info" when found; what is wrong otherwise
-
-
-@dataclass(frozen=True, slots=True)
-class FamilyCheck:
-    family: TargetFamily
-    present: bool  # whether the module file exists in this version
-    targets: tuple[TargetCheck, ...]
+class FamilyVerdict(Protocol):
+    """One family of a report: whether its module is in the version, and fully covered."""
 
     @property
-    def complete(self) -> bool:
-        return self.present and all(t.ok for t in self.targets)
-
-
-@dataclass(frozen=True, slots=True)
-class SourceReport:
-    package_dir: Path
-    version: str | None
-    plugin_hook: bool  # SGLang's own sglang.srt.plugins hook registry is there
-    families: tuple[FamilyCheck, ...]
+    def present(self) -> bool: ...
 
     @property
-    def fully_works(self) -> bool:
-        """Every worker module this version has is fully covered, and it has at least one."""
-        present = [f for f in self.families if f.present]
-        return bool(present) and all(f.complete for f in present)
+    def complete(self) -> bool: ...
 
 
-def find_package_dir(path: Path) -> Path:
-    """The ``sglang`` folder (the one holding ``srt/``) given it or its parent."""
-    for candidate in (path, path / "sglang"):
-        if (candidate / "srt").is_dir():
+def find_package_dir(path: Path, package: str, marker: str, label: str) -> Path:
+    """The ``package`` folder (the one holding ``marker/``) given it or its parent; ``label``
+    is the server's name as the message says it."""
+    for candidate in (path, path / package):
+        if (candidate / marker).is_dir():
             return candidate
     raise UsageError(
-        f"{path} is not an unpacked SGLang package (no srt/ folder in it or in sglang/)"
+        f"{path} is not an unpacked {label} package (no {marker}/ folder in it or in {package}/)"
     )
 
 
-def check_source(path: Path) -> SourceReport:
-    package_dir = find_package_dir(path)
-    families = tuple(_check_family(package_dir, family) for family in TARGET_FAMILIES)
-    return SourceReport(
-        package_dir=package_dir,
-        version=_read_version(package_dir),
-        plugin_hook=_has_hook_registry(package_dir),
-        families=families,
-    )
-
-
-def _module_file(package_dir: Path, module: str) -> Path:
-    parts = module.split(".")[1:]  # drop the leading "sglang"
+def module_file(package_dir: Path, module: str) -> Path:
+    """The file of a dotted module name of the package (its leading package name dropped)."""
+    parts = module.split(".")[1:]
     return package_dir.joinpath(*parts[:-1], parts[-1] + ".py")
 
 
-def _parse(path: Path) -> ast.Module | None:
+def parse_module(path: Path) -> ast.Module | None:
     try:
         return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     except (OSError, SyntaxError, ValueError):
         return None
 
 
-def _check_family(package_dir: Path, family: TargetFamily) -> FamilyCheck:
-    source = _module_file(package_dir, family.module)
-    if not source.is_file():
-        return FamilyCheck(family, False, ())
-    tree = _parse(source)
-    if tree is None:
-        checks = tuple(
-            TargetCheck(t.role, t.class_name, None, False, f"cannot parse {source.name}")
-            for t in family.targets
-        )
-        return FamilyCheck(family, True, checks)
-    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
-    return FamilyCheck(family, True, tuple(_check_target(classes, t) for t in family.targets))
-
-
-def _check_target(classes: dict[str, ast.ClassDef], target: Target) -> TargetCheck:
-    cls = classes.get(target.class_name)
-    if cls is None:
-        return TargetCheck(target.role, target.class_name, None, False, "class not found")
-    methods = {
-        node.name: node
-        for node in cls.body
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-    }
-    name = next((n for n in target.method_names if n in methods), None)
-    if name is None:
-        wanted = " or ".join(target.method_names)
-        return TargetCheck(target.role, target.class_name, None, False, f"no method {wanted}")
-    method = methods[name]
-    problem = _signature_problem(method)
-    parameters = ", ".join(a.arg for a in (*method.args.posonlyargs, *method.args.args))
-    if problem is not None:
-        return TargetCheck(target.role, target.class_name, name, False, problem)
-    return TargetCheck(target.role, target.class_name, name, True, parameters)
-
-
-def _signature_problem(method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
-    """The probe calls through with the same arguments and reads the batch from the first one
-    after self: a plain synchronous method taking (self, batch, ...) is compatible."""
-    if isinstance(method, ast.AsyncFunctionDef):
-        return "is async"
-    for decorator in method.decorator_list:
-        name = decorator.id if isinstance(decorator, ast.Name) else getattr(decorator, "attr", "")
-        if name in ("staticmethod", "classmethod", "property"):
-            return f"is a {name}"
-    positional = [*method.args.posonlyargs, *method.args.args]
-    if len(positional) >= 2 or (len(positional) == 1 and method.args.vararg is not None):
-        return None
-    return "takes no batch argument"
-
-
-def _read_version(package_dir: Path) -> str | None:
+def read_version(package_dir: Path) -> str | None:
     for name in ("_version.py", "version.py", "__init__.py"):
-        tree = _parse(package_dir / name)
+        tree = parse_module(package_dir / name)
         if tree is None:
             continue
         for node in tree.body:
@@ -150,49 +64,28 @@ def _read_version(package_dir: Path) -> str | None:
     return None
 
 
-def _has_hook_registry(package_dir: Path) -> bool:
-    tree = _parse(package_dir / HOOK_REGISTRY_PATH)
-    if tree is None:
-        return False
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "HookRegistry":
-            return any(
-                isinstance(item, ast.FunctionDef) and item.name == "register" for item in node.body
-            )
-    return False
+def call_through_problem(method: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+    """The probe calls a target through with the same arguments: an async method, or a static
+    or class method or a property, cannot be wrapped that way."""
+    if isinstance(method, ast.AsyncFunctionDef):
+        return "is async"
+    for decorator in method.decorator_list:
+        name = decorator.id if isinstance(decorator, ast.Name) else getattr(decorator, "attr", "")
+        if name in ("staticmethod", "classmethod", "property"):
+            return f"is a {name}"
+    return None
 
 
-def format_report(report: SourceReport) -> str:
-    """The text ``python -m specmon.probe --check-source`` prints."""
-    version = report.version or "version unknown"
-    lines = [f"SGLang {version} at {report.package_dir}"]
-    if report.plugin_hook:
-        lines.append(
-            "delivery: sglang.srt.plugins entry point (HookRegistry), import hook as backup"
-        )
-    else:
-        lines.append("delivery: import hook from sitecustomize.py (no sglang.srt.plugins registry)")
-    for family in report.families:
-        module_path = _module_file(Path("sglang"), family.family.module).as_posix()
-        if not family.present:
-            lines.append(f"{family.family.name}: not in this version ({module_path} absent)")
-            continue
-        state = "complete" if family.complete else "INCOMPLETE"
-        lines.append(f"{family.family.name} ({module_path}): {state}")
-        spellings = {t.role: "/".join(t.method_names) for t in family.family.targets}
-        for check in family.targets:
-            shown = f"{check.class_name}.{check.method_name or spellings[check.role]}"
-            if check.ok:
-                lines.append(f"  ok      {check.role:<7} {shown}({check.detail})")
-            else:
-                mark = "MISSING" if check.method_name is None else "BAD SIG"
-                lines.append(f"  {mark} {check.role:<7} {shown}: {check.detail}")
-    if report.fully_works:
-        lines.append("result: the probe would fully work on this version")
-    elif not any(f.present for f in report.families):
-        lines.append("result: no EAGLE worker module found: the probe cannot work on this version")
-    else:
-        lines.append(
-            "result: the probe would NOT fully work on this version (it would warn and stay off)"
-        )
-    return "\n".join(lines)
+def fully_works(families: Sequence[FamilyVerdict]) -> bool:
+    """Every family this version has is fully covered, and it has at least one."""
+    present = [f for f in families if f.present]
+    return bool(present) and all(f.complete for f in present)
+
+
+def verdict_line(families: Sequence[FamilyVerdict], none_found: str) -> str:
+    """The report's last line; ``none_found`` names what is missing when no family is there."""
+    if fully_works(families):
+        return "result: the probe would fully work on this version"
+    if not any(f.present for f in families):
+        return f"result: no {none_found} found: the probe cannot work on this version"
+    return "result: the probe would NOT fully work on this version (it would warn and stay off)"

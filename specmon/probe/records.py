@@ -21,8 +21,8 @@ It is what acceptance by position is derived from, at any batch size. The probe 
 v1's CPU list, and in v2 from an asynchronous device-to-host copy of ``accept_lens`` that is
 read only once the cycle's last CUDA event has completed (no synchronisation added).
 Extra keys such as ``clock`` are ignored by ``parse_probe_line``. In vLLM (see
-``inject/specmon_probe_vllm.py``) ``extend_ms`` is 0.0, ``verify_ms`` runs from the step's start
-to the rejection sampler's end, and a record may add ``accepted_per_position`` and
+``specmon/backends/vllm/probe_hook.py``) ``extend_ms`` is 0.0, ``verify_ms`` runs from the
+step's start to the rejection sampler's end, and a record may add ``accepted_per_position`` and
 ``drafted_per_position`` (lists of request counts per draft position).
 """
 

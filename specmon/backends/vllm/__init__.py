@@ -432,7 +432,9 @@ class VLLMProbe(ProbeHook):
     def probe_targets(self) -> ProbeTargets | None:
         from specmon.probe import injection_files
 
-        return ProbeTargets(files=injection_files())  # sitecustomize loads the vLLM table
+        # probe_hook.py is vLLM's table; the runtime started by sitecustomize.py loads it.
+        tables = {"specmon_probe_vllm": "specmon.backends.vllm.probe_hook"}
+        return ProbeTargets(files=injection_files(tables))
 
 
 class VLLMSim(Simulator):

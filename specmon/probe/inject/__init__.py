@@ -1,2 +1,3 @@
-"""Files copied to the GPU host for the probe (see ``specmon.probe.injection_files``). They are
+"""The probe runtime copied to the GPU host (see ``specmon.probe.injection_files``), the same for
+every server; each server's table, shipped beside it, lives in its backend folder. The files are
 self-contained, since specmon is not installed there; importing them here has no effect."""

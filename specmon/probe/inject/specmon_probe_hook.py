@@ -1,16 +1,17 @@
-"""specmon's draft/verify timing probe, running inside SGLang's scheduler processes.
+"""specmon's draft/verify timing probe runtime, running inside the server's processes.
 
-This file is copied to the GPU host (``<run dir>/probe/``) and imported there by the
-sitecustomize.py beside it or by SGLang's plugin loader, so it must stay self-contained:
-the standard library, plus torch when it is present. Importing it changes nothing; ``install()``
-and ``register_sglang_plugin()`` are the two ways in.
+This file is copied to the GPU host (``<run dir>/probe/``) with ``sitecustomize.py``, which
+imports it there, and with the server tables of the backend being launched (each its
+``specmon_probe_<name>.py``; ``specmon_probe_tables.txt`` beside this file lists them). It must
+stay self-contained: the standard library, plus torch when it is present. Importing it changes
+nothing; ``install()`` is the way in, and a server's table may offer its own (its server's
+plugin loader).
 
-What it does: wraps the EAGLE worker's per-cycle methods (the cycle itself, and its draft,
-verify and draft-extend phases), records a CUDA event before and after each (no
-synchronisation on the hot path), and lets a background thread resolve finished events and
-append one JSON line per cycle to ``$SPECMON_PROBE_FILE``. Only global rank 0 writes cycles.
-When a target is missing (another SGLang version) it writes one warning record and leaves the
-worker untouched.
+What it does: a server table names the methods of one speculative cycle and its phases; this
+runtime records a CUDA event before and after each (no synchronisation on the hot path), and a
+background thread resolves finished events and appends one JSON line per cycle to
+``$SPECMON_PROBE_FILE``. Only global rank 0 writes cycles. A table whose targets are missing
+(another server version) writes one warning record and leaves the server untouched.
 """
 
 from __future__ import annotations
@@ -20,125 +21,21 @@ import collections
 import hashlib
 import importlib
 import importlib.abc
-import importlib.util
-import inspect
 import json
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 PROBE_FILE_ENV = "SPECMON_PROBE_FILE"
 CLOCK_ENV = "SPECMON_PROBE_CLOCK"  # "auto" (default), "cuda" or "perf_counter"
-PLUGIN_NAME = "specmon_probe"
 FLUSH_INTERVAL_S = 0.2
 MAX_PENDING_CYCLES = 20000  # cycles waiting for their GPU events; older ones are dropped
 LOG_PREFIX = "[specmon probe]"
-
-
-class Target(NamedTuple):
-    """One method the probe wraps. ``method_names`` lists the spellings across versions."""
-
-    role: str  # "cycle", "draft", "verify" or "extend"
-    class_name: str
-    method_names: tuple[str, ...]
-
-
-class TargetFamily(NamedTuple):
-    """The targets of one EAGLE worker implementation, all found in one module."""
-
-    name: str
-    module: str
-    targets: tuple[Target, ...]
-
-
-TARGET_FAMILIES: tuple[TargetFamily, ...] = (
-    TargetFamily(
-        "v1 EAGLEWorker",
-        "sglang.srt.speculative.eagle_worker",
-        (
-            # <= 0.5.2 named the cycle forward_batch_speculative_generation.
-            Target(
-                "cycle",
-                "EAGLEWorker",
-                ("forward_batch_generation", "forward_batch_speculative_generation"),
-            ),
-            Target("draft", "EAGLEWorker", ("draft",)),
-            Target("verify", "EAGLEWorker", ("verify",)),
-            Target("extend", "EAGLEWorker", ("forward_draft_extend_after_decode",)),
-        ),
-    ),
-    TargetFamily(
-        "v2 EAGLEWorkerV2",
-        "sglang.srt.speculative.eagle_worker_v2",
-        (
-            Target("cycle", "EAGLEWorkerV2", ("forward_batch_generation",)),
-            Target("draft", "EagleDraftWorker", ("draft",)),
-            Target("verify", "EAGLEWorkerV2", ("verify",)),
-            Target("extend", "EagleDraftWorker", ("_draft_extend_for_decode",)),
-        ),
-    ),
-)
-FAMILY_BY_MODULE = {family.module: family for family in TARGET_FAMILIES}
-# Attributes of a verify result that hold the accepted draft tokens per request (a CPU list).
-ACCEPTED_ATTRIBUTES = ("accept_length_per_req_cpu", "num_correct_drafts_per_req_cpu")
-# v2's verify result keeps them on the GPU, bonus token included: copied asynchronously.
-ACCEPT_LENS_ATTRIBUTE = "accept_lens"
-
-
-# --- resolving targets ------------------------------------------------------------------------
-
-
-def takes_a_batch(function: Any) -> bool:
-    """True when ``function(self, batch, ...)`` is callable: the probe passes arguments through
-    unchanged and reads the batch size from the first argument after self."""
-    if not inspect.isfunction(function):
-        return False
-    try:
-        parameters = list(inspect.signature(function).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    positional = [
-        p
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    ]
-    has_varargs = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters)
-    return len(positional) >= 2 or (len(positional) == 1 and has_varargs)
-
-
-def resolve_family(
-    module: Any, family: TargetFamily
-) -> tuple[dict[str, tuple[type, str]], list[str]]:
-    """Find each target of ``family`` in an imported module: (role -> (class, method name)),
-    and a list of problems, each naming what was not found or not usable."""
-    found: dict[str, tuple[type, str]] = {}
-    problems: list[str] = []
-    for target in family.targets:
-        cls = getattr(module, target.class_name, None)
-        if not isinstance(cls, type):
-            problems.append(f"class {target.class_name} not found")
-            continue
-        name = next((n for n in target.method_names if hasattr(cls, n)), None)
-        if name is None:
-            problems.append(f"{target.class_name}.{'/'.join(target.method_names)} not found")
-            continue
-        if not takes_a_batch(inspect.getattr_static(cls, name)):
-            problems.append(f"{target.class_name}.{name} has an incompatible signature")
-            continue
-        found[target.role] = (cls, name)
-    return found, problems
-
-
-def sglang_version() -> str:
-    module = sys.modules.get("sglang")
-    version = getattr(module, "__version__", None)
-    if version is None:
-        version_module = sys.modules.get("sglang.version")
-        version = getattr(version_module, "__version__", None)
-    return str(version) if version is not None else "unknown"
+# Beside this file: the server tables shipped with it, one module name a line.
+TABLES_FILE = "specmon_probe_tables.txt"
 
 
 # --- the per-process recorder ------------------------------------------------------------------
@@ -333,7 +230,15 @@ class Recorder:
             self._start_writer()
         return self.enabled
 
-    def run_cycle(self, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def run_cycle(
+        self,
+        original: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        shape: Callable[[tuple, dict], tuple[int | None, int | None]],
+    ) -> Any:
+        """Time one call of a method that is a whole cycle; ``shape(args, kwargs)`` gives the
+        cycle's (batch size, draft tokens) as ``end_cycle`` wants them."""
         cycle = self.begin_cycle()
         if cycle is None:
             return original(*args, **kwargs)
@@ -342,7 +247,7 @@ class Recorder:
         except BaseException:
             self.abandon_cycle(cycle)
             raise
-        self.end_cycle(cycle, lambda: _batch_shape(args, kwargs))
+        self.end_cycle(cycle, lambda: shape(args, kwargs))
         return result
 
     def begin_cycle(self) -> _Cycle | None:
@@ -376,7 +281,17 @@ class Recorder:
         else:
             clock.release(cycle.stamps())  # type: ignore[union-attr]
 
-    def run_phase(self, phase: str, original: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    def run_phase(
+        self,
+        phase: str,
+        original: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        accepted: Callable[[Any, Any], list[int] | _HostCopy | None] | None = None,
+    ) -> Any:
+        """Time one call of a phase of the open cycle (pass it through when none is open);
+        ``accepted(result, clock)``, when given, reads the cycle's per-request accepted draft
+        tokens from the phase's result."""
         cycle = self.current
         if cycle is None:
             return original(*args, **kwargs)
@@ -385,8 +300,8 @@ class Recorder:
         start = clock.stamp(stream)  # type: ignore[union-attr]
         result = original(*args, **kwargs)
         cycle.spans.append((phase, start, clock.stamp(stream)))  # type: ignore[union-attr]
-        if phase == "verify":
-            cycle.accepted = _accepted(result, clock)  # type: ignore[arg-type]
+        if accepted is not None:
+            cycle.accepted = accepted(result, clock)
         return result
 
     def _drop_oldest(self) -> None:
@@ -503,47 +418,6 @@ def _json_int(value: int | None) -> str:
     return "null" if value is None else str(int(value))
 
 
-def _batch_shape(args: tuple, kwargs: dict) -> tuple[int | None, int | None]:
-    """(batch size, draft tokens verified) from ``forward_batch_generation(self, batch)``:
-    ``len(batch.seq_lens)`` x the worker's ``speculative_num_draft_tokens``; None when absent."""
-    worker = args[0] if args else None
-    batch = args[1] if len(args) > 1 else kwargs.get("batch", kwargs.get("model_worker_batch"))
-    try:
-        batch_size = len(batch.seq_lens)  # a tensor's length is host metadata: no sync
-    except Exception:
-        return None, None
-    per_request = getattr(worker, "speculative_num_draft_tokens", None)
-    if per_request is None:
-        per_request = getattr(
-            getattr(worker, "server_args", None), "speculative_num_draft_tokens", None
-        )
-    draft_tokens = batch_size * per_request if isinstance(per_request, int) else None
-    return batch_size, draft_tokens
-
-
-def _accepted(result: Any, clock: _CudaClock | _PerfCounterClock) -> list[int] | _HostCopy | None:
-    """Each request's accepted draft tokens (bonus excluded) from a verify result: v1's CPU list
-    (the second item of its tuple) as it is, v2's ``accept_lens`` device tensor as a pinned
-    host copy started now and read by the writer once the cycle's end event has completed (no
-    synchronisation on the hot path); None when the result has neither."""
-    candidates = result if isinstance(result, tuple) else (result,)
-    for candidate in candidates:
-        for attribute in ACCEPTED_ATTRIBUTES:
-            per_request = getattr(candidate, attribute, None)
-            if isinstance(per_request, (list, tuple)):
-                try:
-                    return [int(a) for a in per_request]
-                except (TypeError, ValueError):
-                    return None
-        lens = getattr(candidate, ACCEPT_LENS_ATTRIBUTE, None)
-        if lens is not None:
-            try:
-                return clock.copy_to_host(lens)
-            except Exception:
-                return None
-    return None
-
-
 # --- warnings --------------------------------------------------------------------------------
 
 
@@ -577,84 +451,61 @@ def recorder() -> Recorder | None:
     return _RECORDER
 
 
-def _make_wrapper(role: str, original: Callable[..., Any], rec: Recorder) -> Callable[..., Any]:
-    if role == "cycle":
-
-        def timed_cycle(*args: Any, **kwargs: Any) -> Any:
-            return rec.run_cycle(original, args, kwargs)
-
-        wrapper = timed_cycle
-    else:
-
-        def timed_phase(*args: Any, **kwargs: Any) -> Any:
-            return rec.run_phase(role, original, args, kwargs)
-
-        wrapper = timed_phase
-    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(wrapper, attribute, getattr(original, attribute, None))
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _check_family(
-    module: Any, family: TargetFamily, rec: Recorder
-) -> dict[str, tuple[type, str]] | None:
-    found, problems = resolve_family(module, family)
-    if problems:
-        write_warning(
-            rec.probe_file,
-            f"probe disabled for {family.name} in SGLang {sglang_version()}: "
-            + "; ".join(problems)
-            + f" (module {family.module}); the server runs unmodified",
-        )
+def start_recorder() -> Recorder | None:
+    """This process's recorder, made at the first call; None when ``$SPECMON_PROBE_FILE`` is
+    unset (then the probe stays off). ``install()`` and a server's plugin entry share it."""
+    global _RECORDER
+    probe_file = os.environ.get(PROBE_FILE_ENV, "").strip()
+    if not probe_file:
         return None
-    return found
+    if _RECORDER is None:
+        _RECORDER = Recorder(probe_file)
+    return _RECORDER
 
 
-def instrument_module(module: Any, family: TargetFamily) -> None:
-    """Wrap the targets of ``family`` in ``module`` (the import-hook path). Does nothing when the
-    plugin path has claimed this process, or when any target is missing (then it warns)."""
-    rec = _RECORDER
-    if rec is None or rec.plugin_claimed:
-        return
-    found = _check_family(module, family, rec)
-    if found is None:
-        return
-    wrapped = []
-    for role, (cls, name) in found.items():
-        key = (family.module, cls.__name__, name)
-        if key in rec.instrumented:
-            continue
-        original = inspect.getattr_static(cls, name)
-        setattr(cls, name, _make_wrapper(role, original, rec))
-        rec.instrumented.add(key)
-        wrapped.append(f"{cls.__name__}.{name}")
-    if wrapped:
-        print(
-            f"{LOG_PREFIX} timing {', '.join(wrapped)} via import hook -> {rec.probe_file}",
-            file=sys.stderr,
-        )
-
-
-# Other servers' target tables: injected modules beside this one, each with a
-# ``watched_modules(hook) -> {module name: callback(module)}`` function (see specmon_probe_vllm).
-SERVER_TABLES = ("specmon_probe_vllm",)
+# The server tables: modules shipped beside this one (named in TABLES_FILE by the backend that
+# shipped them), each with a ``watched_modules(hook) -> {module name: callback(module)}``
+# function, called with this module; the callback instruments the module once it executed.
 _WATCHED: dict[str, Callable[[Any], None]] = {}
 
 
+def shipped_tables() -> list[str]:
+    """The server table modules named in ``TABLES_FILE`` beside this file (none without it)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), TABLES_FILE)
+    try:
+        with open(path, encoding="utf-8") as manifest:
+            return [line.strip() for line in manifest if line.strip()]
+    except OSError as exc:
+        print(f"{LOG_PREFIX} no server table: {exc}", file=sys.stderr)
+        return []
+
+
 def _load_server_tables() -> None:
-    for name in SERVER_TABLES:
+    for name in shipped_tables():
         try:
             table = importlib.import_module(name)
-            _WATCHED.update(table.watched_modules(sys.modules[__name__]))
+            watched = table.watched_modules(sys.modules[__name__])
         except Exception as exc:  # one server's table must not stop another's
             print(f"{LOG_PREFIX} {name} not loaded: {exc}", file=sys.stderr)
+            continue
+        for module, callback in watched.items():
+            _WATCHED[module] = _chain(_WATCHED.get(module), callback)
+
+
+def _chain(
+    first: Callable[[Any], None] | None, second: Callable[[Any], None]
+) -> Callable[[Any], None]:
+    if first is None:
+        return second
+
+    def both(module: Any) -> None:
+        first(module)
+        second(module)
+
+    return both
 
 
 def _after_exec(fullname: str) -> Callable[[Any], None] | None:
-    family = FAMILY_BY_MODULE.get(fullname)
-    if family is not None:
-        return lambda module: instrument_module(module, family)
     return _WATCHED.get(fullname)
 
 
@@ -699,89 +550,18 @@ class WorkerModuleFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> bool:
-    """Start the probe in this process when ``$SPECMON_PROBE_FILE`` is set: install the import
-    hook (worker modules already imported are instrumented at once). Returns whether it did."""
-    global _RECORDER
-    probe_file = os.environ.get(PROBE_FILE_ENV, "").strip()
-    if not probe_file:
+    """Start the probe in this process when ``$SPECMON_PROBE_FILE`` is set: load the server
+    tables and install the import hook (watched modules already imported are instrumented at
+    once). Returns whether it did."""
+    if start_recorder() is None:
         return False
-    if _RECORDER is None:
-        _RECORDER = Recorder(probe_file)
     if not _WATCHED:
         _load_server_tables()
     if not any(isinstance(f, WorkerModuleFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, WorkerModuleFinder())
-    for name in (*FAMILY_BY_MODULE, *_WATCHED):
+    for name in tuple(_WATCHED):
         module = sys.modules.get(name)
         after_exec = _after_exec(name)
         if module is not None and after_exec is not None:
             after_exec(module)
     return True
-
-
-def register_sglang_plugin() -> None:
-    """Entry point for SGLang's plugin loader (group ``sglang.srt.plugins``, 0.5.11 and later):
-    register AROUND hooks with its HookRegistry, which applies them after all plugins load."""
-    global _RECORDER
-    probe_file = os.environ.get(PROBE_FILE_ENV, "").strip()
-    if not probe_file:
-        return
-    if _RECORDER is None:
-        _RECORDER = Recorder(probe_file)
-    rec = _RECORDER
-    try:
-        from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    except ImportError as exc:
-        write_warning(probe_file, f"SGLang plugin registry unusable ({exc}); import hook only")
-        return
-    rec.plugin_claimed = True  # from now on the import hook stands aside
-    for family in TARGET_FAMILIES:
-        try:
-            if importlib.util.find_spec(family.module) is None:
-                continue
-            module = importlib.import_module(family.module)
-            _register_family(module, family, rec, HookRegistry, HookType)
-        except Exception as exc:  # the plugin loader would only log it: say it in the probe file
-            write_warning(
-                probe_file,
-                f"probe disabled for {family.name}: {type(exc).__name__}: {exc}; "
-                "the server runs unmodified",
-            )
-
-
-def _register_family(
-    module: Any, family: TargetFamily, rec: Recorder, registry: Any, hook_type: Any
-) -> None:
-    found = _check_family(module, family, rec)
-    if found is None:
-        return
-    registered = []
-    for role, (cls, name) in found.items():
-        key = (family.module, cls.__name__, name)
-        if key in rec.instrumented:  # the import hook got there first
-            continue
-        registry.register(
-            f"{family.module}.{cls.__name__}.{name}", _around_hook(role, rec), hook_type.AROUND
-        )
-        rec.instrumented.add(key)
-        registered.append(f"{cls.__name__}.{name}")
-    if registered:
-        print(
-            f"{LOG_PREFIX} timing {', '.join(registered)} via sglang plugin hooks -> "
-            f"{rec.probe_file}",
-            file=sys.stderr,
-        )
-
-
-def _around_hook(role: str, rec: Recorder) -> Callable[..., Any]:
-    if role == "cycle":
-
-        def around_cycle(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-            return rec.run_cycle(original, args, kwargs)
-
-        return around_cycle
-
-    def around_phase(original: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return rec.run_phase(role, original, args, kwargs)
-
-    return around_phase

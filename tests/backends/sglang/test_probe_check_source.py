@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.paths import REPO, TESTS
 
-from specmon.probe.check_source import check_source, format_report
+from specmon.backends.sglang.check_source import check_source, format_report
 
 FAKE = TESTS / "support" / "fake_sglang"
 WHEEL_CACHE = (

@@ -188,31 +188,12 @@ def test_without_probe_file_nothing_is_wrapped(probe_dir, tmp_path):
 
 def test_injection_files_are_self_contained():
     files = injection_files()
-    assert set(files) >= {"sitecustomize.py", "specmon_probe_hook.py"}
-    for name in ("sitecustomize.py", "specmon_probe_hook.py"):
+    shipped = ("sitecustomize.py", "specmon_probe_hook.py", "specmon_probe_sglang.py")
+    assert set(files) >= set(shipped)
+    for name in shipped:
         assert b"import specmon." not in files[name] and b"from specmon" not in files[name]
+    assert files["specmon_probe_tables.txt"] == b"specmon_probe_sglang\n"
+    assert b"specmon_probe_vllm" not in files["specmon_probe_tables.txt"]
     entry_points = next(v for k, v in files.items() if k.endswith("entry_points.txt"))
     assert b"[sglang.srt.plugins]" in entry_points
-    assert b"specmon_probe_hook:register_sglang_plugin" in entry_points
-
-
-def test_launch_env_prepends_probe_dir_and_keeps_host_path():
-    env = launch_env("/run/abc/probe", "/run/abc/probe.jsonl", "/opt/a:/opt/b")
-    assert env == {
-        "PYTHONPATH": "/run/abc/probe:/opt/a:/opt/b",
-        "SPECMON_PROBE_FILE": "/run/abc/probe.jsonl",
-    }
-    assert launch_env("/p", "/p.jsonl", None)["PYTHONPATH"] == "/p"
-    assert launch_env("/p", "/p.jsonl", "/p:/q")["PYTHONPATH"] == "/p:/q"
-
-
-@pytest.mark.parametrize(
-    ("probe_dir_arg", "probe_file_arg"),
-    [("relative/probe", "/x.jsonl"), ("/probe", ""), ("/a:b", "/x.jsonl")],
-)
-def test_launch_env_rejects_bad_paths_with_a_clear_message(probe_dir_arg, probe_file_arg):
-    from specmon.model.errors import UsageError
-
-    with pytest.raises(UsageError) as caught:
-        launch_env(probe_dir_arg, probe_file_arg, None)
-    assert "probe" in str(caught.value)
+    assert b"specmon_probe_sglang:register_sglang_plugin" in entry_points

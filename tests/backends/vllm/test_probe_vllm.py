@@ -1,7 +1,7 @@
 """The probe injected into stand-in vLLM model runners, in real subprocesses, the way the host
-session injects it (``injection_files()`` copied to a folder, ``launch_env()`` merged); and
-``--check-source`` on the stand-in trees and on real vLLM release wheels (downloaded once with
-pip, cached; skipped when the index is unreachable)."""
+session injects it (the backend's ``probe_targets()`` files copied to a folder, ``launch_env()``
+merged); and ``--check-source`` on the stand-in trees and on real vLLM release wheels
+(downloaded once with pip, cached; skipped when the index is unreachable)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from support.paths import REPO, TESTS
 
+from specmon.backends import get_backend
+from specmon.backends.vllm.check_source import check_vllm_source, format_vllm_report
 from specmon.model.events import ProbeTiming
-from specmon.probe import PROBE_FILE_ENV, injection_files, launch_env
-from specmon.probe.check_source_vllm import check_vllm_source, format_vllm_report
+from specmon.probe import PROBE_FILE_ENV, launch_env
 from specmon.probe.records import ProbeWarning, parse_probe_line
 
 FAKE = TESTS / "support" / "fake_vllm"
@@ -30,6 +31,13 @@ WHEEL_CACHE = (
 )
 WANTED_PREFIXES = ("vllm/v1/", "vllm/version.py", "vllm/_version.py")
 UNREACHABLE: list[str] = []
+
+
+def injection_files() -> dict[str, bytes]:
+    """What vLLM's backend ships to ``<run dir>/probe/``."""
+    targets = get_backend("vllm").probe_targets()
+    assert targets is not None
+    return dict(targets.files)
 
 
 @pytest.fixture
@@ -180,7 +188,8 @@ def test_injection_files_carry_the_vllm_table_self_contained():
     files = injection_files()
     table = files["specmon_probe_vllm.py"]
     assert b"import specmon" not in table and b"from specmon" not in table
-    assert b'SERVER_TABLES = ("specmon_probe_vllm",)' in files["specmon_probe_hook.py"]
+    assert files["specmon_probe_tables.txt"] == b"specmon_probe_vllm\n"
+    assert "specmon_probe_sglang.py" not in files  # each backend ships its own table only
 
 
 # --- check-source ---------------------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""vLLM's probe targets, and the glue that times them inside vLLM's worker processes.
+"""vLLM's probe table: its targets, and the glue that times them inside vLLM's worker processes.
 
-Copied to the GPU host beside ``specmon_probe_hook.py``, which loads it (``SERVER_TABLES``) and
-asks ``watched_modules(hook)`` which modules to watch. The table itself needs nothing but the
-standard library, so specmon reads it too (``python -m specmon.probe --check-source``).
+Copied to the GPU host as ``specmon_probe_vllm.py`` beside the probe runtime
+(``specmon_probe_hook.py``, from ``specmon/probe/inject/``), which loads it at ``install()`` (it
+is named in the ``specmon_probe_tables.txt`` shipped with it) and asks ``watched_modules(hook)``
+which modules to watch. The table itself needs nothing but the standard library, so specmon
+reads it too (``python -m specmon.probe --check-source``).
 
 A vLLM cycle is one engine step in a worker process (``Worker_TPn``, or the EngineCore process
 with one GPU): it opens when ``GPUModelRunner.execute_model`` is entered and closes when it

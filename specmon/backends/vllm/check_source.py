@@ -1,7 +1,8 @@
 """Would the probe work on this vLLM? Reads an unpacked ``vllm`` package with ``ast`` (never
 imports it: no torch or GPU needed) and checks every target of the table the injected probe uses
-(``specmon_probe_vllm.VLLM_FAMILIES``), following a class's bases through ``from X import Y``
-into other modules of the package (0.2x's ``EagleProposer`` inherits ``propose``).
+(``probe_hook.VLLM_FAMILIES``, shipped as ``specmon_probe_vllm``), following a class's bases
+through ``from X import Y`` into other modules of the package (0.2x's ``EagleProposer`` inherits
+``propose``). What every server's check shares is ``specmon.probe.check_source``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,16 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmon.model.errors import UsageError
-from specmon.probe.check_source import _read_version
-from specmon.probe.inject.specmon_probe_vllm import VLLM_FAMILIES, VllmFamily, VllmTarget
+from specmon.backends.vllm.probe_hook import VLLM_FAMILIES, VllmFamily, VllmTarget
+from specmon.probe.check_source import (
+    call_through_problem,
+    find_package_dir,
+    fully_works,
+    module_file,
+    parse_module,
+    read_version,
+    verdict_line,
+)
 
 MAX_BASE_DEPTH = 8  # inheritance chains followed; vLLM's are two or three deep
 
@@ -44,27 +52,20 @@ class VllmSourceReport:
     @property
     def fully_works(self) -> bool:
         """Every model runner this version has is fully covered, and it has at least one."""
-        present = [f for f in self.families if f.present]
-        return bool(present) and all(f.complete for f in present)
+        return fully_works(self.families)
 
 
 def is_vllm_tree(path: Path) -> bool:
+    """Whether ``path`` is an unpacked ``vllm`` package (the folder holding ``v1/``) or its
+    parent."""
     return any((candidate / "v1").is_dir() for candidate in (path, path / "vllm"))
 
 
-def find_vllm_package_dir(path: Path) -> Path:
-    """The ``vllm`` folder (the one holding ``v1/``) given it or its parent."""
-    for candidate in (path, path / "vllm"):
-        if (candidate / "v1").is_dir():
-            return candidate
-    raise UsageError(f"{path} is not an unpacked vLLM package (no v1/ folder in it or in vllm/)")
-
-
 def check_vllm_source(path: Path) -> VllmSourceReport:
-    package_dir = find_vllm_package_dir(path)
+    package_dir = find_package_dir(path, "vllm", "v1", "vLLM")
     reader = _PackageReader(package_dir)
     families = tuple(_check_family(reader, family) for family in VLLM_FAMILIES)
-    return VllmSourceReport(package_dir, _read_version(package_dir), families)
+    return VllmSourceReport(package_dir, read_version(package_dir), families)
 
 
 def module_path(module: str) -> str:
@@ -79,16 +80,11 @@ class _PackageReader:
         self._trees: dict[str, ast.Module | None] = {}
 
     def file(self, module: str) -> Path:
-        parts = module.split(".")[1:]  # drop the leading "vllm"
-        return self.package_dir.joinpath(*parts[:-1], parts[-1] + ".py")
+        return module_file(self.package_dir, module)
 
     def tree(self, module: str) -> ast.Module | None:
         if module not in self._trees:
-            try:
-                source = self.file(module).read_text(encoding="utf-8")
-                self._trees[module] = ast.parse(source, filename=str(self.file(module)))
-            except (OSError, SyntaxError, ValueError):
-                self._trees[module] = None
+            self._trees[module] = parse_module(self.file(module))
         return self._trees[module]
 
     def find_method(
@@ -167,12 +163,9 @@ def _signature_problem(
 ) -> str | None:
     """The probe calls through with the same arguments; the cycle reads the scheduler output
     from the first argument after self. A plain synchronous method is compatible."""
-    if isinstance(method, ast.AsyncFunctionDef):
-        return "is async"
-    for decorator in method.decorator_list:
-        name = decorator.id if isinstance(decorator, ast.Name) else getattr(decorator, "attr", "")
-        if name in ("staticmethod", "classmethod", "property"):
-            return f"is a {name}"
+    problem = call_through_problem(method)
+    if problem is not None:
+        return problem
     positional = [*method.args.posonlyargs, *method.args.args]
     if not positional and method.args.vararg is None:
         return "takes no self"
@@ -208,12 +201,5 @@ def format_vllm_report(report: VllmSourceReport) -> str:
             else:
                 mark = "BAD SIG" if check.detail.startswith(("is ", "takes")) else "MISSING"
                 lines.append(f"  {mark} {role:<10} {shown}: {check.detail}")
-    if report.fully_works:
-        lines.append("result: the probe would fully work on this version")
-    elif not any(f.present for f in report.families):
-        lines.append("result: no GPU model runner found: the probe cannot work on this version")
-    else:
-        lines.append(
-            "result: the probe would NOT fully work on this version (it would warn and stay off)"
-        )
+    lines.append(verdict_line(report.families, "GPU model runner"))
     return "\n".join(lines)
