@@ -177,7 +177,9 @@ def accepted_counts(result: Any, clock: Any) -> Any:
 # --- instrumenting (inside the server, with the runtime module passed in) --------------------
 
 
-def _make_wrapper(role: str, original: Callable[..., Any], rec: Any) -> Callable[..., Any]:
+def _make_wrapper(
+    hook: Any, role: str, original: Callable[..., Any], rec: Any
+) -> Callable[..., Any]:
     if role == "cycle":
 
         def timed_cycle(*args: Any, **kwargs: Any) -> Any:
@@ -191,10 +193,7 @@ def _make_wrapper(role: str, original: Callable[..., Any], rec: Any) -> Callable
             return rec.run_phase(role, original, args, kwargs, reader)
 
         wrapper = timed_phase
-    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-        setattr(wrapper, attribute, getattr(original, attribute, None))
-    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
-    return wrapper
+    return hook.dressed_as(wrapper, original)
 
 
 def _result_reader(role: str) -> Callable[[Any, Any], Any] | None:
@@ -232,7 +231,7 @@ def instrument_module(hook: Any, family: TargetFamily, module: Any) -> None:
         if key in rec.instrumented:
             continue
         original = inspect.getattr_static(cls, name)
-        setattr(cls, name, _make_wrapper(role, original, rec))
+        setattr(cls, name, _make_wrapper(hook, role, original, rec))
         rec.instrumented.add(key)
         wrapped.append(f"{cls.__name__}.{name}")
     if wrapped:

@@ -193,10 +193,7 @@ class _FamilyTiming:
             def timed(*args: Any, **kwargs: Any) -> Any:
                 return rec.run_phase(role, original, args, kwargs)
 
-        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
-            setattr(timed, attribute, getattr(original, attribute, None))
-        timed.__wrapped__ = original  # type: ignore[attr-defined]
-        return timed
+        return self.hook.dressed_as(timed, original)
 
     # each call is the hot path: stamps and attribute reads only, never a sync
 
@@ -329,18 +326,5 @@ def watched_modules(hook: Any) -> dict[str, Callable[[Any], None]]:
         timing = _FamilyTiming(hook, family)
         for module in family.modules:
             previous = watched.get(module)
-            watched[module] = _chain(previous, timing.module_executed)
+            watched[module] = hook.chain(previous, timing.module_executed)
     return watched
-
-
-def _chain(
-    first: Callable[[Any], None] | None, second: Callable[[Any], None]
-) -> Callable[[Any], None]:
-    if first is None:
-        return second
-
-    def both(module: Any) -> None:
-        first(module)
-        second(module)
-
-    return both

@@ -451,6 +451,15 @@ def recorder() -> Recorder | None:
     return _RECORDER
 
 
+def dressed_as(wrapper: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """``wrapper`` with ``original``'s name, module and docstring, and ``__wrapped__`` set: what
+    a table puts in place of a server's method still reads as that method."""
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(wrapper, attribute, getattr(original, attribute, None))
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    return wrapper
+
+
 def start_recorder() -> Recorder | None:
     """This process's recorder, made at the first call; None when ``$SPECMON_PROBE_FILE`` is
     unset (then the probe stays off). ``install()`` and a server's plugin entry share it."""
@@ -489,12 +498,14 @@ def _load_server_tables() -> None:
             print(f"{LOG_PREFIX} {name} not loaded: {exc}", file=sys.stderr)
             continue
         for module, callback in watched.items():
-            _WATCHED[module] = _chain(_WATCHED.get(module), callback)
+            _WATCHED[module] = chain(_WATCHED.get(module), callback)
 
 
-def _chain(
+def chain(
     first: Callable[[Any], None] | None, second: Callable[[Any], None]
 ) -> Callable[[Any], None]:
+    """One callback running ``first`` (when there is one), then ``second``: two watchers of one
+    module, whether from two tables or two families of one table."""
     if first is None:
         return second
 
