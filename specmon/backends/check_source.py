@@ -1,8 +1,10 @@
 """``python -m specmon.probe --check-source DIR``: would the probe work on this SGLang or vLLM?
 
-Exit status: 0 when it would fully work, 1 when not, 2 for bad input. The checks are each
-server's (``specmon/backends/<name>/check_source.py``); ``specmon/probe/__main__.py`` runs this
-module by name, since probe/ sits below backends/ in the layer order.
+Exit status: 0 when it would fully work, 1 when not, 2 for bad input. Each backend answers
+for its own tree (``ProbeHook.probe_source_report``, its checks in
+``specmon/backends/<name>/check_source.py``) and the first that claims the folder reports, so
+a new server's probe needs no line here. ``specmon/probe/__main__.py`` runs this module by
+name, since probe/ sits below backends/ in the layer order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from specmon.backends import all_backends
 from specmon.model.errors import SpecmonError, UsageError
 
 
@@ -35,23 +38,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         args = parser.parse_args(argv)
-        from specmon.backends.sglang.check_source import check_source, format_report
-        from specmon.backends.vllm.check_source import (
-            check_vllm_source,
-            format_vllm_report,
-            is_vllm_tree,
-        )
-
-        if is_vllm_tree(args.check_source):
-            vllm_report = check_vllm_source(args.check_source)
-            print(format_vllm_report(vllm_report))
-            return 0 if vllm_report.fully_works else 1
-        report = check_source(args.check_source)
+        first_refusal: UsageError | None = None
+        for backend in all_backends():
+            try:
+                found = backend.probe_source_report(args.check_source)
+            except UsageError as exc:  # not this server's tree: another may claim it
+                first_refusal = first_refusal or exc
+                continue
+            if found is not None:
+                text, fully_works = found
+                print(text)
+                return 0 if fully_works else 1
+        raise first_refusal or UsageError(f"{args.check_source}: no server's source tree")
     except SpecmonError as exc:
         print(f"specmon probe: {exc}", file=sys.stderr)
         return exc.exit_code
-    print(format_report(report))
-    return 0 if report.fully_works else 1
 
 
 if __name__ == "__main__":

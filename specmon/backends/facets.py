@@ -8,7 +8,7 @@ small parts that each answer one question.
 | ``RelaunchForm`` | which fields the console's relaunch form edits                   |
 | ``HttpApi``      | the server's endpoints: health, info, metrics, generation        |
 | ``Tuning``       | the draft's shape and the settings a step count decides          |
-| ``ProbeHook``    | the in-server timing probe                                       |
+| ``ProbeHook``    | the in-server timing probe, and whether a source tree can take it |
 | ``Simulator``    | the simulator personality that stands in for the server          |
 
 A backend folder implements each facet (specmon/backends/sglang/__init__.py, vllm/) and
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from specmon.backends.base import (
@@ -286,6 +287,13 @@ class ProbeHook(Named):
         ``draft_tokens`` and ``batch_size``. Default: the probe counts each request's verified
         root token with its drafts (``batch_size x num_draft_tokens``)."""
         return draft_tokens // batch_size - 1
+
+    def probe_source_report(self, path: Path) -> tuple[str, bool] | None:
+        """Would the probe work on this server's source tree at ``path`` (``python -m
+        specmon.probe --check-source``)? The report's text and whether every target was found;
+        None when ``path`` holds no tree of this server. A UsageError says why it is not one.
+        Default: None (no probe)."""
+        return None
 
 
 class Simulator(Named):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from specmon.backends import (
@@ -328,6 +329,12 @@ class SGLangProbe(ProbeHook):
         from specmon.backends.sglang.probe import injection_files
 
         return ProbeTargets(files=injection_files())
+
+    def probe_source_report(self, path: Path) -> tuple[str, bool] | None:
+        from specmon.backends.sglang.check_source import check_source, format_report
+
+        report = check_source(path)  # a UsageError when path holds no sglang package
+        return format_report(report), report.fully_works
 
 
 class SGLangSim(Simulator):

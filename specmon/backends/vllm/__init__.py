@@ -4,6 +4,7 @@ rules and ``--speculative-config``, the relaunch form's fields, endpoints and th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from specmon.backends import (
@@ -435,6 +436,18 @@ class VLLMProbe(ProbeHook):
         # probe_hook.py is vLLM's table; the runtime started by sitecustomize.py loads it.
         tables = {"specmon_probe_vllm": "specmon.backends.vllm.probe_hook"}
         return ProbeTargets(files=injection_files(tables))
+
+    def probe_source_report(self, path: Path) -> tuple[str, bool] | None:
+        from specmon.backends.vllm.check_source import (
+            check_vllm_source,
+            format_vllm_report,
+            is_vllm_tree,
+        )
+
+        if not is_vllm_tree(path):
+            return None
+        report = check_vllm_source(path)
+        return format_vllm_report(report), report.fully_works
 
 
 class VLLMSim(Simulator):
