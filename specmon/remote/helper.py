@@ -25,6 +25,9 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   hold-sweep  take the host's sweep lease (one sweep at a time) and hold it until stdin
               closes; a JSON line on stdin adds to the lease's record (the sweep's id)
   watch-runs  tell the live runs, then every new run as soon as its record is written
+  servers     the LLM servers on this host, whoever started them (the words that mark one on
+              stdin): pid, user, start time, listening ports, stdout/stderr, systemd unit or
+              container, GPUs; whether docker, journalctl and nvidia-smi are there
 """
 
 from __future__ import annotations
@@ -356,6 +359,514 @@ def cmd_listener(args):
     if run is None:
         return fail(f"no run {args.run_id}")
     emit(dict(run_listener(run), ok=True))
+    return 0
+
+
+# --- servers: LLM servers on this host that specmon did not launch --------------------------
+#
+# One bounded scan of /proc. Every text here is the host's (a command line, a path, a cgroup,
+# a container's name): read with a byte cap, never used to size anything, and returned as JSON
+# for the console to judge. The words that mark a candidate come from the console on stdin
+# (its backends'), so this file names no server and no command line carries them.
+
+SCAN_MAX_PROCESSES = 100000  # /proc entries looked at, at most
+CANDIDATES_MAX = 256  # processes whose command line holds a word, at most
+CMDLINE_BYTES = 16384  # of each process's /proc/PID/cmdline
+ARGV_WORDS = 512  # words of a candidate's command line returned
+SMALL_FILE_BYTES = 8192  # /proc/PID/cgroup, /proc/PID/stat
+TREE_MAX = 4096  # processes of one candidate's tree
+FDS_MAX = 65536  # file descriptors of one process looked at for listening sockets
+ANCESTRY_MAX = 64  # parents walked up from a process
+TABLE_BYTES = 32 * 1024 * 1024  # of /proc/net/tcp{,6}
+TOOL_BYTES = 4 * 1024 * 1024  # of a tool's output (docker ps, nvidia-smi)
+TOOL_TIMEOUT_S = 5.0
+FIELD_CHARS = 2000  # of one field of a tool's output row
+WORDS_MAX = 64  # words the console may send
+SHELLS = frozenset(("sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "ash", "busybox"))
+
+
+def read_capped(path, limit):
+    """At most ``limit`` bytes of a file (b"" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit)
+    except OSError:
+        return b""
+
+
+def parse_stat(text):
+    """/proc/PID/stat as {state, ppid, pgid, sid, start_ticks, comm}, or None. The command
+    name is in parentheses and may hold anything, so the fields are read after its last ')'."""
+    close = text.rfind(")")
+    if close < 0:
+        return None
+    fields = text[close + 2 :].split()
+    if len(fields) < 20:
+        return None
+    try:
+        return {
+            "state": fields[0],
+            "ppid": int(fields[1]),
+            "pgid": int(fields[2]),
+            "sid": int(fields[3]),
+            "start_ticks": int(fields[19]),
+            "comm": text[text.find("(") + 1 : close][:64],
+        }
+    except ValueError:
+        return None
+
+
+def boot_time(text):
+    """The boot time (epoch seconds) from /proc/stat's ``btime`` line, or None."""
+    for line in text.splitlines():
+        if line.startswith("btime "):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def start_epoch(start_ticks, btime, hz):
+    """A process's start time in epoch seconds from its start ticks since boot."""
+    if start_ticks is None or btime is None or not hz:
+        return None
+    return round(btime + start_ticks / float(hz), 2)
+
+
+def split_cmdline(data, limit_words=ARGV_WORDS):
+    """A NUL-separated command line as words (at most ``limit_words``)."""
+    words = data.split(b"\0")
+    while words and words[-1] == b"":  # a rewritten title is padded with NULs
+        words.pop()
+    return [w.decode("utf-8", errors="replace") for w in words[:limit_words]]
+
+
+def parse_cgroup(text):
+    """/proc/PID/cgroup as {"path", "unit", "user_unit", "container"}: the systemd service it
+    runs in (``*.service``, the last one of its path; a user manager's own unit counts as a user
+    unit) and a container id (``docker-<id>.scope``, ``/docker/<id>``, ``cri-containerd-<id>``,
+    ``libpod-<id>``)."""
+    path = ""
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if parts[0] == "0" or parts[1] == "name=systemd" or not path:
+            path = parts[2]
+        if parts[0] == "0":
+            break
+    unit = None
+    user_unit = False
+    container = None
+    pieces = [p for p in path.split("/") if p]
+    for i, piece in enumerate(pieces):
+        for prefix in ("docker-", "cri-containerd-", "libpod-", "crio-"):
+            if piece.startswith(prefix) and piece.endswith(".scope"):
+                container = piece[len(prefix) : -len(".scope")]
+        if i > 0 and pieces[i - 1] in ("docker", "libpod") and is_hex_id(piece):
+            container = piece
+    if container is not None and not is_hex_id(container):
+        container = None
+    for i, piece in enumerate(pieces):
+        if piece.endswith(".service"):
+            if piece.startswith("user@"):
+                user_unit = True
+                continue
+            unit = piece
+            user_unit = any(p.startswith("user@") and p.endswith(".service") for p in pieces[:i])
+    if container is not None:
+        unit = None  # a container's scope sits under docker.service's slice, not in it
+    return {
+        "path": path[:FIELD_CHARS],
+        "unit": unit,
+        "user_unit": user_unit and unit is not None,
+        "container": container,
+    }
+
+
+def is_hex_id(text):
+    return 12 <= len(text) <= 64 and all(c in "0123456789abcdef" for c in text)
+
+
+def fd_target(target, stat_result=None):
+    """What a process's fd 1 or 2 points at, from its /proc/PID/fd link (None: unreadable):
+    {"kind": file|pipe|socket|null|tty|other|unreadable, "path", "size", "deleted"}."""
+    if target is None:
+        return {"kind": "unreadable", "path": None}
+    if target.startswith("pipe:"):
+        return {"kind": "pipe", "path": None}
+    if target.startswith("socket:"):
+        return {"kind": "socket", "path": None}
+    if target == "/dev/null":
+        return {"kind": "null", "path": target}
+    if target.startswith(("/dev/pts/", "/dev/tty", "/dev/console")):
+        return {"kind": "tty", "path": target}
+    deleted = target.endswith(" (deleted)")
+    path = target[: -len(" (deleted)")] if deleted else target
+    if stat_result is not None and S_ISREG(stat_result.st_mode) and path.startswith("/"):
+        return {
+            "kind": "file",
+            "path": path[:FIELD_CHARS],
+            "size": stat_result.st_size,
+            "deleted": deleted,
+        }
+    return {"kind": "other", "path": target[:FIELD_CHARS]}
+
+
+def read_fd(pid, fd):
+    """fd_target of one of a process's descriptors (its link, and a stat of what it opens)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        return fd_target(None)
+    try:
+        info = os.stat(f"/proc/{pid}/fd/{fd}")
+    except OSError:
+        info = None
+    return fd_target(target, info)
+
+
+def listen_table(data):
+    """{socket inode: (port, address)} of the LISTEN rows of /proc/net/tcp or tcp6 text."""
+    found = {}
+    for row in data.splitlines()[1:]:
+        fields = row.split()
+        if len(fields) < 10 or fields[3] != TCP_LISTEN:
+            continue
+        address, _, port_hex = fields[1].rpartition(":")
+        try:
+            found[int(fields[9])] = (int(port_hex, 16), address)
+        except ValueError:
+            continue
+    return found
+
+
+def netns_listeners(pid, cache):
+    """The listening sockets of the network namespace ``pid`` lives in, cached per namespace:
+    a container's own (read through /proc/PID/net), else this helper's (a process whose
+    namespace link cannot be read is taken to share it)."""
+    try:
+        ns = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        ns = cache.get("_own", "self")
+    if ns not in cache:
+        base = "/proc/net" if ns == cache.get("_own", "self") else f"/proc/{pid}/net"
+        table = {}
+        for name in ("tcp", "tcp6"):
+            text = read_capped(f"{base}/{name}", TABLE_BYTES).decode(errors="replace")
+            table.update(listen_table(text))
+        cache[ns] = table
+    return cache[ns]
+
+
+def socket_inodes(pid):
+    """The socket inodes among a process's first FDS_MAX descriptors."""
+    inodes = []
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return inodes
+    for name in names[:FDS_MAX]:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            with contextlib.suppress(ValueError):
+                inodes.append(int(target[8:-1]))
+    return inodes
+
+
+def run_tool(argv, timeout=TOOL_TIMEOUT_S, limit=TOOL_BYTES):
+    """(exit code or None on timeout, at most ``limit`` bytes of stdout, stderr's last line)."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+    except OSError as exc:
+        return None, b"", str(exc)
+    out, err = b"", b""
+    deadline = time.time() + timeout
+    open_fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err"}
+    while open_fds and time.time() < deadline:
+        ready, _, _ = select.select(list(open_fds), [], [], max(0.0, deadline - time.time()))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del open_fds[fd]
+            elif open_fds[fd] == "out":
+                out += chunk[: max(0, limit - len(out))]
+            else:
+                err = (err + chunk)[-4096:]
+    code = None
+    try:
+        code = proc.wait(timeout=max(0.1, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    lines = err.decode(errors="replace").strip().splitlines()
+    return code, out, printable(lines[-1])[:FIELD_CHARS] if lines else ""
+
+
+def parse_docker_rows(text):
+    """`docker ps --format '{{json .}}'` lines as {id, name, image, ports, command, status}."""
+    rows = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict):
+            continue
+        rows.append(
+            {
+                key: str(row.get(field) or "")[:FIELD_CHARS]
+                for key, field in (
+                    ("id", "ID"),
+                    ("name", "Names"),
+                    ("image", "Image"),
+                    ("ports", "Ports"),
+                    ("command", "Command"),
+                    ("status", "Status"),
+                )
+            }
+        )
+        if len(rows) >= 1000:
+            break
+    return rows
+
+
+def parse_compute_apps(apps_text, gpus_text):
+    """nvidia-smi's compute apps (``pid, gpu_uuid, used_memory``) as {pid: [{index, uuid,
+    used_mb}]}, the GPU index from its ``index, uuid`` rows."""
+    index_of = {}
+    for line in gpus_text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[0].isdigit():
+            index_of[parts[1]] = int(parts[0])
+    by_pid = {}
+    for line in apps_text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3 or not parts[0].isdigit():
+            continue
+        try:
+            used = float(parts[2])
+        except ValueError:
+            used = None
+        by_pid.setdefault(int(parts[0]), []).append(
+            {"index": index_of.get(parts[1]), "uuid": parts[1][:80], "used_mb": used}
+        )
+    return by_pid
+
+
+def host_tools():
+    """docker, journalctl and nvidia-smi on this host: whether each is on PATH, and what
+    docker ps and nvidia-smi say (each bounded by a timeout)."""
+    import shutil
+
+    tools = {}
+    docker = shutil.which("docker")
+    tools["docker"] = {"present": docker is not None, "rows": [], "error": None}
+    if docker:
+        code, out, err = run_tool([docker, "ps", "--no-trunc", "--format", "{{json .}}"])
+        if code == 0:
+            tools["docker"]["rows"] = parse_docker_rows(out.decode(errors="replace"))
+        else:
+            tools["docker"]["error"] = err or ("timed out" if code is None else f"exit {code}")
+    tools["journal"] = {
+        "present": shutil.which("journalctl") is not None,
+        "systemd": os.path.isdir("/run/systemd/system"),
+    }
+    smi = shutil.which("nvidia-smi")
+    gpus = {"present": smi is not None, "by_pid": {}, "error": None}
+    if smi:
+        code, apps, err = run_tool(
+            [smi, "--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"]
+        )
+        code2, rows, err2 = run_tool([smi, "--query-gpu=index,uuid", "--format=csv,noheader"])
+        if code == 0 and code2 == 0:
+            gpus["by_pid"] = parse_compute_apps(
+                apps.decode(errors="replace"), rows.decode(errors="replace")
+            )
+        else:
+            gpus["error"] = (err or err2) or "nvidia-smi failed"
+    tools["gpus"] = gpus
+    return tools
+
+
+def scan_processes(limit=SCAN_MAX_PROCESSES):
+    """{pid: stat fields} of every process but zombies, at most ``limit``; and whether the
+    scan stopped at the limit."""
+    found = {}
+    names = [n for n in os.listdir("/proc") if n.isdigit()]
+    for name in names[:limit]:
+        stat = parse_stat(
+            read_capped(f"/proc/{name}/stat", SMALL_FILE_BYTES).decode(errors="replace")
+        )
+        if stat is not None and stat["state"] != "Z":
+            found[int(name)] = stat
+    return found, len(names) > limit
+
+
+def tree_of(pid, children):
+    """``pid`` and its descendants (at most TREE_MAX), parents first."""
+    tree, frontier = [pid], [pid]
+    while frontier and len(tree) < TREE_MAX:
+        parent = frontier.pop(0)
+        for child in children.get(parent, ()):
+            if len(tree) >= TREE_MAX:
+                break
+            tree.append(child)
+            frontier.append(child)
+    return tree
+
+
+def ancestors_of(pid, procs):
+    """The parents of ``pid`` up to init (at most ANCESTRY_MAX)."""
+    out = []
+    current = procs.get(pid, {}).get("ppid")
+    while current and current in procs and len(out) < ANCESTRY_MAX and current not in out:
+        out.append(current)
+        current = procs[current]["ppid"]
+    return out
+
+
+def user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+def describe_candidate(pid, procs, children, ctx):
+    """One candidate process as the console reads it."""
+    stat = procs[pid]
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        uid = None
+    raw = read_capped(f"/proc/{pid}/cmdline", CMDLINE_BYTES)
+    tree = tree_of(pid, children)
+    listeners = []
+    seen_ports = set()
+    for member in tree:
+        table = netns_listeners(member, ctx["netns"])
+        if not table:
+            continue
+        for inode in socket_inodes(member):
+            hit = table.get(inode)
+            if hit is not None and hit[0] not in seen_ports:
+                seen_ports.add(hit[0])
+                listeners.append({"port": hit[0], "pid": member, "address": hit[1]})
+    gpus = []
+    for member in tree:
+        for use in ctx["gpus"].get(member, ()):
+            gpus.append(dict(use, pid=member))
+    cgroup = parse_cgroup(
+        read_capped(f"/proc/{pid}/cgroup", SMALL_FILE_BYTES).decode(errors="replace")
+    )
+    return {
+        "pid": pid,
+        "ppid": stat["ppid"],
+        "pgid": stat["pgid"],
+        "sid": stat["sid"],
+        "uid": uid,
+        "user": user_name(uid) if uid is not None else None,
+        "comm": stat["comm"],
+        "argv": split_cmdline(raw),
+        "argv_truncated": len(raw) >= CMDLINE_BYTES,
+        "start_ticks": stat["start_ticks"],
+        "started_at": start_epoch(stat["start_ticks"], ctx["btime"], ctx["hz"]),
+        "listening": listeners,
+        "tree_size": len(tree),
+        "gpus": gpus,
+        "stdout": read_fd(pid, 1),
+        "stderr": read_fd(pid, 2),
+        "cgroup": cgroup,
+        "candidate_ancestors": [p for p in ancestors_of(pid, procs) if p in ctx["candidates"]],
+        "specmon_run": ctx["runs_by_pgid"].get(stat["pgid"]),
+    }
+
+
+def cmd_servers(args):
+    """Processes whose command line holds one of the console's words (stdin: {"words":
+    [...], "pid": N}), each with its user, start time, listening ports (its whole process
+    tree's), stdout/stderr, cgroup (systemd unit, container) and GPUs; the host's docker,
+    journalctl and nvidia-smi; which candidates are runs of this state dir."""
+    state = state_dir(args.state_dir)
+    try:
+        request = json.loads(sys.stdin.read(65536) or "{}")
+    except ValueError:
+        request = {}
+    if not isinstance(request, dict):
+        request = {}
+    words = [
+        str(w).lower()[:200] for w in (request.get("words") or [])[:WORDS_MAX] if str(w).strip()
+    ]
+    if not words:
+        return fail("servers: no words to look for")
+    procs, truncated = scan_processes()
+    children = {}
+    for pid, stat in procs.items():
+        children.setdefault(stat["ppid"], []).append(pid)
+    me = os.getpid()
+    mine = {me, *ancestors_of(me, procs)}
+    candidates = []
+    for pid in sorted(procs):
+        if pid in mine:
+            continue
+        text = read_capped(f"/proc/{pid}/cmdline", CMDLINE_BYTES).replace(b"\0", b" ")
+        lowered = text.decode("utf-8", errors="replace").lower()
+        if any(w in lowered for w in words):
+            candidates.append(pid)
+            if len(candidates) >= CANDIDATES_MAX:
+                break
+    tools = host_tools()
+    runs_by_pgid = {}
+    with contextlib.suppress(OSError):
+        for run in list_runs(state, 200):
+            if run.get("alive") and run.get("pgid"):
+                runs_by_pgid[int(run["pgid"])] = run["run_id"]
+    try:
+        hz = os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError):
+        hz = 100
+    ctx = {
+        "btime": boot_time(read_capped("/proc/stat", 1024 * 1024).decode(errors="replace")),
+        "hz": hz,
+        "netns": {},
+        "gpus": tools["gpus"]["by_pid"],
+        "candidates": set(candidates),
+        "runs_by_pgid": runs_by_pgid,
+    }
+    with contextlib.suppress(OSError):
+        ctx["netns"]["_own"] = os.readlink("/proc/self/ns/net")
+    found = [describe_candidate(pid, procs, children, ctx) for pid in candidates if pid in procs]
+    reply = {
+        "ok": True,
+        "now": time.time(),
+        "host": socket.gethostname(),
+        "candidates": found,
+        "scanned": len(procs),
+        "truncated": truncated or len(candidates) >= CANDIDATES_MAX,
+        "docker": {k: v for k, v in tools["docker"].items()},
+        "journal": tools["journal"],
+        "gpus": {"present": tools["gpus"]["present"], "error": tools["gpus"]["error"]},
+    }
+    asked = request.get("pid")
+    if isinstance(asked, int) and asked > 0:
+        exists = asked in procs or os.path.exists(f"/proc/{asked}")
+        reply["asked"] = {
+            "pid": asked,
+            "exists": exists,
+            "argv": split_cmdline(read_capped(f"/proc/{asked}/cmdline", CMDLINE_BYTES), 64)
+            if exists
+            else [],
+            "ancestors": ancestors_of(asked, procs),
+            "mine": asked in mine,
+        }
+    emit(reply)
     return 0
 
 
@@ -1013,6 +1524,7 @@ def main(argv=None):
         "listener",
         "hold-sweep",
         "watch-runs",
+        "servers",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -1050,6 +1562,7 @@ def main(argv=None):
         "listener": cmd_listener,
         "hold-sweep": cmd_hold_sweep,
         "watch-runs": cmd_watch_runs,
+        "servers": cmd_servers,
     }[args.cmd]
     try:
         return handler(args)
