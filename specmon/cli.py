@@ -22,6 +22,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("stop", "stop", "stop the server run on a host (headless)"),
     ("status", "status", "show the runs on a host (headless)"),
     ("watch", "watch", "stream a host's events as text or JSON lines (headless)"),
+    ("attach", "attach", "list the servers on a host that specmon did not launch (headless)"),
     ("agent", "agent", "run the NVML GPU agent on this machine"),
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),

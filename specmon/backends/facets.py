@@ -77,6 +77,11 @@ class LaunchRules(Named):
     env_prefixes: tuple[str, ...] = ()  # environment families a launch may set, e.g. "FOO_"
     default_speculative_algorithm: str | None = None  # when a form adds speculation
     default_port: int = 30000
+    # Words (case-insensitive) whose presence in a process's command line makes it worth a
+    # look as this server (``specmon attach`` finds servers specmon did not launch); the
+    # command line then decides, through ``command_matches``. The simulator's module is added
+    # by the registry.
+    process_words: tuple[str, ...] = ()
     # A profile's [speculative] keys: (TOML key, SpeculativeFields attribute), the first being
     # the algorithm (required). Ranges are the config's (docs/config.md).
     speculative_keys: tuple[tuple[str, str], ...] = (

@@ -69,6 +69,17 @@ def backend_for_command(command: Sequence[str]) -> str | None:
     return None
 
 
+def process_words() -> tuple[str, ...]:
+    """The words that mark a process as maybe a server of some backend (its ``process_words``
+    and its simulator's module): what ``specmon attach`` asks the host's helper to look for."""
+    words: list[str] = []
+    for backend in all_backends():
+        for word in (*backend.process_words, backend.sim_module):
+            if word and word not in words:
+                words.append(word)
+    return tuple(words)
+
+
 def detect_backend(sample: str) -> str | None:
     """The backend most sure that a log sample is its server's (None when none is)."""
     best, best_score = None, 0.0

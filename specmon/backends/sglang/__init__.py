@@ -111,6 +111,7 @@ class SGLangLaunch(LaunchRules):
     env_prefixes = ("SGLANG_",)
     default_speculative_algorithm = "EAGLE3"
     default_port = 30000
+    process_words = ("sglang",)
 
     def command_matches(self, command: Sequence[str]) -> bool:
         return bool(_LAUNCH_COMMAND.search(" ".join(command)))

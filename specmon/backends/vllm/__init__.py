@@ -120,6 +120,7 @@ class VLLMLaunch(LaunchRules):
         ("draft_tensor_parallel_size", "draft_tensor_parallel_size"),
     )
     default_port = 8000
+    process_words = ("vllm",)
 
     def command_matches(self, command: Sequence[str]) -> bool:
         words = list(command)
