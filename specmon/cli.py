@@ -23,6 +23,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("status", "status", "show the runs on a host (headless)"),
     ("watch", "watch", "stream a host's events as text or JSON lines (headless)"),
     ("attach", "attach", "list the servers on a host that specmon did not launch (headless)"),
+    ("adopt", "adopt", "write a server that specmon did not launch as a profile (headless)"),
     ("agent", "agent", "run the NVML GPU agent on this machine"),
     ("bench", "bench", "benchmark a ready server with the fixed prompt set"),
     ("sweep", "sweep", "relaunch, benchmark and record a grid of settings"),

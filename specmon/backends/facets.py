@@ -105,6 +105,18 @@ class LaunchRules(Named):
         """The flags a profile's fields (model_path, tp, speculative...) stand for, followed
         by its extra_args."""
 
+    def profile_from_argv(self, argv: Sequence[str]) -> dict[str, Any]:
+        """A running server's command line (program words included) as a profile's keys, the
+        inverse of ``profile_command`` + ``profile_args`` (``specmon adopt``): ``command``,
+        ``model_path`` and each flag the profile renders (tp, port, host_bind,
+        mem_fraction_static, draft_model_path, ``speculative`` as a table of its TOML keys),
+        the rest in ``extra_args`` in its order; a profile of these keys launches the same
+        argv, its own flags first. A UsageError when the command line names no model.
+        Default: this server cannot be adopted."""
+        from specmon.model.errors import UsageError
+
+        raise UsageError(f"specmon cannot read a {self.display_name} command line as a profile")
+
     @abstractmethod
     def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
         """Which profile key a launch problem's subject (``--flag``) comes from."""

@@ -173,6 +173,11 @@ class Profile:
     baseline_profile: str | None = None
     nodes: tuple[str, ...] = ()  # hosts of one server spanning nodes; node 0 serves HTTP
     node_grace_s: float = 60.0  # a node gone (dead or unreachable) this long fails the run
+    # Secrets left as the "***" placeholder (``specmon adopt`` writes them so): (key, file,
+    # line) of each; such a profile is refused at launch until the user fills them in.
+    unfilled: tuple[tuple[str, str | None, int | None], ...] = field(
+        default=(), compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         from specmon.backends import DEFAULT_BACKEND, backend_for_command, get_backend
@@ -259,15 +264,44 @@ class Config:
         """The named profile, or a ConfigError (profile_named's message, with the file)."""
         try:
             return profile_named(self.profiles, name)
+        except ConfigError:
+            raise  # names its own file and key
         except UsageError as exc:
             raise ConfigError(str(exc), path=str(self.source) if self.source else None) from None
 
 
+PLACEHOLDER_REFUSAL = 'is the placeholder "***": fill in the secret before launching this profile'
+
+
+def placeholder_keys(profile: Profile) -> list[tuple[str, ...]]:
+    """The keys of ``profile`` that hold a secret as the placeholder ``***`` (what ``specmon
+    adopt`` writes for a secret it never reads): a secret variable's value, or a secret
+    flag's (``--api-key ***``) in extra_args."""
+    from specmon.backends.flag_grammar import parse_flags
+    from specmon.model.secrets import MASK, is_secret_env, is_secret_setting
+
+    keys: list[tuple[str, ...]] = [
+        ("env", name)
+        for name, value in profile.env.items()
+        if value == MASK and is_secret_env(name)
+    ]
+    for item in parse_flags(profile.extra_args)[0]:
+        if item.value == MASK and is_secret_setting(item.name):
+            keys.append(("extra_args",))
+            break
+    return keys
+
+
 def profile_named(profiles: Mapping[str, Profile], name: str) -> Profile:
     """The named profile of a host session's own table, or a UsageError naming the known ones
-    (with a "did you mean" hint): one lookup for the single-host and multi-node launch."""
+    (with a "did you mean" hint): one lookup for the single-host and multi-node launch. A
+    profile holding a secret placeholder (``***``) is refused here, naming the key."""
     if name in profiles:
-        return profiles[name]
+        chosen = profiles[name]
+        if chosen.unfilled:
+            key, path, line = chosen.unfilled[0]
+            raise ConfigError(PLACEHOLDER_REFUSAL, path=path, key=key, line=line)
+        return chosen
     known = ", ".join(sorted(profiles)) or "none"
     raise UsageError(f"unknown profile {name!r}{_did_you_mean(name, profiles)}; known: {known}")
 
@@ -978,7 +1012,11 @@ class _Reader:
             else:
                 key_path = [*path, "extra_args"]
             raise self.error(key_path, problem)
-        return profile
+        unfilled = tuple(
+            (".".join([*path, *key]), self.label, self.positions.line_of([*path, *key]))
+            for key in placeholder_keys(profile)
+        )
+        return dataclasses.replace(profile, unfilled=unfilled) if unfilled else profile
 
     def read_nodes(self, table: Mapping[str, Any], path: Sequence[str], server: Any) -> tuple:
         """``nodes``: two or more distinct hosts (config names or [user@]host[:port] / ssh

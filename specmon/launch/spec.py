@@ -44,12 +44,17 @@ __all__ = ["FlagItem", "FlagValue", "LaunchSpec", "parse_flags", "render_flag"]
 # program a name resolves to (PATH), or what the dynamic loader injects into every process
 # (LD_PRELOAD, LD_AUDIT), and PYTHONHOME, PYTHONSTARTUP, PYTHONINSPECT, which swap or hijack
 # the interpreter itself.
+ENV_FAMILIES = (
+    "NCCL", "CUDA", "CUDNN", "CUBLAS", "CUBLASLT", "NVTE", "NVSHMEM", "TORCH", "TORCHINDUCTOR",
+    "PYTORCH", "NVIDIA", "HF", "HUGGINGFACE", "TRANSFORMERS", "OMP", "MKL", "SPECMON",
+    "TOKENIZERS", "FLASHINFER", "TRITON", "GLOO", "UCX", "MC",
+)  # fmt: skip
+ENV_EXACT_NAMES = (
+    "PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONFAULTHANDLER", "LD_LIBRARY_PATH", "TMPDIR",
+    "XDG_CACHE_HOME", "XDG_DATA_HOME",
+)  # fmt: skip
 ENV_NAME_PATTERN = re.compile(
-    r"^(?:(?:NCCL|CUDA|CUDNN|CUBLAS|CUBLASLT|NVTE|NVSHMEM|TORCH|TORCHINDUCTOR|PYTORCH"
-    r"|NVIDIA|HF|HUGGINGFACE|TRANSFORMERS|OMP|MKL|SPECMON|TOKENIZERS|FLASHINFER|TRITON"
-    r"|GLOO|UCX|MC)_[A-Z0-9_]+"
-    r"|PYTHONPATH|PYTHONUNBUFFERED|PYTHONFAULTHANDLER|LD_LIBRARY_PATH|TMPDIR"
-    r"|XDG_CACHE_HOME|XDG_DATA_HOME)$"
+    rf"^(?:(?:{'|'.join(ENV_FAMILIES)})_[A-Z0-9_]+|{'|'.join(ENV_EXACT_NAMES)})$"
 )
 _ENV_FAMILY_NAME = re.compile(r"^[A-Z][A-Z0-9]*_[A-Z0-9_]+$")
 
@@ -112,6 +117,15 @@ def env_name_problem(name: str) -> str | None:
         f"NCCL_*, CUDA_*, TORCH_*, PYTORCH_*, HF_*, SPECMON_*, {families} and similar "
         "GPU-stack families, plus PYTHONPATH, LD_LIBRARY_PATH, TMPDIR (see docs/config.md)"
     )
+
+
+def allowed_env_rules() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the exact names, the name prefixes) a launch may set, as ``env_name_problem`` allows
+    them: what ``specmon adopt`` asks a host to read of a server's environment (each name
+    read is then checked by ``env_name_problem`` too)."""
+    from specmon.backends import env_prefixes
+
+    return ENV_EXACT_NAMES, (*(f"{family}_" for family in ENV_FAMILIES), *env_prefixes())
 
 
 def simulator_env_problem(name: str, value: str) -> str | None:

@@ -36,6 +36,11 @@ def set_configured_patterns(patterns: Iterable[str]) -> None:
     )
 
 
+def secret_env_patterns() -> tuple[str, ...]:
+    """Every pattern a secret environment name matches: the built-in ones and the config's."""
+    return (*BUILTIN_SECRET_ENV, *_configured)
+
+
 def is_secret_env(name: str) -> bool:
     upper = name.upper()
     return any(fnmatchcase(upper, p) for p in (*BUILTIN_SECRET_ENV, *_configured))

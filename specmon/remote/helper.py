@@ -28,6 +28,9 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   servers     the LLM servers on this host, whoever started them (the words that mark one on
               stdin): pid, user, start time, listening ports, stdout/stderr, systemd unit or
               container, GPUs; whether docker, journalctl and nvidia-smi are there
+  environ     the environment of one process this user may read (stdin: {"pid", "names",
+              "prefixes", "secret_env"}): only the variables named or prefixed so, and the
+              value of every one whose name looks secret as "***" (masked here, never sent)
 """
 
 from __future__ import annotations
@@ -870,6 +873,80 @@ def cmd_servers(args):
     return 0
 
 
+# --- environ ---------------------------------------------------------------------------------
+
+ENVIRON_BYTES = 1024 * 1024  # of /proc/PID/environ
+ENVIRON_NAMES_MAX = 256  # names, prefixes or patterns the console may send, of each
+# Names whose values are secrets, whatever the console sends (kept equal to
+# specmon.model.secrets.BUILTIN_SECRET_ENV: a test checks): the console adds the config's own
+# ``[security] secret_env`` patterns.
+SECRET_ENV = ("*TOKEN*", "*KEY*", "*SECRET*", "*PASSWORD*")
+SECRET_MASK = "***"
+
+
+def environ_texts(request, key):
+    """A list of short texts from the console's request (at most ENVIRON_NAMES_MAX)."""
+    values = request.get(key) or []
+    if not isinstance(values, list):
+        return []
+    return [str(v)[:200] for v in values[:ENVIRON_NAMES_MAX] if str(v)]
+
+
+def filter_environ(data, names, prefixes, secret_patterns):
+    """The NUL-separated ``NAME=value`` words of /proc/PID/environ as {name: value}: only the
+    names in ``names`` or starting with one of ``prefixes``, and a secret name's value as
+    "***" (an empty one stays empty). The first of a name given twice wins, as getenv reads."""
+    from fnmatch import fnmatchcase
+
+    patterns = [p.upper() for p in (*SECRET_ENV, *secret_patterns)]
+    wanted = set(names)
+    prefixes = tuple(prefixes)
+    out = {}
+    for word in data.split(b"\0"):
+        name, equals, value = word.partition(b"=")
+        if not equals or not name:
+            continue
+        name = name.decode("utf-8", errors="replace")
+        if name in out or not (name in wanted or (prefixes and name.startswith(prefixes))):
+            continue
+        secret = any(fnmatchcase(name.upper(), p) for p in patterns)
+        out[name] = SECRET_MASK if secret and value else value.decode("utf-8", errors="replace")
+    return out
+
+
+def cmd_environ(args):
+    """The allowed variables of one process's environment (stdin: {"pid": N, "names": [...],
+    "prefixes": [...], "secret_env": [...]}), secret values masked before they leave."""
+    state_dir(args.state_dir)
+    try:
+        request = json.loads(sys.stdin.read(65536) or "{}")
+    except ValueError:
+        request = {}
+    if not isinstance(request, dict):
+        request = {}
+    pid = request.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
+        return fail("environ: no pid")
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            data = f.read(ENVIRON_BYTES)
+    except FileNotFoundError:
+        return fail(f"environ: no process {pid}")
+    except PermissionError:
+        return fail(f"environ: the environment of pid {pid} is not readable by this user")
+    truncated = len(data) >= ENVIRON_BYTES
+    if truncated:
+        data = data[: data.rfind(b"\0") + 1]  # not the word cut in two
+    env = filter_environ(
+        data,
+        environ_texts(request, "names"),
+        environ_texts(request, "prefixes"),
+        environ_texts(request, "secret_env"),
+    )
+    emit({"ok": True, "pid": pid, "env": env, "truncated": truncated})
+    return 0
+
+
 # --- launch ---------------------------------------------------------------------------------
 
 
@@ -1525,6 +1602,7 @@ def main(argv=None):
         "hold-sweep",
         "watch-runs",
         "servers",
+        "environ",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -1563,6 +1641,7 @@ def main(argv=None):
         "hold-sweep": cmd_hold_sweep,
         "watch-runs": cmd_watch_runs,
         "servers": cmd_servers,
+        "environ": cmd_environ,
     }[args.cmd]
     try:
         return handler(args)

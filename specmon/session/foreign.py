@@ -28,3 +28,29 @@ async def survey_host(
         ["servers"], input=json.dumps(request).encode(), timeout=SURVEY_TIMEOUT_S
     )
     return survey_from_helper(host or helper.host_label, reply)
+
+
+async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], bool]:
+    """(the variables of process ``pid``'s environment that a profile may set, whether the
+    host cut the environment short). The host reads /proc/PID/environ and sends back only the
+    allowed names (the launch rules' exact names and prefixes) with every secret value
+    (``*TOKEN*``... and ``[security] secret_env``) already ``***``, so no secret crosses the
+    wire; the names are checked again here and any secret still masked."""
+    from specmon.launch.spec import allowed_env_rules, env_name_problem
+    from specmon.model.secrets import redact_env, secret_env_patterns
+
+    names, prefixes = allowed_env_rules()
+    request = {
+        "pid": pid,
+        "names": list(names),
+        "prefixes": list(prefixes),
+        "secret_env": list(secret_env_patterns()),
+    }
+    reply = await helper.call(["environ"], input=json.dumps(request).encode())
+    raw = reply.get("env")
+    env = {
+        str(name): str(value)
+        for name, value in (raw.items() if isinstance(raw, dict) else ())
+        if env_name_problem(str(name)) is None
+    }
+    return redact_env(env), bool(reply.get("truncated"))

@@ -142,6 +142,56 @@ class SGLangLaunch(LaunchRules):
         args += profile.extra_args
         return tuple(args)
 
+    def profile_from_argv(self, argv: Sequence[str]) -> dict[str, Any]:
+        """The flags ``profile_args`` renders, read back (each once, its value as the profile
+        writes it); the speculative numbers only with the algorithm (the profile renders them
+        only then). TP and the draft model count as one setting whatever their spelling."""
+        from specmon.backends.profile_argv import (
+            Field,
+            as_float,
+            as_int,
+            as_text,
+            nest,
+            split_words,
+            take_flags,
+        )
+        from specmon.backends.sglang.flags import flag_name_as_read
+        from specmon.model.errors import UsageError
+
+        command, tail = split_words(argv)
+        algorithms = self.speculative_algorithms()
+        fields = {
+            "model-path": Field(("model_path",), as_text),
+            "tp": Field(("tp",), as_int),
+            "host": Field(("host_bind",), as_text),
+            "port": Field(("port",), as_int),
+            "speculative-algorithm": Field(
+                ("speculative", "algorithm"), lambda v: v if v in algorithms else None
+            ),
+            "speculative-draft-model-path": Field(("draft_model_path",), as_text),
+            "mem-fraction-static": Field(("mem_fraction_static",), as_float),
+        }
+        numbers = {
+            "speculative-num-steps": Field(("speculative", "num_steps"), as_int),
+            "speculative-eagle-topk": Field(("speculative", "eagle_topk"), as_int),
+            "speculative-num-draft-tokens": Field(("speculative", "num_draft_tokens"), as_int),
+        }
+
+        def setting_of(name: str) -> str:
+            if name in TP_FLAGS:
+                return "tp"
+            if name in DRAFT_MODEL_FLAGS:
+                return "speculative-draft-model-path"
+            return flag_name_as_read(name)
+
+        taken, _ = take_flags(tail, fields, setting_of)
+        if ("speculative", "algorithm") in taken:
+            fields.update(numbers)
+        taken, rest = take_flags(tail, fields, setting_of)
+        if ("model_path",) not in taken:
+            raise UsageError("its command line has no --model-path that specmon can read")
+        return {"command": command, **nest(taken), "extra_args": rest}
+
     def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
         return _PROFILE_KEYS.get(subject)
 

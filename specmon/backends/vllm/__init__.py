@@ -108,6 +108,27 @@ class VLLMLogs(ServerLogs):
         return score if score > 0.5 else 0.0  # 0.5: no line voted either way
 
 
+def _profile_spec_config(text: str) -> dict[str, Any] | None:
+    """A ``--speculative-config`` value as a profile's keys (method, model and its numbers), or
+    None when a profile cannot say it: another key, a method it may not name, a number that
+    is not a positive whole number, numbers without a method."""
+    config, problem = vflags.read_spec_config(text)
+    numbers = ("num_speculative_tokens", "draft_tensor_parallel_size")
+    if problem or not config or set(config) - {"method", "model", *numbers}:
+        return None
+    method = config.get("method")
+    if method is not None and method not in vflags.METHODS:
+        return None
+    if "model" in config and not (isinstance(config["model"], str) and config["model"]):
+        return None
+    for key in numbers:
+        if key in config and not (type(config[key]) is int and config[key] > 0):
+            return None
+    if method is None and any(key in config for key in numbers):
+        return None
+    return config
+
+
 class VLLMLaunch(LaunchRules):
     """How a profile becomes its command line, and what may run."""
 
@@ -165,6 +186,57 @@ class VLLMLaunch(LaunchRules):
             args += render_flag(vflags.SPEC_CONFIG_FLAG, vflags.spec_config_json(config))
         args += profile.extra_args
         return tuple(args)
+
+    def profile_from_argv(self, argv: Sequence[str]) -> dict[str, Any]:
+        """``vllm serve MODEL`` (or an entry module's ``--model``) and the flags
+        ``profile_args`` renders, read back; ``--speculative-config`` when its JSON holds only
+        the keys a profile sets (method, model, num_speculative_tokens,
+        draft_tensor_parallel_size), with a method a profile may name. ``serve --model M``
+        becomes ``serve M`` (the profile's form; vLLM reads both alike)."""
+        from specmon.backends.profile_argv import (
+            Field,
+            as_float,
+            as_int,
+            as_text,
+            nest,
+            split_words,
+            take_flags,
+        )
+        from specmon.model.errors import UsageError
+
+        command, tail = split_words(argv)
+        model: str | None = None
+        if "serve" in command:
+            at = command.index("serve")
+            after = command[at + 1 :]
+            if len(after) > 1:
+                raise UsageError(f"its command line has words after the model: {after[1]!r:.60}")
+            command, model = command[: at + 1], (after[0] if after else None)
+        fields = {
+            "tensor-parallel-size": Field(("tp",), as_int),
+            "host": Field(("host_bind",), as_text),
+            "port": Field(("port",), as_int),
+            "gpu-memory-utilization": Field(("mem_fraction_static",), as_float),
+            vflags.SPEC_CONFIG_FLAG: Field(("speculative-config",), _profile_spec_config),
+        }
+        if model is None:
+            fields["model"] = Field(("model_path",), as_text)
+
+        def setting_of(name: str) -> str:
+            normal = vflags.normal_name(name)
+            return vflags.SPEC_CONFIG_FLAG if normal in vflags.SHORTCUTS else normal
+
+        taken, rest = take_flags(tail, fields, setting_of)
+        if model is not None:
+            taken[("model_path",)] = model
+        if ("model_path",) not in taken:
+            raise UsageError("its command line names no model (serve MODEL, or --model)")
+        config = taken.pop(("speculative-config",), None)
+        if isinstance(config, dict):
+            for key, value in config.items():
+                path = ("draft_model_path",) if key == "model" else ("speculative", key)
+                taken[path] = value
+        return {"command": command, **nest(taken), "extra_args": rest}
 
     def profile_key_of(self, subject: str) -> tuple[str, ...] | None:
         return _PROFILE_KEYS.get(subject) or _PROFILE_KEYS.get(subject.lstrip("-"))
