@@ -70,6 +70,15 @@ def run(args: argparse.Namespace) -> int:
             await session.close()
 
     survey, server, env, truncated = run_async(main)
+    if server.container is not None:
+        name = server.container.name or server.container.id[:12]
+        print(
+            safe_text(
+                f"note: pid {server.pid} runs in container {name}; the profile runs its "
+                "command on the host itself"
+            ),
+            file=sys.stderr,
+        )
     backend = get_backend(server.backend)
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(server.started_at or time.time()))
     description = f"adopted from pid {server.pid} on {survey.host} (started {started})"
@@ -96,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
 
 def chosen_server(survey: Any, pid: int | None) -> Any:
     """The server ``--pid`` names (refused as `attach --pid` refuses), else the only server
-    on the host that has a pid; none or several is a one-line refusal."""
+    on the host that has a pid; none or several is a one-line refusal, and so is a command
+    line the host did not read whole."""
     from specmon.model.errors import UsageError
     from specmon.model.terminal_text import safe_text
 
@@ -104,7 +114,7 @@ def chosen_server(survey: Any, pid: int | None) -> Any:
         server = survey.server(pid)
         if server is None:
             raise UsageError(safe_text(survey.refusal(pid)))
-        return server
+        return whole_command(survey, server)
     servers = [s for s in survey.servers if s.pid is not None]
     if not servers:
         hidden = len(survey.servers)
@@ -115,4 +125,21 @@ def chosen_server(survey: Any, pid: int | None) -> Any:
         raise UsageError(
             safe_text(f"{len(servers)} servers on {survey.host} (pids {pids}): name one with --pid")
         )
-    return servers[0]
+    return whole_command(survey, servers[0])
+
+
+def whole_command(survey: Any, server: Any) -> Any:
+    """``server``, unless the host read only part of its command line (a profile of part of
+    it would launch something else)."""
+    from specmon.model.errors import UsageError
+    from specmon.model.terminal_text import safe_text
+
+    for candidate in survey.candidates:
+        if candidate.get("pid") == server.pid and candidate.get("argv_truncated"):
+            raise UsageError(
+                safe_text(
+                    f"pid {server.pid} on {survey.host}: its command line is longer than the "
+                    "host reads (16 KiB); write this profile by hand"
+                )
+            )
+    return server

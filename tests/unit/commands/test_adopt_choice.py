@@ -69,3 +69,11 @@ def test_a_secret_flag_reaches_the_profile_masked() -> None:
     server = chosen_server(survey(candidate(10, [*SERVER, "--api-key", "s3cret"])), None)
     table = adopted_table(get_backend(server.backend), server.argv, {})
     assert table["extra_args"] == ["--api-key", "***"]
+
+
+def test_a_command_line_read_in_part_is_refused() -> None:
+    cut = candidate(10, SERVER) | {"argv_truncated": True}
+    with pytest.raises(UsageError, match="longer than the host reads"):
+        chosen_server(survey(cut), None)
+    with pytest.raises(UsageError, match="longer than the host reads"):
+        chosen_server(survey(cut), 10)
