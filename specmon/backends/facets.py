@@ -212,6 +212,10 @@ class HttpApi(Named):
     metric_prefix: str = ""  # Prometheus samples kept for the console (e.g. "foo:")
     accept_length_metric: str | None = None  # the mean acceptance length gauge
     generate_path: str = ""  # the generation endpoint the benchmark sends prompts to
+    # How the server is made to serve ``metrics_path`` when it answers 404 ("" : it always does).
+    metrics_hint: str = ""
+    # GET paths whose answers tell this server from others (`specmon watch http://...`).
+    probe_paths: tuple[str, ...] = ()
 
     def ready_on_health(self, status: int | None) -> bool:
         """Whether an answer of the health endpoint means the server is ready to serve."""
@@ -250,6 +254,17 @@ class HttpApi(Named):
         """A reader of the server's ``/metrics`` into events, or None when its log says all
         (the poller publishes its events only while the log's own stats lines are quiet)."""
         return None
+
+    def new_http_only_metrics_reader(self) -> MetricsReader | None:
+        """The reader for a server watched by its URL alone (no log at all): every figure
+        the console shows must then come from ``/metrics``. Default: ``new_metrics_reader``."""
+        return self.new_metrics_reader()
+
+    def http_likeness(self, answers: Mapping[str, Any]) -> float:
+        """How sure (0..1) that the answers to ``probe_paths`` (every registered backend's,
+        path -> the parsed JSON, None where no 200 JSON answer came) are this server's. The
+        answers are untrusted: read them with isinstance checks, never raise. Default: 0."""
+        return 0.0
 
     def accept_length_between(self, before: str, after: str) -> float | None:
         """The mean acceptance length over an interval from two ``/metrics`` pages, for a

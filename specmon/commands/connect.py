@@ -20,12 +20,14 @@ examples:
   specmon connect gpu-box               the console on one host of specmon.toml
   specmon connect a b c                 the fleet console over three hosts
   specmon connect --all --read-only     every configured host, nothing can be changed
+  specmon connect http://10.0.0.5:8000  a server by its URL alone: read-only, no SSH
 """
 """The examples that end `specmon connect --help`."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.url_targets import add_backend_argument
 
     add_hosts_arguments(parser, every=True)
     parser.add_argument("--headless", action="store_true", help="print events instead of the UI")
@@ -49,6 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="also serve this host's metrics to Prometheus at HOST:PORT (see `specmon export`)",
     )
+    add_backend_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,13 +64,17 @@ def run(args: argparse.Namespace) -> int:
         watch_fleet_headless,
         watch_headless,
     )
+    from specmon.commands.url_targets import url_sessions
     from specmon.model.errors import UsageError
     from specmon.state.fleet import fleet_names
 
-    config = load_config_from(args)
-    spanning = nodes_profile(args, config)
+    by_url = url_sessions(args)  # http://HOST:PORT: before any config or SSH lookup
+    config = None if by_url is not None else load_config_from(args)
+    spanning = nodes_profile(args, config) if by_url is None else None
     sessions: list[tuple[str, Any]]
-    if spanning is not None:  # one server over several nodes: one controller for all of them
+    if by_url is not None:  # read-only: nothing of a server is changed over HTTP
+        sessions, args.read_only = by_url, True
+    elif spanning is not None:  # one server over several nodes: one controller for all of them
         sessions = [(spanning.name, controller_from_args(args, config, spanning))]
     else:
         names = fleet_names(args.hosts, config, every=args.all_hosts)
@@ -115,4 +122,5 @@ def metrics_server(
             "use `specmon export --public` with --bearer-token-file or --basic-auth-file"
         )
     watched = [WatchedHost(name, session.bus) for name, session in sessions]
-    return MetricsServer(build_registry(lambda: watched, backend_of_profile(config)), host, port)
+    backends = backend_of_profile(config) if config is not None else {}  # None: URL targets
+    return MetricsServer(build_registry(lambda: watched, backends), host, port)

@@ -158,6 +158,8 @@ def describe_event(event: Event) -> str | None:
                 f"{event.pid}, launched by {event.owner or 'another client'}; it replaced "
                 f"{event.replaces})"
             )
+        if event.pid is None and event.profile is None and event.backend:  # a URL's server
+            return f"run         watching {event.run_id} ({event.backend}, HTTP only)"
         how = "reattached" if event.reattached else "launched"
         return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid})"
     if isinstance(event, RunState):

@@ -13,12 +13,14 @@ examples:
   specmon watch gpu-box                 the host's events as text
   specmon watch gpu-box --json --log    JSON lines, with the server's log lines
   specmon watch gpu-box --until ready   wait for the server to be ready, then end
+  specmon watch http://10.0.0.5:30000   a server by its URL alone: HTTP only, no SSH
 """
 """The examples that end `specmon watch --help`."""
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.url_targets import add_backend_argument
 
     add_hosts_arguments(parser)
     parser.add_argument("--json", action="store_true", help="JSON lines (with arrival time 'at')")
@@ -28,6 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", metavar="P", help="a profile with nodes: watch its server over all of them"
     )
+    add_backend_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -38,8 +41,14 @@ def run(args: argparse.Namespace) -> int:
         watch_fleet_headless,
         watch_headless,
     )
+    from specmon.commands.url_targets import url_sessions
     from specmon.state.fleet import fleet_names
 
+    by_url = url_sessions(args)  # http://HOST:PORT: before any config or SSH lookup
+    if by_url is not None:
+        if len(by_url) == 1:
+            return watch_headless(by_url[0][1], args)
+        return watch_fleet_headless(by_url, args)
     config = load_config_from(args)
     spanning = nodes_profile(args, config)
     if spanning is not None:  # one server over several nodes, watched as one run

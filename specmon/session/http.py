@@ -27,11 +27,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class PollTarget:
-    """The run to poll: its id, its port on the host and its backend's name."""
+    """The run to poll: its id, its port on the host and its backend's name; ``base_url``,
+    when set, is where to reach it as it is (a server watched by its URL: no forward)."""
 
     run_id: str
     port: int
     backend: str
+    base_url: str | None = None
 
 
 class PortForwarder(Protocol):
@@ -109,8 +111,10 @@ class HttpPoller:
         interval_s: Callable[[], float],
         timeout_s: float,
         log_stats_quiet: Callable[[Event | None], bool] | None = None,
+        http_only: bool = False,
     ) -> None:
         self.host = host
+        self.http_only = http_only  # no log at all: /metrics says every figure
         # Whether the log's decode stats are quiet (given the poller's own last decode):
         # only then are the events the backend reads from /metrics published.
         self._log_stats_quiet = log_stats_quiet
@@ -140,21 +144,28 @@ class HttpPoller:
         if target is None:
             return
         backend = get_backend(target.backend)
+        if target.base_url is not None:
+            await self._poll_at(target.run_id, target.base_url, backend)
+            return
         local_port = await self.host.transport.forward_port(target.port)
-        base = f"http://127.0.0.1:{local_port}"
-        self.base_url, self.run_id = base, target.run_id
         try:
-            await self._poll(target.run_id, base, backend)
+            await self._poll_at(target.run_id, f"http://127.0.0.1:{local_port}", backend)
+        finally:
+            await self.host.transport.close_forward(local_port)
+
+    async def _poll_at(self, run_id: str, base: str, backend: HttpApi) -> None:
+        self.base_url, self.run_id = base, run_id
+        try:
+            await self._poll(run_id, base, backend)
         finally:
             if self.base_url == base:
                 self.base_url = self.run_id = None
-            await self.host.transport.close_forward(local_port)
 
     async def _poll(self, run_id: str, base: str, backend: HttpApi) -> None:
         host = self.host
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
-        reader = backend.new_metrics_reader() if self._log_stats_quiet is not None else None
+        reader = self._reader(backend) if self._log_stats_quiet is not None else None
         polls = 0
         async with httpx.AsyncClient(timeout=self._timeout_s, trust_env=False) as client:
             while host.is_following(run_id):
@@ -181,6 +192,13 @@ class HttpPoller:
                     polls += 1
                 elapsed = time.monotonic() - started
                 await asyncio.sleep(max(0.05, self._interval_s() - elapsed))
+
+    def _reader(self, backend: HttpApi) -> MetricsReader | None:
+        """The backend's reader of ``/metrics`` into events (a host's session: the one for a
+        server whose log can go quiet; ``http_only``: the one for a server with no log)."""
+        if self.http_only:
+            return backend.new_http_only_metrics_reader()
+        return backend.new_metrics_reader()
 
     async def _health_status(self, client: httpx.AsyncClient, url: str) -> int:
         """The health endpoint's status; its body (read up to its cap, then let go) says
@@ -219,6 +237,9 @@ class HttpPoller:
         except httpx.HTTPError:
             return None
         if response.status_code == 404:
+            if self.http_only:  # nothing else would say tok/s or acceptance: say why once
+                hint = f" ({backend.metrics_hint})" if backend.metrics_hint else ""
+                self._notice_once(what, f"{what} not served{hint}: no tok/s or acceptance")
             return False
         if response.status_code != 200:
             return None

@@ -56,6 +56,9 @@ class HostController(ABC):
     traffic: Traffic | None = None  # client traffic this console generates itself (demo)
     can_launch: bool = True  # False for a console that only shows recorded events
     autolaunch: str | None = None  # a profile launched on start when no run is live (demo)
+    # Why this console can change nothing, said when an action is refused (a server watched
+    # by its URL); None: the read-only console's general words.
+    read_only_reason: str | None = None
 
     @abstractmethod
     async def start(self) -> None:

@@ -269,6 +269,8 @@ class SpecmonApp(App[int]):
             elif isinstance(event, AgentStatus) and shown:
                 problem = (event.detail or "error") if event.state == "error" else None
                 view.main.query_one(GpuPanel).set_agent_problem(problem)
+                note = event.detail if event.state == "stopped" else None
+                view.main.query_one(GpuPanel).set_agent_note(note)
             elif isinstance(event, Ready):
                 seconds = event.load_seconds
                 if seconds is None:
@@ -392,7 +394,7 @@ class SpecmonApp(App[int]):
 
     def _refused_read_only(self) -> bool:
         if self.read_only:
-            self.notify(READ_ONLY_REFUSAL, severity="warning")
+            self.notify(self.controller.read_only_reason or READ_ONLY_REFUSAL, severity="warning")
         return self.read_only
 
     @property

@@ -388,6 +388,41 @@ def test_metrics_acceptance_by_position(server: SpecmonRun, install: RealVLLMIns
     assert rates.generation_tokens_per_s and rates.generation_tokens_per_s > 0
 
 
+def test_watch_by_url_alone_shows_health_and_metrics(server: SpecmonRun) -> None:
+    """`specmon watch http://127.0.0.1:PORT` on the real server, no SSH and no config: the
+    backend told from its answers (/version, /v1/models), its health, its model, and tok/s
+    and acceptance by position from its /metrics counters alone (no log is read)."""
+    server.wait_ready()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "specmon", "watch", server.base_url, "--json"]
+    watcher = subprocess.Popen(
+        [*command, "--duration", "14"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:  # requests across several /metrics scrapes
+        complete(server.base_url, SERVED_NAME, PROMPTS[0], max_tokens=32)
+    out, err = watcher.communicate(timeout=120)
+    assert watcher.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    run = next(e for e in events if e["kind"] == "run")
+    assert run["backend"] == "vllm" and run["run_id"] == server.base_url
+    assert any(e["kind"] == "health" and e["status"] == 200 for e in events)
+    assert any(e["kind"] == "run_state" and e["state"] == "ready" for e in events)
+    info = dict(next(e for e in events if e["kind"] == "server_info")["values"])
+    assert info["model"] == SERVED_NAME
+    assert any(e["kind"] == "metrics" and e["values"] for e in events)
+    decodes = [e for e in events if e["kind"] == "decode" and e["gen_throughput"] > 0]
+    assert decodes, sorted({e["kind"] for e in events})
+    specs = [e for e in events if e["kind"] == "spec_decode"]
+    assert specs and all(len(s["per_position"]) == 3 for s in specs)
+    assert not any(e["kind"] in ("log", "probe") for e in events)  # HTTP alone
+
+
 def probe_lines(run: SpecmonRun) -> list[str]:
     """The probe file's complete lines, read once: the writer flushes every 0.2 s while a test
     reads, so a second read can hold more lines and the last one can be cut mid-write."""

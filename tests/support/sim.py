@@ -51,6 +51,20 @@ EAGLE3_TP8_ARGS: tuple[str, ...] = (
     "0.85",
 )
 
+# The vLLM personality (``python -m specmon.sim.vllm``) as a plain `vllm serve` with EAGLE-3.
+VLLM_EAGLE3_ARGS: tuple[str, ...] = (
+    "serve",
+    "meta-llama/Llama-3.3-70B-Instruct",
+    "--tensor-parallel-size",
+    "8",
+    "--host",
+    "127.0.0.1",
+    "--speculative-config",
+    '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B", '
+    '"num_speculative_tokens": 3}',
+)
+VLLM_READY_LINE = "Application startup complete."
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -139,8 +153,10 @@ def start_sim(
     allow_long_context: bool = True,
     probe: bool = True,
     port: int | None = None,
+    module: str = "specmon.sim",
 ) -> Iterator[SimProcess]:
-    """Run ``python -m specmon.sim`` with ``base_args`` + ``args`` on a free port."""
+    """Run ``python -m specmon.sim`` (or another personality's ``module``, e.g.
+    ``specmon.sim.vllm`` with VLLM_EAGLE3_ARGS) with ``base_args`` + ``args`` on a free port."""
     workdir.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     log_path = workdir / "server.log"
@@ -160,7 +176,7 @@ def start_sim(
     if probe_path is not None:
         full_env["SPECMON_PROBE_FILE"] = str(probe_path)
     full_env.update(env or {})
-    argv = [sys.executable, "-m", "specmon.sim", *merge_args(base_args, args)]
+    argv = [sys.executable, "-m", module, *merge_args(base_args, args)]
     if "--port" not in args:
         argv += ["--port", str(port)]
     with log_path.open("ab") as log:

@@ -17,6 +17,7 @@ from specmon.backends import (
     LaunchRules,
     LogParser,
     LogSummary,
+    MetricsReader,
     NodePlacement,
     ProbeHook,
     ProbeTargets,
@@ -304,6 +305,33 @@ class SGLangHttp(HttpApi):
     metric_prefix = "sglang:"
     accept_length_metric = "sglang:spec_accept_length"
     generate_path = "/generate"
+    probe_paths = ("/get_server_info", "/server_info", "/v1/models")
+    metrics_hint = "SGLang serves it when launched with --enable-metrics"
+
+    def http_likeness(self, answers: Mapping[str, Any]) -> float:
+        """Its server info (the launch's server args: ``model_path`` with ``tp_size`` or
+        ``internal_states``) is sure; an OpenAI model card ``owned_by`` sglang nearly so."""
+        for path in ("/get_server_info", "/server_info"):
+            info = answers.get(path)
+            if (
+                isinstance(info, dict)
+                and "model_path" in info
+                and ("tp_size" in info or "internal_states" in info)
+            ):
+                return 1.0
+        models = answers.get("/v1/models")
+        cards = models.get("data") if isinstance(models, dict) else None
+        if isinstance(cards, list) and any(
+            isinstance(card, dict) and card.get("owned_by") == "sglang" for card in cards[:8]
+        ):
+            return 0.9
+        return 0.0
+
+    def new_http_only_metrics_reader(self) -> MetricsReader | None:
+        """The scheduler's gauges: a launched run's log says all, a URL's server nothing."""
+        from specmon.backends.sglang.metrics import SGLangMetricsReader
+
+        return SGLangMetricsReader()
 
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
         if not isinstance(data, dict):

@@ -362,6 +362,21 @@ class VLLMHttp(HttpApi):
     metric_prefix = "vllm:"
     accept_length_metric = None  # vLLM exports counters; the length is their rate ratio
     generate_path = "/v1/completions"
+    probe_paths = ("/version", "/v1/models")
+
+    def http_likeness(self, answers: Mapping[str, Any]) -> float:
+        """A model card ``owned_by`` vllm is sure; a bare ``/version`` beside an OpenAI model
+        list (and no SGLang server info) is likely."""
+        models = answers.get("/v1/models")
+        cards = models.get("data") if isinstance(models, dict) else None
+        if isinstance(cards, list) and any(
+            isinstance(card, dict) and card.get("owned_by") == "vllm" for card in cards[:8]
+        ):
+            return 1.0
+        version = answers.get("/version")
+        if isinstance(version, dict) and isinstance(version.get("version"), str):
+            return 0.5 if isinstance(cards, list) else 0.3
+        return 0.0
 
     def ready_on_health(self, status: int | None) -> bool:
         return status == 200  # 503: the engine died (vLLM refuses connections while loading)

@@ -41,23 +41,34 @@ class GpuPanel(Static):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "GPUs"
         self.agent_problem: str | None = None
+        self.agent_note: str | None = None  # why no sample will come (no agent runs)
         self._last: tuple[object, ...] | None = None
 
     def set_agent_problem(self, message: str | None) -> None:
         self.agent_problem = message
         self._last = None
 
+    def set_agent_note(self, message: str | None) -> None:
+        """Why no GPU sample will come (e.g. "GPUs: not visible over HTTP"), shown in place
+        of the wait for the agent's first sample."""
+        self.agent_note = message
+        self._last = None
+
     def update_from(self, store: StateStore) -> None:
         width = max(20, self.size.width - 4)
         # readings are replaced per sample, so their identities change only when a sample came
-        key = (tuple(map(id, store.gpus.values())), width, self.agent_problem)
+        key = (tuple(map(id, store.gpus.values())), width, self.agent_problem, self.agent_note)
         if key == self._last:
             return
         self._last = key
-        self.update(render_gpu_rows(store, width, self.agent_problem), layout=False)
+        self.update(
+            render_gpu_rows(store, width, self.agent_problem, self.agent_note), layout=False
+        )
 
 
-def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = None) -> Text:
+def render_gpu_rows(
+    store: StateStore, width: int, agent_problem: str | None = None, agent_note: str | None = None
+) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis")
     if agent_problem:
         text.append(f"GPU agent: {safe_text(agent_problem)}", style="bold red")
@@ -65,7 +76,10 @@ def render_gpu_rows(store: StateStore, width: int, agent_problem: str | None = N
             text.append("\n")
     if not store.gpus:
         if not agent_problem:
-            text.append("waiting for the GPU agent's first sample…", style="dim italic")
+            waiting = (
+                safe_text(agent_note) if agent_note else "waiting for the GPU agent's first sample…"
+            )
+            text.append(waiting, style="dim italic")
         return text
     wide = width >= WIDE_AT
     indices = sorted(store.gpus)
