@@ -603,7 +603,9 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(directory: Path) -> None:
-    with (directory / "filler").open("wb") as f, contextlib.suppress(OSError):
+    # suppress outermost: closing the file flushes its buffer, which fails on a full disk too
+    # (whether it does depends on what else is on the disk, e.g. the helper's size)
+    with contextlib.suppress(OSError), (directory / "filler").open("wb") as f:
         while True:
             f.write(b"x" * 65536)
             f.flush()
