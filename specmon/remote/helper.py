@@ -31,6 +31,9 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   environ     the environment of one process this user may read (stdin: {"pid", "names",
               "prefixes", "secret_env"}): only the variables named or prefixed so, and the
               value of every one whose name looks secret as "***" (masked here, never sent)
+  follow-foreign  follow the log of a server specmon did not launch (a regular file by path,
+              rotation and truncation told; a unit's journal; a container's docker logs) as
+              follow does a run's, and tell when its process ends; ends when stdin closes
 """
 
 from __future__ import annotations
@@ -1429,6 +1432,214 @@ def cmd_follow(args):
             return 0
 
 
+# --- follow-foreign: the log of a server specmon did not launch ------------------------------
+
+FOREIGN_CHUNK = 256 * 1024  # bytes read and sent at once, as follow's
+
+
+def journal_argv(unit, user_unit=False, since=None):
+    """journalctl following a systemd unit's output as the server wrote it, from ``since``
+    (epoch seconds: the server's start, so its loading phases are replayed) or its last
+    10,000 lines. ``--unit=NAME`` in one word: a name is never taken for an option."""
+    argv = ["journalctl", "--user"] if user_unit else ["journalctl"]
+    argv += ["--unit=" + unit, "--follow", "--output=cat", "--no-pager"]
+    argv += [f"--since=@{int(since)}"] if since else ["--lines=10000"]
+    return argv
+
+
+def docker_argv(container, since=None):
+    """docker following a container's output (stdout and stderr), from ``since`` (epoch
+    seconds) or the container's start. ``--`` before the name: never an option."""
+    argv = ["docker", "logs", "--follow"]
+    argv += [f"--since={int(since)}"] if since else []
+    return [*argv, "--", container]
+
+
+def open_regular(path):
+    """(fd, stat) of ``path`` opened for reading if it is a regular file; ValueError naming
+    what it is otherwise (a FIFO, a device or a directory is never opened for reading: stat
+    first, then fstat of what was opened, in case the path changed between the two)."""
+    if not S_ISREG(os.stat(path).st_mode):
+        raise ValueError("not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    st = os.fstat(fd)
+    if not S_ISREG(st.st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    return fd, st
+
+
+def emit_chunk(offset, data):
+    if len(data) >= COMPRESS_FROM:
+        body = {"z": base64.b64encode(zlib.compress(data, 1)).decode()}
+    else:
+        body = {"b": base64.b64encode(data).decode()}
+    emit(dict(body, t="log", o=offset))
+
+
+class FileTail:
+    """A regular file followed by path from a byte offset. The path naming another file now
+    (logrotate's rename + create) is a rotation: the old file is read to its end, then the new
+    one from 0; a size below the offset (truncation, ``> log`` again) restarts at 0. Both are
+    told ({"t": "reset", "why": ...}) so the reader starts its lines over."""
+
+    def __init__(self, path, pid, offset, inode):
+        self.path, self.fd, self.ino, self.offset = path, None, None, offset
+        self.by_fd = False  # opened through /proc/PID/fd: the path is gone (deleted)
+        try:
+            self.fd, st = open_regular(path)
+        except (OSError, ValueError) as exc:
+            missing = isinstance(exc, FileNotFoundError)
+            self.fd, st = self.open_deleted(pid, path) if missing else None, None
+            if self.fd is None:
+                emit({"t": "nolog", "why": f"{path}: {getattr(exc, 'strerror', None) or exc}"})
+                return
+            st = os.fstat(self.fd)
+            self.by_fd = True
+        self.ino = (st.st_dev, st.st_ino)
+        if inode and inode != st.st_ino:
+            self.reset("rotated")
+        elif st.st_size < self.offset:
+            self.reset("truncated")
+        emit({"t": "source", "kind": "file", "inode": st.st_ino, "size": st.st_size})
+
+    @staticmethod
+    def open_deleted(pid, path):
+        """The server's own stdout or stderr when its path is gone (the file was deleted while
+        it writes to it: the link reads "PATH (deleted)"), read through /proc; a regular file
+        still. Any other descriptor of the process is not this log, and is not read."""
+        for fd in (1, 2):
+            link = f"/proc/{pid}/fd/{fd}"
+            with contextlib.suppress(OSError, ValueError):
+                if pid and os.readlink(link) == path + " (deleted)":
+                    return open_regular(link)[0]
+        return None
+
+    def reset(self, why):
+        self.offset = 0
+        emit({"t": "reset", "why": why, "inode": self.ino[1] if self.ino else None})
+
+    def poll(self):
+        """Send what is new; True when something was sent."""
+        if self.fd is None:
+            return False
+        if os.fstat(self.fd).st_size < self.offset:
+            self.reset("truncated")
+        data = os.pread(self.fd, FOREIGN_CHUNK, self.offset)
+        if data:
+            emit_chunk(self.offset, data)
+            self.offset += len(data)
+            return True
+        if self.by_fd:
+            return False
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False  # between a rotation's rename and create: the old file still counts
+        if (st.st_dev, st.st_ino) == self.ino or not S_ISREG(st.st_mode):
+            return False
+        try:
+            fd, st = open_regular(self.path)
+        except (OSError, ValueError):
+            return False
+        os.close(self.fd)
+        self.fd, self.ino = fd, (st.st_dev, st.st_ino)
+        self.reset("rotated")
+        return True
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+class StreamTail:
+    """The output of a tool that follows a log (journalctl, docker logs), counted in bytes
+    from its start: a reconnect restarts the tool and skips the ``offset`` bytes already sent
+    (the journal and docker give the same history again)."""
+
+    def __init__(self, argv, offset):
+        self.skip, self.offset, self.ended = offset, offset, None
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, preexec_fn=die_with_parent(),
+            )  # fmt: skip
+        except OSError as exc:
+            self.proc = None
+            self.ended = f"{argv[0]}: {exc.strerror or exc}"
+            emit({"t": "nolog", "why": self.ended})
+            return
+        emit({"t": "source", "kind": "stream", "argv": argv})
+
+    def poll(self):
+        if self.proc is None or self.ended:
+            return False
+        pipe = self.proc.stdout
+        ready, _, _ = select.select([pipe], [], [], 0)
+        if not ready:
+            return False
+        data = os.read(pipe.fileno(), FOREIGN_CHUNK)
+        if not data:
+            code = self.proc.wait()
+            self.ended = f"{self.proc.args[0]} ended (code {code})"
+            emit({"t": "nolog", "why": self.ended})
+            return False
+        if self.skip:
+            dropped = min(self.skip, len(data))
+            self.skip -= dropped
+            data = data[dropped:]
+            if not data:
+                return True
+        emit_chunk(self.offset, data)
+        self.offset += len(data)
+        return True
+
+    def close(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def cmd_follow_foreign(args):
+    """Follow the log of a server specmon did not launch (a file by path, or a unit's journal,
+    or a container's docker logs) as follow does a run's (the same framed JSON lines), and
+    tell its end: the pid gone (its start time changed: reused), or, for a container without
+    a pid, docker logs ending. Reads only what this user may read; a file only if regular."""
+    pid = args.pid
+    ticks = proc_start_ticks(pid) if pid else None
+    if pid and ticks is None:
+        emit({"t": "exit", "exit": {"code": None, "signal": None, "unknown": True}})
+        return 0
+    if args.path:
+        tail = FileTail(args.path, pid, args.offset, args.inode)
+    elif args.unit:
+        tail = StreamTail(journal_argv(args.unit, args.user_unit, args.since), args.offset)
+    elif args.container:
+        tail = StreamTail(docker_argv(args.container, args.since), args.offset)
+    else:
+        tail = None
+    last_beat = time.time()
+    try:
+        while True:
+            if tail is not None and tail.poll():
+                last_beat = time.time()
+                continue
+            gone = (pid and (proc_start_ticks(pid) != ticks or proc_state(pid) in (None, "Z"))) or (
+                not pid and isinstance(tail, StreamTail) and tail.ended
+            )
+            if gone:
+                emit({"t": "exit", "exit": {"code": None, "signal": None, "unknown": True}})
+                return 0
+            if time.time() - last_beat >= 1.0:
+                emit({"t": "beat", "offset": getattr(tail, "offset", 0)})
+                last_beat = time.time()
+            if stdin_closed(args.interval):
+                return 0
+    finally:
+        if tail is not None:
+            tail.close()
+
+
 def cmd_watch_runs(args):
     """Tell each run of the state dir that is live now, then each new one once its record
     is written ({"t": "run", "run": ...}, as `status` describes it), until stdin closes:
@@ -1603,6 +1814,7 @@ def main(argv=None):
         "watch-runs",
         "servers",
         "environ",
+        "follow-foreign",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -1624,6 +1836,16 @@ def main(argv=None):
     sub.choices["follow"].add_argument("--log-offset", type=int, default=0)
     sub.choices["follow"].add_argument("--probe-offset", type=int, default=0)
     sub.choices["follow"].add_argument("--interval", type=float, default=0.05)
+    foreign = sub.choices["follow-foreign"]
+    foreign.add_argument("--pid", type=int, default=0)
+    foreign.add_argument("--path", default="")
+    foreign.add_argument("--unit", default="")
+    foreign.add_argument("--user-unit", action="store_true")
+    foreign.add_argument("--container", default="")
+    foreign.add_argument("--since", type=float, default=0.0)
+    foreign.add_argument("--offset", type=int, default=0)
+    foreign.add_argument("--inode", type=int, default=0)
+    foreign.add_argument("--interval", type=float, default=0.05)
     sub.choices["annotate"].add_argument("--json", required=True)
     sub.choices["supervise"].add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -1642,6 +1864,7 @@ def main(argv=None):
         "watch-runs": cmd_watch_runs,
         "servers": cmd_servers,
         "environ": cmd_environ,
+        "follow-foreign": cmd_follow_foreign,
     }[args.cmd]
     try:
         return handler(args)
