@@ -53,3 +53,15 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("nvml", "sim", "none"),
         help="GPU agent to run on the host (default: the profile's, else nvml)",
     )
+
+
+def add_attach_argument(parser: argparse.ArgumentParser) -> None:
+    """``--attach [auto|PID|unit:NAME|container:NAME]``: watch a server specmon did not launch
+    (docs/attach.md, "Watching it"); alone it means ``auto``."""
+    parser.add_argument(
+        "--attach",
+        nargs="?",
+        const="auto",
+        metavar="auto|PID|unit:NAME|container:NAME",
+        help="watch a server specmon did not launch (alone: the only one on the host)",
+    )

@@ -2,8 +2,8 @@
 did not launch (started by hand, by systemd, in a container), found from the host's /proc,
 docker and nvidia-smi: pid, user, backend, port, start time, GPUs and where the log goes.
 
-Headless and read-only: it starts, stops and signals nothing. Watching such a server comes
-later (issue 28); this finds them.
+Headless and read-only: it starts, stops and signals nothing. `connect --attach` and `watch
+--attach` watch one of them (docs/attach.md, "Watching it").
 """
 
 from __future__ import annotations

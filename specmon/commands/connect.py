@@ -26,7 +26,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.arguments import UNTIL_CHOICES, add_attach_argument, add_hosts_arguments
     from specmon.commands.url_targets import add_backend_argument
 
     add_hosts_arguments(parser, every=True)
@@ -46,6 +46,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", metavar="P", help="a profile with nodes: its server over all of them"
     )
+    add_attach_argument(parser)
     parser.add_argument(
         "--export",
         metavar="ADDR",

@@ -55,6 +55,8 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
     options = SessionOptions()
     if args.gpu_agent:
         options = replace(options, gpu_agent=args.gpu_agent)
+    if getattr(args, "attach", None):
+        options = replace(options, attach=attach_text(args.attach))
     session = open_session(
         args.host,
         config,
@@ -76,6 +78,9 @@ def sessions_from_args(
     args: argparse.Namespace, config: Any, names: list[str], **kwargs: Any
 ) -> list[tuple[str, Any]]:
     """One session per host name (each its own transport, state and reconnects), in order."""
+    attach = getattr(args, "attach", None)
+    if attach and len(names) > 1 and attach_text(attach) != "auto":
+        raise UsageError(f"--attach {attach} names one server: give one host (or --attach auto)")
     return [
         (
             name,
@@ -83,6 +88,16 @@ def sessions_from_args(
         )
         for name in names
     ]
+
+
+def attach_text(text: str) -> str:
+    """``--attach``'s value checked (UsageError in one line), as the session takes it."""
+    from specmon.model.attach_target import parse_attach_target
+
+    try:
+        return parse_attach_target(text).text()
+    except ValueError as exc:
+        raise UsageError(f"--attach: {exc}") from None
 
 
 def stop_command(args: argparse.Namespace) -> str:
@@ -157,6 +172,11 @@ def describe_event(event: Event) -> str | None:
                 f"run         following {event.run_id} (profile {event.profile}, pid "
                 f"{event.pid}, launched by {event.owner or 'another client'}; it replaced "
                 f"{event.replaces})"
+            )
+        if event.foreign:
+            return (
+                f"run         attached to pid {event.pid} ({event.backend}, run by "
+                f"{event.owner or '?'}; not launched by specmon; log: {event.log_source})"
             )
         if event.pid is None and event.profile is None and event.backend:  # a URL's server
             return f"run         watching {event.run_id} ({event.backend}, HTTP only)"

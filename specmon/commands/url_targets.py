@@ -31,6 +31,8 @@ def url_sessions(args: argparse.Namespace) -> list[tuple[str, Any]] | None:
         raise UsageError("URL targets cannot be mixed with SSH hosts or --all: watch them apart")
     if getattr(args, "profile", None):
         raise UsageError("--profile needs SSH hosts; a URL target is one server already")
+    if getattr(args, "attach", None):
+        raise UsageError("--attach needs an SSH host; a URL target is one server already")
     if getattr(args, "log", False):
         raise UsageError("--log: a server watched by its URL shows no log (it needs SSH)")
     return [(url, UrlController(parse_url_target(url), backend=backend)) for url in urls]

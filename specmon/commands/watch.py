@@ -19,7 +19,7 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.commands.arguments import UNTIL_CHOICES, add_hosts_arguments
+    from specmon.commands.arguments import UNTIL_CHOICES, add_attach_argument, add_hosts_arguments
     from specmon.commands.url_targets import add_backend_argument
 
     add_hosts_arguments(parser)
@@ -31,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--profile", metavar="P", help="a profile with nodes: watch its server over all of them"
     )
     add_backend_argument(parser)
+    add_attach_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

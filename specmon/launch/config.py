@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from specmon.model.attach_target import parse_attach_target
 from specmon.model.errors import ConfigError, UsageError
 from specmon.model.user_dirs import (
     CONFIG_FILE_NAME,
@@ -118,6 +119,9 @@ class HostConfig:
     ssh_options: dict[str, str] = field(default_factory=dict)
     python: str = "python3"
     state_dir: str = DEFAULT_REMOTE_STATE_DIR
+    # The server specmon did not launch that `connect`/`watch` follow on this host
+    # (model/attach_target.py: "auto", a pid, "unit:NAME", "container:NAME"); None: specmon's runs.
+    attach: str | None = None
 
     @property
     def label(self) -> str:
@@ -604,6 +608,7 @@ HOST_KEYS = (
     "ssh_options",
     "python",
     "state_dir",
+    "attach",
 )
 PROFILE_KEYS = (
     "description",
@@ -901,7 +906,17 @@ class _Reader:
             ssh_options=self.string_table(table, path, "ssh_options", scalars=True),
             python=python,
             state_dir=self.value(table, path, "state_dir", str, default_state),
+            attach=self.attach_target(table, path),
         )
+
+    def attach_target(self, table: Mapping[str, Any], path: Sequence[str]) -> str | None:
+        """The host's ``attach`` key, checked against the one grammar ``--attach`` uses."""
+        if "attach" not in table:
+            return None
+        try:
+            return parse_attach_target(table["attach"]).text()
+        except ValueError as exc:
+            raise self.error([*path, "attach"], str(exc)) from None
 
     def resolve_extends(
         self, name: str, profiles: Mapping[str, Any], chain: tuple[str, ...] = ()

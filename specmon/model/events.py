@@ -396,7 +396,8 @@ class ConnectionState(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunInfo(Event):
-    """A run was launched or reattached. ``reattached`` distinguishes the two."""
+    """A run was launched or reattached (``reattached``), or a server specmon did not launch
+    was attached to (``foreign``)."""
 
     kind: ClassVar[str] = "run"
     run_id: str
@@ -410,6 +411,11 @@ class RunInfo(Event):
     reattached: bool = False
     owner: str | None = None  # who launched it (user@host pid N), as its record says
     replaces: str | None = None  # the run it replaced, when this session saw that one end
+    # A server specmon did not launch, watched (`--attach`): never stopped or relaunched from
+    # here, no probe; ``log_source`` says where its log is read ("file: PATH", "journal: UNIT",
+    # "docker: NAME", "none: why").
+    foreign: bool = False
+    log_source: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As every event's, with secret flag values as ``***`` (`specmon watch --json`):

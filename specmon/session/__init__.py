@@ -72,6 +72,8 @@ def open_session(
     options = with_ui_rates(options or SessionOptions(), config)
     transport: Transport
     host_config = hosts.get(host)
+    if options.attach is None and host_config is not None and host_config.attach:
+        options = replace(options, attach=host_config.attach)  # `--attach` wins over the key
     if host == "local" or (host_config is not None and host_config.transport == "local"):
         from specmon.session.local import LocalTransport
 

@@ -1,6 +1,7 @@
 """Finding the servers on a host that specmon did not launch (``specmon attach``): one call of
 the helper's ``servers``, which scans the host's /proc, docker and nvidia-smi once, then the
-reply made into typed records (specmon/state/foreign.py)."""
+reply made into typed records (specmon/state/foreign.py); and the arguments of the helper's
+``follow-foreign``, which follows one's log (``--attach``, HostSession)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 
 from specmon.backends.registry import process_words
 from specmon.session.helper_client import HelperClient
-from specmon.state.foreign import HostSurvey, survey_from_helper
+from specmon.state.foreign import ForeignServer, HostSurvey, survey_from_helper
 
 SURVEY_TIMEOUT_S = 60.0  # a scan of /proc plus docker ps and nvidia-smi (5 s each at most)
 
@@ -54,3 +55,30 @@ async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], 
         if env_name_problem(str(name)) is None
     }
     return redact_env(env), bool(reply.get("truncated"))
+
+
+def follow_foreign_args(
+    server: ForeignServer, *, offset: int, inode: int, interval: float
+) -> list[str]:
+    """The helper's ``follow-foreign`` arguments for ``server``'s log: its file by path (from
+    ``offset``; ``inode``, the file read before a reconnect, tells a rotation meanwhile), its
+    unit's journal or its container's docker logs (from the server's start), and its pid,
+    whose end (or reuse) ends the follow. Values go as ``--name=value``: a path or name that
+    begins with '-' is never taken for an option."""
+    log = server.log
+    args = [
+        f"--pid={server.pid or 0}",
+        f"--offset={offset}",
+        f"--inode={inode}",
+        f"--interval={interval}",
+    ]
+    since = [f"--since={server.started_at:.0f}"] if server.started_at else []
+    if log.kind == "file" and log.path:
+        args.append(f"--path={log.path}")
+    elif log.kind == "journal" and log.unit:
+        args += [f"--unit={log.unit}", *since]
+        if "--user" in (log.follow or "").split():  # a user unit (foreign.log_source)
+            args.append("--user-unit")
+    elif log.kind == "docker" and log.container:
+        args += [f"--container={log.container}", *since]
+    return args

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
 from specmon.launch.config import profile_named
+from specmon.model.attach_target import parse_attach_target
 from specmon.model.errors import (
     ConnectionLost,
     HostKeyError,
@@ -37,6 +38,8 @@ from specmon.model.events import (
     ConnectionState,
     Event,
     LoadTimes,
+    LogLine,
+    Notice,
     Ready,
     RunInfo,
     RunState,
@@ -47,6 +50,7 @@ from specmon.model.run_end import REQUESTED_ENDS, RunEnd, run_end
 from specmon.model.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import failure_event, hang_reason
+from specmon.session.foreign import follow_foreign_args, survey_host
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
@@ -56,6 +60,13 @@ from specmon.session.options import GpuAgentKind, SessionOptions
 from specmon.session.sweep_lease import SweepLease, hold_sweep_lease
 from specmon.session.transport import Transport
 from specmon.state.controller import HostController
+from specmon.state.foreign import (
+    ForeignServer,
+    choose_server,
+    foreign_refusal,
+    foreign_run_status,
+    server_name,
+)
 from specmon.state.run_status import RunStatus, StopReport
 from specmon.state.store import EventBus, StateStore
 
@@ -107,6 +118,10 @@ class _Follow:
     # Launched or reattached by this console: its to replace or stop. A run another client
     # launched while this console watched is followed, never replaced from here unasked.
     owned: bool = True
+    # A server specmon did not launch (``--attach``): its log is followed by the helper's
+    # follow-foreign, never stopped or relaunched; ``inode``: the log file being read.
+    foreign: ForeignServer | None = None
+    inode: int = 0
 
 
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
@@ -114,6 +129,19 @@ def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
     if "z" in msg:
         return zlib.decompress(base64.b64decode(msg["z"]))
     return base64.b64decode(msg["b"])
+
+
+def _log_source_text(server: ForeignServer) -> str:
+    """Where a foreign server's log is read, for RunInfo.log_source: "file: PATH",
+    "journal: UNIT", "docker: NAME" or "none: why"."""
+    log = server.log
+    if log.kind == "file":
+        return f"file: {log.path}"
+    if log.kind == "journal":
+        return f"journal: {log.unit}"
+    if log.kind == "docker":
+        return f"docker: {log.container}"
+    return f"none: {log.detail or 'not readable'}"
 
 
 def _backoff(attempt: int, initial: float, cap: float) -> float:
@@ -482,6 +510,8 @@ class HostSession(HostController):
             if follow.run.run_id in known:
                 follow.run = known[follow.run.run_id]
             self._start_follow()
+        elif self.options.attach:
+            await self._attach_foreign(self.options.attach)
         else:
             live = [r for r in runs if r.alive]
             if live:
@@ -505,6 +535,10 @@ class HostSession(HostController):
 
     def _check_ownership(self, live: list[RunStatus]) -> None:
         follow = self._follow
+        if follow is not None and follow.foreign is not None and not follow.ended:
+            raise RunConflictError(
+                foreign_refusal(server_name(follow.foreign), self.host_label, "stop or relaunch")
+            )
         mine = follow.run.run_id if follow is not None and follow.owned else None
         for run in live:
             if run.run_id != mine:
@@ -689,6 +723,7 @@ class HostSession(HostController):
         reattached: bool,
         replaces: str | None = None,
         owned: bool = True,
+        foreign: ForeignServer | None = None,
     ) -> None:
         self._cancel_task("follow")
         self._seen_runs.add(run.run_id)
@@ -704,6 +739,10 @@ class HostSession(HostController):
             else LogFollower(parser=parser)
         )
         follow = _Follow(run=run, log=log, ready_known=run.ready_at is not None, owned=owned)
+        if foreign is not None:
+            # Its port is the one its own process listens on (the survey's): no run dir to
+            # ask the helper's listener about, and its ready line is shown as it comes.
+            follow.foreign, follow.listener_confirmed = foreign, True
         self._follow = follow
         self._stopping_run = None
         self._publish(
@@ -719,6 +758,8 @@ class HostSession(HostController):
                 reattached=reattached,
                 owner=run.owner,
                 replaces=replaces,
+                foreign=foreign is not None,
+                log_source=_log_source_text(foreign) if foreign is not None else None,
             )
         )
         if reattached:
@@ -728,6 +769,73 @@ class HostSession(HostController):
         self._start_follow()
         self._restart_task("http", self.http.run)
 
+    async def _attach_foreign(self, text: str) -> None:
+        """Follow the server specmon did not launch that ``text`` names (``--attach``, the
+        host's ``attach`` key): one survey of the host, the target chosen (or refused in one
+        line), then followed as a reattached run that this console does not own."""
+        try:
+            target = parse_attach_target(text)
+        except ValueError as exc:
+            raise UsageError(f"--attach {text}: {exc}") from None
+        survey = await survey_host(self.helper, pid=target.pid, host=self.host_label)
+        server = choose_server(survey, target)
+        self._attach(foreign_run_status(server), reattached=True, owned=False, foreign=server)
+
+    async def _follow_foreign_loop(self, follow: _Follow, server: ForeignServer) -> None:
+        """The helper's follow-foreign stream, as _follow_loop reads a run's: log chunks by
+        offset; a reset (rotated, truncated) starts the lines over at 0; the end of its pid."""
+        args = follow_foreign_args(
+            server,
+            offset=follow.log.log_offset,
+            inode=follow.inode,
+            interval=self.options.follow_interval_s,
+        )
+        proc = await self.transport.start(self.helper.argv("follow-foreign", *args))
+        try:
+            while True:
+                line = await proc.readline()
+                if not line:
+                    return  # the connection dropped: the supervisor resumes from our offset
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                kind = msg.get("t")
+                if kind == "log":
+                    await self.bus.wait_for_room()
+                    self._on_log_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
+                elif kind == "source":
+                    follow.inode = int(msg.get("inode") or 0)
+                elif kind == "reset":
+                    follow.inode = int(msg.get("inode") or 0)
+                    self._on_log_restart(follow, str(msg.get("why") or "restarted"))
+                elif kind == "nolog":
+                    why = str(msg.get("why") or "not readable")
+                    self._publish(
+                        Notice(
+                            source="log",
+                            message=f"the log of {server_name(server)} cannot be followed "
+                            f"({why}): health, metrics and GPUs only",
+                        )
+                    )
+                elif kind == "exit":
+                    self._on_exit(follow, msg.get("exit") or {})
+                    return
+        finally:
+            await proc.kill()
+
+    def _on_log_restart(self, follow: _Follow, why: str) -> None:
+        """The foreign server's log file was rotated or truncated: the old file's last line
+        and replay are finished, a marker line says so, and the new bytes count from 0."""
+        now = time.time()
+        for event in follow.log.restart():
+            self._on_server_event(follow, event, now)
+        where = follow.foreign.log.path if follow.foreign is not None else None
+        self._publish(
+            LogLine(text=f"[specmon] log {why}: reading {where or 'it'} from its start", offset=0),
+            now,
+        )
+
     def _start_follow(self) -> None:
         follow = self._follow
         if follow is None or follow.ended:
@@ -735,6 +843,9 @@ class HostSession(HostController):
         self._restart_task("follow", lambda: self._follow_loop(follow))
 
     async def _follow_loop(self, follow: _Follow) -> None:
+        if follow.foreign is not None:
+            await self._follow_foreign_loop(follow, follow.foreign)
+            return
         proc = await self.transport.start(
             self.helper.argv(
                 "follow",
@@ -846,12 +957,18 @@ class HostSession(HostController):
             return
         if follow.log.replaying:
             return  # the replayed log may still hold the ready line
+        if follow.foreign is not None:  # its own port (the survey's): ready, noticed late
+            self._record_ready(follow, time.time(), late=True)
+            self._publish(RunState(run_id=run_id, state="ready"))
+            return
         self._spawn_listener_check(follow)
 
     def _spawn_listener_check(self, follow: _Follow, *, force: bool = False) -> None:
         """Ask the host, in the background, whether the run's port is the run's own; at most
         one question at a time, and (unless ``force``) not again within LISTENER_RECHECK_S
         of a "no"."""
+        if follow.foreign is not None:
+            return  # no run of specmon's: its port is its own process's (the survey's)
         if follow.listener_checking:
             if force:
                 follow.listener_next_check = 0.0  # the question in flight is asked again
@@ -921,6 +1038,8 @@ class HostSession(HostController):
         follow = self._follow
         if follow is None:
             raise ForeignListenerError(f"no run is followed on {self.host_label}")
+        if follow.foreign is not None:
+            return  # the port its own process listens on (the survey's): benchmarked as is
         problem = (await self.listener_check(follow.run.run_id)).problem()
         if problem is not None:
             raise ForeignListenerError(f"{self.host_label}: {problem}; not benchmarking it")
@@ -935,6 +1054,8 @@ class HostSession(HostController):
             if started and follow.run.profile:
                 self._load_times[follow.run.profile] = now - started
         follow.run = replace(follow.run, ready_at=now, ready_late=late)
+        if follow.foreign is not None:
+            return  # no run dir on the host to note it in
         task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -995,8 +1116,11 @@ class HostSession(HostController):
             # Stopped by specmon (this client or another): information, never a failure.
             self._publish(RunState(run_id=run_id, state="stopped", detail=end.text(), end=end))
             return
-        if code == 0 and not follow.log.errors:
-            self._publish(RunState(run_id=run_id, state="stopped", detail=end.text(), end=end))
+        if (code == 0 or follow.foreign is not None) and not follow.log.errors:
+            # A server specmon did not launch that ended without an error in its log: its
+            # exit status is not specmon's to know (not its child, no monitor).
+            detail = end.text() if follow.foreign is None else f"{end.text()}; not specmon's run"
+            self._publish(RunState(run_id=run_id, state="stopped", detail=detail, end=end))
             return
         self._report_failure(follow, exit_code=code, signal=sig)
         self._publish(RunState(run_id=run_id, state="failed", detail=end.text(), end=end))

@@ -129,6 +129,23 @@ class LogFollower:
         events.extend(self._parsed(self.parser.feed(data)))
         return events
 
+    def restart(self) -> list[Event]:
+        """The log started over at byte 0 (a server specmon did not launch: its file was
+        rotated or truncated): what was read of the old one is finished (its last partial
+        line told as a line, a replay in progress summed up), then the new bytes are read
+        from 0 as live lines. The parser keeps its state: it is the same server."""
+        events: list[Event] = []
+        if self.replayed is not None:
+            self.replay_end = self.log_offset  # the replay ends where the old file did
+            events.extend(self._replay(b""))
+        self.replay_end = 0
+        if self.partial:
+            events.append(LogLine(text=_shown(bytes(self.partial)), offset=self.line_start))
+            self.partial.clear()
+        self.log_offset = self.line_start = 0
+        self.skip_to_newline = False
+        return events
+
     def _replay(self, data: bytes) -> list[Event]:
         """A chunk of the replay: its state events now; at the replay's end also the last log
         lines and samples (no LogLine or sample is made for the older lines)."""

@@ -33,6 +33,9 @@ class SessionOptions:
     follow_interval_s: float = 0.05
     replay_log_bytes: int = 16 << 20
     agent_max_failures: int = 5
+    # A server specmon did not launch to follow instead of this state dir's runs
+    # (model/attach_target.py's text: "auto", a pid, "unit:NAME", "container:NAME").
+    attach: str | None = None
     owner: str = field(
         default_factory=lambda: f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
     )

@@ -18,8 +18,10 @@ from typing import Any
 
 from specmon.backends import all_backends, backend_for_command, get_backend
 from specmon.backends.flag_grammar import parse_flags
-from specmon.model.errors import SpecmonError
+from specmon.model.attach_target import AttachTarget
+from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.secrets import redact_argv
+from specmon.state.run_status import RunStatus
 
 # A process whose program is one of these runs the server, it is not the server: its child
 # (the server itself) is reported, with its own pid, fds and sockets.
@@ -499,4 +501,95 @@ def container_server(container: Container) -> ForeignServer | None:
             follow=f"docker logs -f {shlex.quote(container.name or container.id[:12])}",
         ),
         container=container,
+    )
+
+
+def choose_server(survey: HostSurvey, target: AttachTarget) -> ForeignServer:
+    """The server ``target`` names among those ``survey`` found, or UsageError in one line:
+    ``auto`` wants exactly one (several are listed by pid, none is said so); a pid must be a
+    server (the survey's own refusal says what it is instead); a unit or container must run
+    one."""
+    host = survey.host
+    servers = list(survey.servers)
+    if target.kind == "auto":
+        if len(servers) == 1:
+            return servers[0]
+        if not servers:
+            raise UsageError(
+                f"--attach auto: no server on {host} that specmon did not launch "
+                f"(`specmon attach {host}` says what was searched)"
+            )
+        named = ", ".join(server_name(s) for s in servers)
+        raise UsageError(
+            f"--attach auto: {len(servers)} servers on {host} that specmon did not launch "
+            f"({named}); choose one with --attach PID"
+        )
+    if target.kind == "pid":
+        assert target.pid is not None
+        server = survey.server(target.pid)
+        if server is None:
+            raise UsageError(survey.refusal(target.pid))
+        return server
+    name = target.name or ""
+    if target.kind == "unit":
+        units = {name, f"{name}.service"}
+        found = [s for s in servers if s.unit in units]
+    else:
+        found = [
+            s
+            for s in servers
+            if s.container is not None
+            and (s.container.name == name or (len(name) >= 4 and s.container.id.startswith(name)))
+        ]
+    if not found:
+        raise UsageError(
+            f"--attach {target.text()}: no server on {host} runs in {target.kind} {name}"
+        )
+    return found[0]
+
+
+def server_name(server: ForeignServer) -> str:
+    """How a one-line message names a server: its pid, else its container."""
+    if server.pid is not None:
+        return f"pid {server.pid}"
+    container = server.container
+    return f"container {container.name or container.id[:12]}" if container else "?"
+
+
+def foreign_run_id(server: ForeignServer) -> str:
+    """The id the console's events carry for a server that has no run of specmon's:
+    ``pid-4242`` (or ``container-NAME``), in a run id's characters."""
+    if server.pid is not None:
+        return f"pid-{server.pid}"
+    container = server.container
+    raw = (container.name or container.id[:12]) if container else "unknown"
+    return "container-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in raw.lower())
+
+
+def foreign_run_status(server: ForeignServer) -> RunStatus:
+    """The server as the session follows a run: no profile, no run dir, its owner the user
+    who runs it; the log size is where a replay of its file ends."""
+    return RunStatus(
+        run_id=foreign_run_id(server),
+        profile=None,
+        argv=tuple(server.argv),
+        env={},
+        pid=server.pid,
+        pgid=server.pgid,
+        started_at=server.started_at,
+        alive=True,
+        port=server.port,
+        log_size=server.log.size or 0 if server.log.kind == "file" else 0,
+        owner=server.user,
+        backend=server.backend,
+    )
+
+
+def foreign_refusal(what: str, host: str, action: str) -> str:
+    """Why ``action`` (stop, relaunch, launch) is refused while a console watches a server
+    specmon did not launch: one line naming the way that does work."""
+    return (
+        f"{what} on {host} is not specmon's run (attached: specmon only watches it); "
+        f"specmon will not {action} it. A take-over relaunch under specmon (with the probe) "
+        "is the way to replace it."
     )

@@ -288,6 +288,14 @@ class SpecmonApp(App[int]):
                     "following it",
                     title="Replaced",
                 )
+            elif isinstance(event, RunInfo) and event.foreign:
+                self.batch_toast(
+                    "Attached",
+                    prefix,
+                    f"Attached to pid {event.pid} ({event.backend}): specmon did not launch it "
+                    "and only watches it",
+                    f"pid {event.pid}",
+                )
             elif isinstance(event, RunInfo) and event.reattached:
                 self.batch_toast(
                     "Reattached", prefix, f"Reattached to run {event.run_id}", f"run {event.run_id}"
@@ -451,10 +459,29 @@ class SpecmonApp(App[int]):
             return
         if isinstance(self.screen, RelaunchScreen):
             return
+        if self._refused_foreign("relaunch"):
+            return
         if self.config is None:
             self.notify("No launch profiles: this console has no config.", severity="warning")
             return
         self.push_screen(RelaunchScreen(self.controller, self.config))
+
+    def _refused_foreign(self, action: str) -> bool:
+        """A server specmon did not launch (``--attach``) is watched, never stopped or
+        relaunched from here: said in one line, with the way that works."""
+        run = self.controller.bus.store.run
+        if run is None or not run.foreign or self.controller.bus.store.run_state in ("stopped",):
+            return False
+        from specmon.state.foreign import foreign_refusal
+
+        what = f"pid {run.pid}" if run.pid is not None else run.run_id
+        self.notify(
+            foreign_refusal(what, self.controller.host_label, action),
+            title="Not specmon's run",
+            severity="warning",
+            timeout=15,
+        )
+        return True
 
     def _sweep_blocks(self, what: str) -> bool:
         """A sweep relaunches the server itself; a manual relaunch or stop would spoil a point."""
@@ -506,6 +533,8 @@ class SpecmonApp(App[int]):
 
     def action_stop(self) -> None:
         if self._refused_read_only() or self._sweep_blocks("stop the server"):
+            return
+        if self._refused_foreign("stop"):
             return
         store = self.controller.bus.store
         if store.run is None or store.run_state in ("stopped", "stopping"):

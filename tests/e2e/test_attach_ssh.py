@@ -11,22 +11,17 @@ import json
 import os
 import pwd
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support.by_hand import Started, kill_group, start_by_hand, wait_listening
 from support.hosts import free_port, kill_everything_under
 from support.paths import REPO
 from support.sshd import SshdServer, start_sshd, stop_sshd
-
-WAIT_S = 30.0
-SIM_ENV = {"SPECMON_SIM_TIME_SCALE": "0.003", "SPECMON_SIM_SHARDS": "4"}
 
 
 @pytest.fixture(scope="module")
@@ -37,46 +32,6 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
     finally:
         server.drop_connections()
         stop_sshd(server.proc)
-
-
-@dataclass
-class Started:
-    pid: int
-    pgid: int  # the shell's group, which the server stays in (no job control in sh -c)
-    port: int
-    log: Path
-
-
-def start_by_hand(tmp_path: Path, name: str, command: str, port: int) -> Started:
-    """``nohup COMMAND > LOG 2>&1 &`` from a plain shell, as an operator would; the shell
-    prints the server's pid and exits."""
-    log = tmp_path / f"{name}.log"
-    shell = subprocess.run(
-        ["sh", "-c", f"nohup {command} > {log} 2>&1 & echo $!"],
-        capture_output=True,
-        text=True,
-        timeout=10,
-        start_new_session=True,
-        env={**os.environ, **SIM_ENV, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
-    pid = int(shell.stdout.strip())
-    return Started(pid=pid, pgid=os.getpgid(pid), port=port, log=log)
-
-
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise AssertionError(f"nothing listened on port {port} within {WAIT_S}s")
-
-
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def write_config(tmp_path: Path, sshd: SshdServer, state_dir: Path) -> Path:

@@ -84,7 +84,12 @@ class HeaderBar(Static):
         if getattr(self.app, "read_only", False):  # `specmon serve --read-only`: said at once
             text.append(" READ-ONLY ", style=f"bold reverse {colours['$warning']}")
             text.append("  ")
-        text.append(safe_text(run.profile or "-") if run else "no run", style="italic")
+        if run is not None and run.foreign:  # a server specmon did not launch: said at once
+            text.append(
+                f" ATTACHED pid {run.pid or '-'} ", style=f"bold reverse {colours['$warning']}"
+            )
+        else:
+            text.append(safe_text(run.profile or "-") if run else "no run", style="italic")
         text.append("  ")
         text.append(f" {label} ", style=style + " reverse")
         if uptime is not None:

@@ -35,7 +35,8 @@ class TimingPanel(Static):
         """``probe_on``: whether the run's profile has the probe on (None: not known)."""
         width = max(20, self.size.width - 4)
         last = store.probe[-1] if store.probe else None
-        key = (len(store.probe), last, width, probe_on, store.last_decode is None)
+        foreign = store.run is not None and store.run.foreign
+        key = (len(store.probe), last, width, probe_on, store.last_decode is None, foreign)
         if key == self._last:
             return
         self._last = key
@@ -48,6 +49,13 @@ def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None
     With no cycle yet: waiting for traffic when the probe is on, else how to turn it on."""
     text = Text(no_wrap=True, overflow="ellipsis")
     means = store.phase_means(WINDOW)
+    if means is None and store.run is not None and store.run.foreign:
+        text.append("No probe: attached server.\n", style="bold")
+        text.append("specmon did not launch it, and the\n", style="dim")
+        text.append("probe cannot be injected into a\n", style="dim")
+        text.append("running server: a take-over relaunch\n", style="dim")
+        text.append("under specmon adds it (docs/attach.md).", style="dim")
+        return text
     if means is None and probe_on and store.last_decode is None:
         text.append("Waiting for traffic.\n", style="bold")
         text.append("The probe is on: draft and\n", style="dim")

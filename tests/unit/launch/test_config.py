@@ -209,6 +209,10 @@ BAD_CONFIGS = [
     ("nul in value", "[profiles.p]\nmodel_path = \"m\\u0000\"\n", "profiles.p.model_path", None, "NUL"),
     ("multi-line string", '[profiles.p]\ndescription = """\ntp = "x"\n"""\nmodel_path = "m"\ntp = "8"\n', "profiles.p.tp", 6, "expected an integer"),
     ("default profile", 'default_profile = "kimi"\n', "default_profile", 1, "no profile named 'kimi'"),
+    ("bad attach", "[hosts.h]\nattach = 'first'\n", "hosts.h.attach", 2, "not an attach target"),
+    ("bad attach pid", "[hosts.h]\nattach = 0\n", "hosts.h.attach", 2, "not a process id"),
+    ("bad attach unit", "[hosts.h]\nattach = 'unit:-x'\n", "hosts.h.attach", 2, "not a unit name"),
+    ("attach bool", "[hosts.h]\nattach = true\n", "hosts.h.attach", 2, "not an attach target"),
     ("nan redraw", "[ui]\nredraw_hz = nan\n", "ui.redraw_hz", 2, "not a finite number"),
     ("inf http poll", "[ui]\nhttp_poll_s = inf\n", "ui.http_poll_s", 2, "not a finite number"),
     ("nan stop grace", GOOD_PROFILE.replace("tp = 8", "stop_grace_s = nan"), "profiles.p.stop_grace_s", 4, "not a finite number"),
@@ -445,3 +449,21 @@ def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
     with pytest.raises(ConfigError) as caught:
         load_config(path, environ=NO_USER_DIR)
     assert str(caught.value).startswith(f"{path}:2: ui.redraw_hz: ")
+
+
+def test_host_attach_key_is_the_attach_grammar_and_reaches_the_session(tmp_path):
+    """`attach` on a host: what `connect HOST` / `watch HOST` follow there (a server
+    specmon did not launch); `--attach` on the command line wins over it."""
+    from specmon.session import SessionOptions, open_session
+
+    path = write(
+        tmp_path,
+        "[hosts.a]\nattach = 'auto'\n[hosts.b]\nattach = 4242\n"
+        "[hosts.c]\nattach = 'container:vllm-1'\n[hosts.d]\naddress = 'x'\n",
+    )
+    config = load_config(path, environ=NO_USER_DIR)
+    assert [config.hosts[h].attach for h in "abcd"] == ["auto", "4242", "container:vllm-1", None]
+    assert open_session("a", config).options.attach == "auto"
+    assert open_session("d", config).options.attach is None
+    chosen = open_session("a", config, options=SessionOptions(attach="77"))
+    assert chosen.options.attach == "77"

@@ -271,3 +271,110 @@ def test_containers_from_docker_ps() -> None:
     assert failed.host_lines()[0] == (
         "docker: `docker ps` failed on box (permission denied): containers not searched"
     )
+
+
+# --- choosing the server `--attach` watches -----------------------------------------------
+
+VLLM = [PY, "-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--port", "8000"]
+
+
+def test_attach_auto_wants_exactly_one_server() -> None:
+    from specmon.model.attach_target import AttachTarget
+    from specmon.model.errors import UsageError
+    from specmon.state.foreign import choose_server
+
+    auto = AttachTarget("auto")
+    one = survey_from_helper("box", reply([candidate(10, SGLANG)]))
+    assert choose_server(one, auto).pid == 10
+    # specmon's own runs do not count: they are no foreign server
+    mixed = survey_from_helper(
+        "box",
+        reply([candidate(10, SGLANG), candidate(20, [PY, "-m", "specmon.sim"], specmon_run="r1")]),
+    )
+    assert choose_server(mixed, auto).pid == 10
+    two = survey_from_helper("box", reply([candidate(10, SGLANG), candidate(30, VLLM)]))
+    with pytest.raises(UsageError) as several:
+        choose_server(two, auto)
+    assert str(several.value) == (
+        "--attach auto: 2 servers on box that specmon did not launch (pid 10, pid 30); "
+        "choose one with --attach PID"
+    )
+    with pytest.raises(UsageError, match="no server on box that specmon did not launch"):
+        choose_server(survey_from_helper("box", reply([])), auto)
+
+
+def test_attach_pid_unit_and_container() -> None:
+    from specmon.model.attach_target import AttachTarget
+    from specmon.model.errors import UsageError
+    from specmon.state.foreign import choose_server
+
+    survey = survey_from_helper(
+        "box",
+        reply(
+            [
+                candidate(10, SGLANG),
+                candidate(
+                    30,
+                    VLLM,
+                    stdout={"kind": "socket"},
+                    stderr={"kind": "socket"},
+                    cgroup={"unit": "vllm.service"},
+                ),
+            ],
+            asked={"pid": 11, "exists": True, "argv": ["x"], "ancestors": [10, 1]},
+        ),
+    )
+    assert choose_server(survey, AttachTarget("pid", pid=10)).pid == 10
+    with pytest.raises(UsageError, match=r"^pid 11 on box is a worker of server pid 10"):
+        choose_server(survey, AttachTarget("pid", pid=11))  # the survey's own refusal
+    assert choose_server(survey, AttachTarget("unit", name="vllm")).pid == 30
+    assert choose_server(survey, AttachTarget("unit", name="vllm.service")).pid == 30
+    with pytest.raises(UsageError, match="no server on box runs in unit other"):
+        choose_server(survey, AttachTarget("unit", name="other"))
+    cid = "c" * 64
+    docker = {
+        "present": True,
+        "error": None,
+        "rows": [
+            {
+                "id": cid,
+                "name": "llm",
+                "image": "vllm/vllm-openai",
+                "ports": "",
+                "command": '"vllm serve m"',
+            }
+        ],
+    }
+    boxed = survey_from_helper("box", reply([], docker=docker))
+    assert choose_server(boxed, AttachTarget("container", name="llm")).pid is None
+    assert choose_server(boxed, AttachTarget("container", name="cccc")).container.name == "llm"
+    with pytest.raises(UsageError, match=r"no server on box runs in container ccc$"):
+        choose_server(boxed, AttachTarget("container", name="ccc"))  # too short an id prefix
+
+
+def test_foreign_server_as_a_followed_run() -> None:
+    from specmon.state.foreign import foreign_refusal, foreign_run_status, server_name
+
+    survey = survey_from_helper(
+        "box",
+        reply([candidate(10, SGLANG, listening=[{"pid": 10, "port": 30001}], pgid=9)]),
+    )
+    run = foreign_run_status(survey.servers[0])
+    assert (run.run_id, run.pid, run.pgid, run.port, run.backend) == (
+        "pid-10",
+        10,
+        9,
+        30001,
+        "sglang",
+    )
+    assert run.profile is None and run.alive and run.log_size == 5  # the file's size: the replay
+    assert run.started_at == 1700000000.0 and run.owner == "ops"
+    assert "s3cret" not in " ".join(run.argv)
+    text = foreign_refusal(server_name(survey.servers[0]), "box", "stop")
+    assert text.startswith("pid 10 on box is not specmon's run") and "take-over" in text
+    assert "\n" not in text
+    boxed = container_server(
+        Container(id="d" * 64, name="My LLM", image="x", ports="", command='"vllm serve m"')
+    )
+    assert boxed is not None and foreign_run_status(boxed).run_id == "container-my-llm"
+    assert server_name(boxed) == "container My LLM"
