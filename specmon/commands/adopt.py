@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from specmon.launch import adopt
     from specmon.model.errors import UsageError
     from specmon.model.terminal_text import safe_text
-    from specmon.session.foreign import read_environ, survey_host
+    from specmon.session.foreign import absolute_program, read_environ, survey_host
 
     if args.pid is not None and args.pid <= 0:
         raise UsageError(f"--pid {args.pid}: not a process id")
@@ -59,17 +59,17 @@ def run(args: argparse.Namespace) -> int:
     target = adopt.config_target(getattr(args, "config", None))
     session = session_from_args(args, config)
 
-    async def main() -> tuple[Any, Any, dict[str, str], bool]:
+    async def main() -> tuple[Any, Any, dict[str, str], bool, str | None]:
         await session.start(streams=False)
         try:
             survey = await survey_host(session.helper, pid=args.pid, host=args.host)
             server = chosen_server(survey, args.pid)
-            env, truncated = await read_environ(session.helper, server.pid)
-            return survey, server, env, truncated
+            env, truncated, cwd = await read_environ(session.helper, server.pid)
+            return survey, server, env, truncated, cwd
         finally:
             await session.close()
 
-    survey, server, env, truncated = run_async(main)
+    survey, server, env, truncated, cwd = run_async(main)
     if server.container is not None:
         name = server.container.name or server.container.id[:12]
         print(
@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(server.started_at or time.time()))
     description = f"adopted from pid {server.pid} on {survey.host} (started {started})"
     try:
-        table = adopt.adopted_table(backend, server.argv, env, description=description)
+        argv = absolute_program(tuple(server.argv), cwd)
+        table = adopt.adopted_table(backend, argv, env, description=description)
     except UsageError as exc:
         raise UsageError(safe_text(f"pid {server.pid} on {survey.host}: {exc}")) from None
     prepared = adopt.prepare(target, args.profile, table, replace=args.replace)

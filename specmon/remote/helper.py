@@ -946,7 +946,11 @@ def cmd_environ(args):
         environ_texts(request, "prefixes"),
         environ_texts(request, "secret_env"),
     )
-    emit({"ok": True, "pid": pid, "env": env, "truncated": truncated})
+    try:  # a program named by a relative path (".venv/bin/python") is relative to this
+        cwd = printable(os.readlink(f"/proc/{pid}/cwd"))[:4096]
+    except OSError:
+        cwd = None
+    emit({"ok": True, "pid": pid, "env": env, "truncated": truncated, "cwd": cwd})
     return 0
 
 

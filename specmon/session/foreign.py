@@ -6,6 +6,7 @@ reply made into typed records (specmon/state/foreign.py); and the arguments of t
 from __future__ import annotations
 
 import json
+import posixpath
 
 from specmon.backends.registry import process_words
 from specmon.session.helper_client import HelperClient
@@ -31,9 +32,9 @@ async def survey_host(
     return survey_from_helper(host or helper.host_label, reply)
 
 
-async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], bool]:
+async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], bool, str | None]:
     """(the variables of process ``pid``'s environment that a profile may set, whether the
-    host cut the environment short). The host reads /proc/PID/environ and sends back only the
+    host cut the environment short, its working directory where readable). The host reads /proc/PID/environ and sends back only the
     allowed names (the launch rules' exact names and prefixes) with every secret value
     (``*TOKEN*``... and ``[security] secret_env``) already ``***``, so no secret crosses the
     wire; the names are checked again here and any secret still masked."""
@@ -54,7 +55,22 @@ async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], 
         for name, value in (raw.items() if isinstance(raw, dict) else ())
         if env_name_problem(str(name)) is None
     }
-    return redact_env(env), bool(reply.get("truncated"))
+    cwd = reply.get("cwd")
+    return redact_env(env), bool(reply.get("truncated")), cwd if isinstance(cwd, str) else None
+
+
+def absolute_program(argv: tuple[str, ...], cwd: str | None) -> tuple[str, ...]:
+    """``argv`` with a program named by a relative path (``.venv/bin/python``, run from the
+    server's own directory) made absolute against the server's working directory ``cwd``, so
+    a profile built from it runs the same program from wherever specmon launches it. A bare
+    name (``python3``, found on PATH) and an absolute path are kept; without ``cwd`` the
+    argv is kept as it is."""
+    if not argv or cwd is None or not cwd.startswith("/"):
+        return argv
+    program = argv[0]
+    if "/" not in program or program.startswith("/"):
+        return argv
+    return (posixpath.normpath(posixpath.join(cwd, program)), *argv[1:])
 
 
 def follow_foreign_args(

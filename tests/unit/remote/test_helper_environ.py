@@ -95,3 +95,31 @@ def test_environ_refusals(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     if os.geteuid() != 0 and not os.access("/proc/1/environ", os.R_OK):
         reply = run_environ({"pid": 1, "names": ["X"]}, tmp_path, monkeypatch)
         assert "not readable by this user" in reply["error"]
+
+
+def test_environ_gives_the_working_directory_a_relative_program_is_relative_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`nohup .venv/bin/python -m ... &` run from the server's own directory: the adopted
+    profile must run that same program from wherever specmon launches it."""
+    workdir = tmp_path / "srv"
+    workdir.mkdir()
+    sleeper = subprocess.Popen(["sleep", "30"], cwd=workdir)
+    try:
+        reply = run_environ({"pid": sleeper.pid}, tmp_path, monkeypatch)
+    finally:
+        sleeper.kill()
+        sleeper.wait(5)
+    assert reply["ok"] and reply["cwd"] == str(workdir)
+
+
+def test_a_relative_program_is_made_absolute_against_the_servers_directory() -> None:
+    from specmon.session.foreign import absolute_program
+
+    argv = (".venv/bin/python", "-m", "specmon.sim", "--port", "1")
+    assert absolute_program(argv, "/srv/llm") == ("/srv/llm/.venv/bin/python", *argv[1:])
+    assert absolute_program(("../env/bin/python", "x"), "/srv/llm") == ("/srv/env/bin/python", "x")
+    assert absolute_program(("python3", "-m", "x"), "/srv") == ("python3", "-m", "x")  # PATH
+    assert absolute_program(("/opt/py/bin/python",), "/srv") == ("/opt/py/bin/python",)
+    assert absolute_program((".venv/bin/python",), None) == (".venv/bin/python",)
+    assert absolute_program((".venv/bin/python",), "relative/cwd") == (".venv/bin/python",)
