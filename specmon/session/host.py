@@ -124,6 +124,22 @@ class _Follow:
     inode: int = 0
 
 
+async def _helper_messages(proc: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON messages of a helper's follow stream, one a line, until the stream ends (a
+    dropped connection: the supervisor resumes from the offsets read); a line that is not a
+    JSON object is skipped."""
+    while True:
+        line = await proc.readline()
+        if not line:
+            return
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict):
+            yield msg
+
+
 def _chunk_bytes(msg: Mapping[str, Any]) -> bytes:
     """A follow message's bytes: base64 ("b"), or zlib then base64 ("z", long chunks)."""
     if "z" in msg:
@@ -792,14 +808,7 @@ class HostSession(HostController):
         )
         proc = await self.transport.start(self.helper.argv("follow-foreign", *args))
         try:
-            while True:
-                line = await proc.readline()
-                if not line:
-                    return  # the connection dropped: the supervisor resumes from our offset
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
+            async for msg in _helper_messages(proc):
                 kind = msg.get("t")
                 if kind == "log":
                     await self.bus.wait_for_room()
@@ -860,14 +869,7 @@ class HostSession(HostController):
             )
         )
         try:
-            while True:
-                line = await proc.readline()
-                if not line:
-                    return  # the connection dropped: the supervisor resumes from our offsets
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
+            async for msg in _helper_messages(proc):
                 kind = msg.get("t")
                 if kind == "log":
                     await self.bus.wait_for_room()  # a slow lossless reader slows the tail
