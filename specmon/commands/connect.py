@@ -19,8 +19,7 @@ EPILOG = """\
 examples:
   specmon connect gpu-box               the console on one host of specmon.toml
   specmon connect a b c                 the fleet console over three hosts
-  specmon connect --all --read-only     every configured host, nothing can be changed
-  specmon connect http://10.0.0.5:8000  a server by its URL alone: read-only, no SSH
+  specmon connect gpu-box --attach      the console on a server specmon did not launch
 """
 """The examples that end `specmon connect --help`."""
 

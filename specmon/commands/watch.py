@@ -10,7 +10,6 @@ import argparse
 
 EPILOG = """\
 examples:
-  specmon watch gpu-box                 the host's events as text
   specmon watch gpu-box --json --log    JSON lines, with the server's log lines
   specmon watch gpu-box --until ready   wait for the server to be ready, then end
   specmon watch http://10.0.0.5:30000   a server by its URL alone: HTTP only, no SSH
