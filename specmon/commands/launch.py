@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 EPILOG = """\
 examples:
   specmon launch local -p demo --wait ready       the simulator here, until it is ready
   specmon launch gpu-box -p kimi --set speculative-num-steps=3
   specmon launch gpu-box -p kimi --env NCCL_PROTO=LL --json
+  specmon launch gpu-box -p kimi --take-over 15438 --yes   replace a server specmon did not launch
 """
 """The examples that end `specmon launch --help`."""
 
@@ -47,6 +49,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to --wait")
     parser.add_argument("--json", action="store_true", help="print the run as JSON")
+    parser.add_argument(
+        "--take-over",
+        metavar="PID|auto",
+        help="first stop this server specmon did not launch (a pid, auto: the only one, "
+        "unit:NAME, container:NAME), after a confirmation; then launch",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="with --take-over: no confirmation (needed without a TTY)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,16 +85,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         session = session_from_args(args, config)
 
+    take_over = parse_take_over(args, spanning is not None)
+
     async def main() -> int:
         await session.start()
         try:
             queue = session.bus.subscribe(bounded=False)  # drained only after the launch
-            run_id = await session.launch(args.profile, flags=flags, env=env)
+            stop_queue = None
+            if take_over is not None:
+                server, ticks = await take_over_target(session, args, config, take_over)
+                stop_queue = session.bus.subscribe(bounded=False)  # the take-over's stop steps
+                run_id = await session.take_over(args.profile, server, ticks, flags=flags, env=env)
+            else:
+                run_id = await session.launch(args.profile, flags=flags, env=env)
             run = session.current_run
             if args.json:
                 print(json.dumps({"run_id": run_id, "host": session.host_label, **run.to_dict()}))
             else:
                 print(f"launched {run_id} on {session.host_label} (pid {run.pid})")
+            if stop_queue is not None:
+                print_take_over(session, stop_queue, f"pid-{server.pid}", as_json=args.json)
             sys.stdout.flush()
             if not args.wait:
                 session.bus.unsubscribe(queue)
@@ -99,3 +122,84 @@ def run(args: argparse.Namespace) -> int:
             await session.close()
 
     return run_async(main)
+
+
+def parse_take_over(args: argparse.Namespace, spanning: bool) -> Any:
+    """``--take-over``'s target (None without it); refused in one line for a profile with
+    nodes, or with no TTY to confirm on and no ``--yes``."""
+    from specmon.model.attach_target import parse_attach_target
+    from specmon.model.errors import UsageError
+
+    if args.take_over is None:
+        return None
+    if spanning:
+        raise UsageError("--take-over replaces a server on one host, not a profile with nodes")
+    try:
+        target = parse_attach_target(args.take_over)
+    except ValueError as exc:
+        raise UsageError(f"--take-over: {exc}") from None
+    if not args.yes and not sys.stdin.isatty():
+        raise UsageError("--take-over stops a process: confirm it on a terminal, or add --yes")
+    return target
+
+
+async def take_over_target(session: Any, args: argparse.Namespace, config: Any, target: Any) -> Any:
+    """(the server ``target`` names on the host, its start ticks), once the host said this
+    user may stop it (the helper's checks, nothing signalled) and the user confirmed: refused
+    in one line when it is no server, a container or unit the profile does not let specmon
+    stop, or another user's process."""
+    from specmon.model.errors import UsageError
+    from specmon.model.terminal_text import safe_text
+    from specmon.session.foreign import stop_foreign, survey_host
+    from specmon.session.helper_client import RemoteCallError
+    from specmon.state.foreign import (
+        choose_server,
+        start_ticks_of,
+        take_over_lines,
+        take_over_problem,
+    )
+
+    host = args.host or session.host_label
+    survey = await survey_host(session.helper, pid=target.pid, host=host)
+    try:
+        server = choose_server(survey, target)
+    except UsageError as exc:
+        raise UsageError(safe_text(str(exc).replace("--attach", "--take-over"))) from None
+    profile = config.profile(args.profile)
+    problem = take_over_problem(server, host, profile.take_over)
+    if problem is not None:
+        raise UsageError(safe_text(problem))
+    ticks = start_ticks_of(survey, server.pid)
+    if ticks is None:
+        raise UsageError(safe_text(f"pid {server.pid} on {host}: its start time is not readable"))
+    try:
+        await stop_foreign(
+            session.helper,
+            server.pid,
+            ticks,
+            grace=0.0,
+            kill_wait=0.0,
+            supervisor=profile.take_over,
+            dry_run=True,
+        )
+    except RemoteCallError as exc:  # the host's refusal: permission, supervisor, reused pid
+        raise UsageError(safe_text(str(exc))) from None
+    lines = take_over_lines(server, host, args.profile)
+    print("\n".join(safe_text(line) for line in lines), file=sys.stderr)
+    if not args.yes:
+        answer = input("Stop it and launch? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise UsageError(f"take-over of pid {server.pid} cancelled; nothing stopped")
+    return server, ticks
+
+
+def print_take_over(session: Any, queue: Any, old: str, *, as_json: bool) -> None:
+    """The take-over's stop as it went (each step and its time, then ``stopped``: taken
+    over), printed after the launch line, which stays the first line of the output."""
+    from specmon.commands.printers import print_event
+
+    session.bus.unsubscribe(queue)
+    while not queue.empty():
+        at, event = queue.get_nowait()
+        if getattr(event, "run_id", None) == old:
+            print_event(at, event, as_json=as_json, with_log=False, out=sys.stdout)

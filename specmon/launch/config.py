@@ -173,6 +173,9 @@ class Profile:
     probe: bool = False
     gpu_agent: GpuAgentKind = "nvml"
     stop_grace_s: float = 30.0
+    # How a take-over (`launch --take-over`) stops a server in a container or a systemd unit:
+    # None refuses it, naming the command; "docker"/"systemd" runs `docker stop`/`systemctl stop`.
+    take_over: str | None = None
     description: str = ""
     baseline_profile: str | None = None
     nodes: tuple[str, ...] = ()  # hosts of one server spanning nodes; node 0 serves HTTP
@@ -627,10 +630,12 @@ PROFILE_KEYS = (
     "probe",
     "gpu_agent",
     "stop_grace_s",
+    "take_over",
     "baseline_profile",
     "nodes",
     "node_grace_s",
 )
+TAKE_OVER_KINDS = ("docker", "systemd")  # a profile's take_over: whose stop command to run
 SPECULATIVE_KEYS = ("algorithm", "num_steps", "eagle_topk", "num_draft_tokens")
 # Bounds of every numeric [speculative] key any backend reads (the backend says which it reads).
 SPECULATIVE_RANGES: dict[str, tuple[int, int]] = {
@@ -1011,6 +1016,7 @@ class _Reader:
             probe=self.value(table, path, "probe", bool, False),
             gpu_agent=self.choice(table, path, "gpu_agent", GPU_AGENT_KINDS, "nvml"),
             stop_grace_s=self.number(table, path, "stop_grace_s", float, 0.0, 3600.0, 30.0),
+            take_over=self.choice(table, path, "take_over", TAKE_OVER_KINDS, None),
             description=self.value(table, path, "description", str, ""),
             baseline_profile=self.value(table, path, "baseline_profile", str, None),
             nodes=self.read_nodes(table, path, server),
@@ -1151,6 +1157,7 @@ def render_profile_toml(profile: Profile) -> str:
         ("probe", profile.probe),
         ("gpu_agent", profile.gpu_agent),
         ("stop_grace_s", profile.stop_grace_s),
+        ("take_over", profile.take_over),
         ("baseline_profile", profile.baseline_profile),
         ("nodes", list(profile.nodes) if profile.nodes else None),
         ("node_grace_s", profile.node_grace_s if profile.nodes else None),

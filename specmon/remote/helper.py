@@ -34,6 +34,10 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   follow-foreign  follow the log of a server specmon did not launch (a regular file by path,
               rotation and truncation told; a unit's journal; a container's docker logs) as
               follow does a run's, and tell when its process ends; ends when stdin closes
+  stop-foreign  a take-over's stop of a server specmon did not launch (--pid, --ticks: a
+              reused pid is refused): only a process this user may signal, not one in a
+              container or unit unless --supervisor names the stop command to run; SIGTERM
+              (its group if it leads one, else its process tree), grace, SIGKILL, all gone
 """
 
 from __future__ import annotations
@@ -299,8 +303,9 @@ def printable(text):
     return "".join(c if " " <= c <= "~" else "?" for c in text)
 
 
-def describe_listener(sock, pid):
-    """One listener as a refusal names it: pid, user and command where readable."""
+def describe_listener(sock, pid, servers=None):
+    """One listener as a refusal names it: pid, user and command where readable; a server
+    (its command holds one of ``servers``' words, {word: backend}, the console's) as that backend's."""
     try:
         user = pwd.getpwuid(sock["uid"]).pw_name
     except KeyError:
@@ -314,8 +319,14 @@ def describe_listener(sock, pid):
             info["command"] = printable(command)[:COMMAND_CHARS]
         except OSError:
             pass
+    lowered = (info["command"] or "").lower()
+    ordered = sorted((servers or {}).items(), key=lambda item: -len(item[0]))  # the longest first
+    backend = next((b for w, b in ordered if str(w).lower() in lowered), None)
+    info["backend"] = backend
     if pid is None:
         info["text"] = f"a process of user {user} (its pid is not readable by this user)"
+    elif backend:
+        info["text"] = f"a {backend} server, pid {pid} (user {user}: {info['command']})"
     else:
         info["text"] = f"pid {pid} (user {user}" + (
             f": {info['command']})" if info["command"] else ")"
@@ -323,13 +334,13 @@ def describe_listener(sock, pid):
     return info
 
 
-def port_listeners(port):
+def port_listeners(port, servers=None):
     """Every listener on ``port``, named (a full scan of /proc: only before a launch)."""
     sockets = listening_sockets(port)
     if not sockets:
         return []
     owners = socket_owners([s["inode"] for s in sockets], all_pids())
-    return [describe_listener(s, owners.get(s["inode"])) for s in sockets]
+    return [describe_listener(s, owners.get(s["inode"]), servers) for s in sockets]
 
 
 def session_members(sid):
@@ -954,6 +965,202 @@ def cmd_environ(args):
     return 0
 
 
+# --- stop-foreign: a take-over's stop of a server specmon did not launch ---------------------
+#
+# The pid alone is never trusted: the console names the process it showed the user by pid and
+# start ticks, and a pid whose ticks differ (recycled) is refused before any signal. Only a
+# process this user may signal is signalled; one in a container or a systemd unit is left to
+# its supervisor (docker, systemd would restart it, or its group belongs to them).
+
+SUPERVISOR_TIMEOUT_S = 60.0  # `docker stop` / `systemctl stop`, at most
+
+
+def proc_uids(pid):
+    """(real, effective, saved) uids of a process from /proc/PID/status, or None."""
+    for line in read_capped(f"/proc/{pid}/status", 65536).decode(errors="replace").splitlines():
+        if line.startswith("Uid:"):
+            try:
+                return tuple(int(x) for x in line.split()[1:4])
+            except ValueError:
+                return None
+    return None
+
+
+def may_signal(caller_uids, target_uids):
+    """Whether a caller (real, effective uid) may signal a process (real, effective, saved
+    uids), as kill(2) decides for a caller without CAP_KILL: root may; else the caller's
+    real or effective uid must be the target's real or saved uid."""
+    real, effective = caller_uids[0], caller_uids[1]
+    if effective == 0:
+        return True
+    return bool({real, effective} & {target_uids[0], target_uids[2]})
+
+
+def supervisor_of(cgroup):
+    """("docker", container id) or ("systemd", unit, user unit) when a process's cgroup says
+    a supervisor runs it; None for a process started by hand."""
+    if cgroup.get("container"):
+        return {"kind": "docker", "name": cgroup["container"]}
+    if cgroup.get("unit"):
+        return {"kind": "systemd", "name": cgroup["unit"], "user": bool(cgroup.get("user_unit"))}
+    return None
+
+
+def supervisor_argv(supervisor):
+    """The command that stops a supervised server the way its supervisor wants."""
+    if supervisor["kind"] == "docker":
+        return ["docker", "stop", supervisor["name"]]
+    user = ["--user"] if supervisor.get("user") else []
+    return ["systemctl", *user, "stop", "--", supervisor["name"]]
+
+
+def process_tree(pid):
+    """{pid: start ticks} of ``pid`` and its descendants now (at most TREE_MAX)."""
+    procs, _ = scan_processes()
+    children = {}
+    for child, stat in procs.items():
+        children.setdefault(stat["ppid"], []).append(child)
+    if pid not in procs:
+        return {}
+    return {member: procs[member]["start_ticks"] for member in tree_of(pid, children)}
+
+
+def still_running(members):
+    """The pids of ``members`` ({pid: start ticks}) that are still those processes, alive."""
+    return [
+        pid
+        for pid, ticks in members.items()
+        if proc_start_ticks(pid) == ticks and proc_state(pid) not in (None, "Z")
+    ]
+
+
+def signal_members(members, sig):
+    """``sig`` to each of ``members`` that is still the same process."""
+    for pid in still_running(members):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def wait_members_gone(members, deadline):
+    while time.time() < deadline:
+        if not still_running(members):
+            return True
+        time.sleep(0.05)
+    return not still_running(members)
+
+
+def foreign_target(pid, ticks):
+    """The checks before a take-over's stop: {"ok": False, "error"} naming why not, or the
+    process's facts (uid, user, pgid, supervisor, whether this user may signal it)."""
+    stat = parse_stat(read_capped(f"/proc/{pid}/stat", SMALL_FILE_BYTES).decode(errors="replace"))
+    if stat is None or stat["state"] == "Z":
+        return {"ok": False, "error": f"no process {pid} on {socket.gethostname()}"}
+    if stat["start_ticks"] != ticks:
+        return {
+            "ok": False,
+            "error": f"pid {pid} on {socket.gethostname()} is no longer the process chosen "
+            "(its start time changed: the pid was reused); nothing signalled",
+        }
+    uids = proc_uids(pid)
+    uid = uids[0] if uids else None
+    user = user_name(uid) if uid is not None else None
+    cgroup = parse_cgroup(
+        read_capped(f"/proc/{pid}/cgroup", SMALL_FILE_BYTES).decode(errors="replace")
+    )
+    allowed = uids is not None and may_signal((os.getuid(), os.geteuid()), uids)
+    return {
+        "ok": True,
+        "pid": pid,
+        "uid": uid,
+        "user": user or (f"uid {uid}" if uid is not None else "?"),
+        "pgid": stat["pgid"],
+        "own_group": stat["pgid"] == pid,
+        "supervisor": supervisor_of(cgroup),
+        "may_signal": allowed,
+    }
+
+
+def cmd_stop_foreign(args):
+    """Stop a server specmon did not launch for a take-over: refuse a recycled pid, a process
+    this user may not signal, one in a container or unit (unless ``--supervisor`` says the
+    profile wants its supervisor's stop command run); else SIGTERM (its process group when it
+    leads its own group, else its process tree: a ``nohup`` server shares the group of the
+    shell that started it, which may hold other jobs), the grace, SIGKILL, and confirm every
+    process of it gone. One JSON line per step, then {"ok", "steps"}."""
+    state_dir(args.state_dir)
+    host = socket.gethostname()
+    target = foreign_target(args.pid, args.ticks)
+    if not target["ok"]:
+        return fail(target["error"])
+    supervisor = target["supervisor"]
+    if supervisor is not None:
+        command = " ".join(supervisor_argv(supervisor))
+        if args.supervisor != supervisor["kind"]:
+            what = "container" if supervisor["kind"] == "docker" else "systemd unit"
+            return fail(
+                f"pid {args.pid} on {host} runs in {what} {supervisor['name']}: specmon will "
+                f"not kill it behind {supervisor['kind']}'s back; stop it with `{command}` "
+                f'(or set take_over = "{supervisor["kind"]}" in the profile)'
+            )
+    elif not target["may_signal"]:
+        return fail(
+            f"no permission to signal pid {args.pid} (user {target['user']}) on {host}; "
+            "nothing signalled"
+        )
+    if args.dry_run:
+        emit(dict(target, group="own" if target["own_group"] else "tree"))
+        return 0
+    start = time.time()
+    steps = []
+
+    def step(name, detail=None):
+        entry = {"step": name, "seconds": round(time.time() - start, 3), "detail": detail}
+        steps.append(entry)
+        emit(entry)
+
+    members = process_tree(args.pid)
+    if supervisor is not None:
+        argv = supervisor_argv(supervisor)
+        code, _, err = run_tool(argv, timeout=args.grace + SUPERVISOR_TIMEOUT_S, limit=65536)
+        step(
+            "supervisor",
+            f"`{' '.join(argv)}`: " + ("timed out" if code is None else f"exit {code}"),
+        )
+        if code != 0:
+            return fail(f"`{' '.join(argv)}` on {host} failed ({err or code}); not launching")
+        gone = wait_members_gone(members, time.time() + args.kill_wait)
+    else:
+        if target["own_group"]:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(args.pid, signal.SIGTERM)
+            signal_members(members, signal.SIGTERM)  # a child that left the group too
+            step("sigterm", f"process group {args.pid} ({len(members)} processes)")
+        else:
+            signal_members(members, signal.SIGTERM)
+            step(
+                "sigterm",
+                f"its process tree ({len(members)} processes; its group {target['pgid']} "
+                "is not its own)",
+            )
+        gone = wait_members_gone(members, time.time() + args.grace)
+        if gone:
+            step("exited", "after SIGTERM")
+        else:
+            members.update(process_tree(args.pid))  # children started during the grace
+            if target["own_group"]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(args.pid, signal.SIGKILL)
+            signal_members(members, signal.SIGKILL)
+            step("sigkill", f"grace {args.grace:.1f}s ran out")
+            gone = wait_members_gone(members, time.time() + args.kill_wait)
+    left = still_running(members)
+    if target["own_group"]:
+        left = sorted(set(left) | set(group_members(args.pid)))
+    step("group_gone", "no process left" if not left else f"left: {left}")
+    emit({"ok": not left, "left": left, "steps": steps, "user": target["user"]})
+    return 0 if not left else 3
+
+
 # --- launch ---------------------------------------------------------------------------------
 
 
@@ -992,12 +1199,15 @@ def cmd_launch(args):
     if spec.get("port_must_be_free") and spec.get("port"):
         # A server that cannot bind its port dies, and whatever holds the port would answer
         # for it: refused before anything starts, naming the listener.
-        taken = port_listeners(int(spec["port"]))
+        words = spec.get("server_words") if isinstance(spec.get("server_words"), dict) else {}
+        taken = port_listeners(int(spec["port"]), words)
         if taken:
             names = "; ".join(t["text"] for t in taken)
+            servers = [t["pid"] for t in taken if t.get("backend") and t.get("pid")]
+            way = f", or take it over: --take-over {servers[0]}" if servers else ""
             return fail(
                 f"port {spec['port']} on {socket.gethostname()} is already in use by {names}; "
-                "not launching (stop it, or give the profile another port)"
+                f"not launching (stop it, give the profile another port{way})"
             )
     os.makedirs(rdir, mode=0o700)
     for key, value in (spec.get("run_env") or {}).items():
@@ -1819,6 +2029,7 @@ def main(argv=None):
         "servers",
         "environ",
         "follow-foreign",
+        "stop-foreign",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -1850,6 +2061,13 @@ def main(argv=None):
     foreign.add_argument("--offset", type=int, default=0)
     foreign.add_argument("--inode", type=int, default=0)
     foreign.add_argument("--interval", type=float, default=0.05)
+    take = sub.choices["stop-foreign"]
+    take.add_argument("--pid", type=int, required=True)
+    take.add_argument("--ticks", type=int, required=True)
+    take.add_argument("--grace", type=float, default=30.0)
+    take.add_argument("--kill-wait", type=float, default=10.0)
+    take.add_argument("--supervisor", choices=("", "docker", "systemd"), default="")
+    take.add_argument("--dry-run", action="store_true")
     sub.choices["annotate"].add_argument("--json", required=True)
     sub.choices["supervise"].add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -1869,6 +2087,7 @@ def main(argv=None):
         "servers": cmd_servers,
         "environ": cmd_environ,
         "follow-foreign": cmd_follow_foreign,
+        "stop-foreign": cmd_stop_foreign,
     }[args.cmd]
     try:
         return handler(args)

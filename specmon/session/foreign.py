@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from typing import Any
 
 from specmon.backends.registry import process_words
 from specmon.session.helper_client import HelperClient
@@ -98,3 +99,35 @@ def follow_foreign_args(
     elif log.kind == "docker" and log.container:
         args += [f"--container={log.container}", *since]
     return args
+
+
+SUPERVISOR_STOP_S = 60.0  # the helper's bound on `docker stop` / `systemctl stop`
+
+
+async def stop_foreign(
+    helper: HelperClient,
+    pid: int,
+    ticks: int,
+    *,
+    grace: float,
+    kill_wait: float,
+    supervisor: str | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """The helper's ``stop-foreign`` for a take-over: the process ``pid`` whose start ticks
+    are ``ticks`` (a reused pid is refused), stopped with SIGTERM, ``grace``, SIGKILL, or by
+    its supervisor's command when ``supervisor`` (the profile's ``take_over``) names it. Its
+    reply: {"steps": [{"step", "seconds", "detail"}], "user", ...}; ``dry_run``: only the
+    checks (permission, supervisor), nothing signalled. RemoteCallError in one line else."""
+    args = [
+        "stop-foreign",
+        f"--pid={pid}",
+        f"--ticks={ticks}",
+        f"--grace={grace}",
+        f"--kill-wait={kill_wait}",
+        f"--supervisor={supervisor or ''}",
+    ]
+    if dry_run:
+        args.append("--dry-run")
+    timeout = grace + kill_wait + SUPERVISOR_STOP_S + helper.call_timeout_s
+    return await helper.call(args, timeout=timeout)

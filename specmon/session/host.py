@@ -50,7 +50,7 @@ from specmon.model.run_end import REQUESTED_ENDS, RunEnd, run_end
 from specmon.model.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import failure_event, hang_reason
-from specmon.session.foreign import follow_foreign_args, survey_host
+from specmon.session.foreign import follow_foreign_args, stop_foreign, survey_host
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
@@ -302,6 +302,68 @@ class HostSession(HostController):
         async with self.action_lock("launch"):
             return await self.replace_run(spec, profile=profile)
 
+    async def take_over(
+        self,
+        profile: str,
+        server: ForeignServer,
+        ticks: int,
+        *,
+        flags: Mapping[str, FlagValue] | None = None,
+        env: Mapping[str, str | None] | None = None,
+    ) -> str:
+        """Replace a server specmon did not launch (``launch --take-over``): stop process
+        ``server.pid`` started at ``ticks`` (the helper's stop-foreign: SIGTERM, the profile's
+        grace, SIGKILL, all gone; or its supervisor's stop command when the profile's
+        ``take_over`` says so), wait for its GPU memory as a run's stop does, then launch
+        ``profile`` as a specmon run whose record names the process it replaced."""
+        chosen = profile_named(self._profiles, profile)
+        spec = chosen.to_launch_spec(flags=flags, env=env, python=self.host_python)
+        spec.validate()
+        assert server.pid is not None
+        old = f"pid-{server.pid}"
+        async with self.action_lock("launch"):
+            self._publish(RunState(run_id=old, state="stopping", detail="take-over"))
+            reply = await stop_foreign(
+                self.helper,
+                server.pid,
+                ticks,
+                grace=chosen.stop_grace_s,
+                kill_wait=self.options.kill_wait_s,
+                supervisor=chosen.take_over,
+            )
+            for step in reply.get("steps") or ():
+                self._publish(
+                    StopProgress(
+                        run_id=old,
+                        step=str(step.get("step")),
+                        seconds=float(step.get("seconds") or 0.0),
+                        detail=step.get("detail"),
+                    )
+                )
+            gone_at = time.time()
+            released, detail = await self.agent.wait_gpu_released(gone_at)
+            seconds = round(time.time() - gone_at, 3)
+            self._publish(
+                StopProgress(run_id=old, step="gpu_released", seconds=seconds, detail=detail)
+            )
+            killed = any(step.get("step") == "sigkill" for step in reply.get("steps") or ())
+            end = RunEnd(
+                "killed" if killed else "stopped",
+                by=self.options.owner,
+                command=f"{self.command_name} --take-over",
+                at=gone_at,
+            )
+            self._publish(
+                RunState(run_id=old, state="stopped", detail=f"taken over: {end.text()}", end=end)
+            )
+            if not released:
+                raise RemoteCallError(
+                    f"{self.host_label}: pid {server.pid} is gone but GPU memory was not released "
+                    f"within {self.options.gpu_release_timeout_s:.0f}s ({detail}); not launching"
+                )
+            foreign = {"pid": server.pid, "argv": list(server.argv), "user": server.user}
+            return await self.replace_run(spec, profile=profile, foreign=foreign)
+
     @contextlib.asynccontextmanager
     async def action_lock(self, action: str) -> AsyncIterator[None]:
         """This console's operation lock and the host-wide launch/stop lock, for ``action``
@@ -317,14 +379,15 @@ class HostSession(HostController):
         profile: str | None = None,
         run_id: str | None = None,
         node: Mapping[str, Any] | None = None,
+        foreign: Mapping[str, Any] | None = None,
     ) -> str:
         """With ``action_lock`` held: stop this console's live run (verified gone, GPU memory
         released), then launch ``spec`` (already validated); ``run_id`` and ``node`` make it
-        one node of a multi-node run."""
+        one node of a multi-node run; ``foreign``: the server a take-over stopped for it."""
         chosen = self._profiles.get(profile) if profile else None
         replaced = await self._stop_live_runs(await self.status())
         result = await self._helper_launch(
-            spec, profile, chosen, run_id=run_id, node=node, replaces=replaced
+            spec, profile, chosen, run_id=run_id, node=node, replaces=replaced, foreign=foreign
         )
         kind = chosen.gpu_agent if chosen is not None else None
         if kind is not None and kind != self._agent_kind:
@@ -690,6 +753,7 @@ class HostSession(HostController):
         run_id: str | None = None,
         node: Mapping[str, Any] | None = None,
         replaces: tuple[str, ...] = (),
+        foreign: Mapping[str, Any] | None = None,
     ) -> str:
         local = self.transport.is_local
         payload = launch_payload(
@@ -709,6 +773,7 @@ class HostSession(HostController):
             node=node,
             replaces=replaces,
             client=self.client_token,
+            replaces_foreign=foreign,
         )
         reply = await self.helper.call(["launch"], input=json.dumps(payload).encode())
         run = RunStatus.from_helper({**reply, "alive": True})

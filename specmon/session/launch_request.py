@@ -48,6 +48,7 @@ def launch_payload(
     node: Mapping[str, Any] | None = None,
     replaces: tuple[str, ...] = (),
     client: str | None = None,
+    replaces_foreign: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The helper's launch request. ``local_python`` replaces a bare python3/python command
     word (a local host runs the simulator in specmon's own interpreter); ``tether_grace_s``
@@ -55,7 +56,10 @@ def launch_payload(
     A node of a multi-node server gets its run's shared ``run_id`` and its ``node`` record
     (rank, nnodes, the nodes' labels), kept in the run's meta. ``replaces``: the runs this
     launch stopped to make room (their stop records then name this run); ``client``: the
-    launching session's token, so it knows its own run among those that appear."""
+    launching session's token, so it knows its own run among those that appear.
+    ``replaces_foreign``: the server specmon did not launch that a take-over stopped for this
+    run ({pid, argv, user}), kept in its meta. ``server_words``: what marks a process that
+    holds the port as a server of a backend, so the helper's refusal names it as one."""
     argv = list(spec.argv)
     if local_python and argv and argv[0] in ("python3", "python"):
         argv[0] = local_python
@@ -69,6 +73,7 @@ def launch_payload(
         # The helper refuses the launch while anything listens there: what holds the port
         # would answer for the server. Not for a multi-node server's other nodes (no HTTP).
         "port_must_be_free": node is None or not node.get("rank"),
+        "server_words": server_words(),
         "meta": {
             "owner": owner,
             "backend": spec.backend.name,
@@ -85,6 +90,8 @@ def launch_payload(
     }
     if node is not None:
         payload["meta"]["node"] = dict(node)
+    if replaces_foreign is not None:
+        payload["meta"]["replaces_foreign"] = dict(replaces_foreign)
     if tether_grace_s is not None:
         payload["tether"] = {
             "pid": os.getpid(),
@@ -111,3 +118,16 @@ def start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     return int(stat[stat.rfind(")") + 2 :].split()[19])
+
+
+def server_words() -> dict[str, str]:
+    """{word: backend} of every backend's process words and simulator module: a process
+    holding the port whose command line has one is named as that backend's server."""
+    from specmon.backends import all_backends
+
+    return {
+        word: backend.name
+        for backend in all_backends()
+        for word in (*backend.process_words, backend.sim_module)
+        if word
+    }

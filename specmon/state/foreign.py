@@ -593,3 +593,63 @@ def foreign_refusal(what: str, host: str, action: str) -> str:
         f"specmon will not {action} it. A take-over relaunch under specmon (with the probe) "
         "is the way to replace it."
     )
+
+
+def start_ticks_of(survey: HostSurvey, pid: int) -> int | None:
+    """The start ticks the host read for candidate ``pid``: with the pid, what names the one
+    process a take-over may signal (a reused pid has other ticks)."""
+    for candidate in survey.candidates:
+        if candidate.get("pid") == pid and isinstance(candidate.get("start_ticks"), int):
+            return int(candidate["start_ticks"])
+    return None
+
+
+def supervisor_command(server: ForeignServer) -> tuple[str, str] | None:
+    """(``docker`` | ``systemd``, the command that stops ``server`` through its supervisor)
+    for a server in a container or a systemd unit; None for one started by hand. Killing such
+    a server behind its supervisor's back would see it restarted (or its unit failed)."""
+    if server.container is not None:
+        return "docker", f"docker stop {server.container.name or server.container.id[:12]}"
+    if server.unit:
+        user = "--user " if "--user" in (server.log.follow or "").split() else ""
+        return "systemd", f"systemctl {user}stop {server.unit}"
+    return None
+
+
+def take_over_problem(server: ForeignServer, host: str, take_over: str | None) -> str | None:
+    """Why a take-over of ``server`` is refused before anything is signalled (one line), or
+    None: a container whose processes this user cannot see, or a supervised server whose
+    profile does not say to run its supervisor's stop command (``take_over``)."""
+    supervised = supervisor_command(server)
+    if server.pid is None:
+        command = supervised[1] if supervised else "its supervisor's stop command"
+        return (
+            f"{server_name(server)} on {host}: its processes are not visible to this user; "
+            f"stop it with `{command}`, then launch"
+        )
+    if supervised is not None and take_over != supervised[0]:
+        kind, command = supervised
+        where = f"container {server.container.name}" if server.container else f"unit {server.unit}"
+        return (
+            f"pid {server.pid} on {host} runs in {where}: specmon will not kill it behind "
+            f'{kind}\'s back; stop it with `{command}` (or set take_over = "{kind}" in the '
+            "profile)"
+        )
+    return None
+
+
+def take_over_lines(server: ForeignServer, host: str, profile: str) -> list[str]:
+    """What a take-over will do, for the confirmation: the process (pid, user, backend, its
+    command with secrets as ***), how it is stopped, and what is launched in its place."""
+    supervised = supervisor_command(server)
+    how = (
+        f"by `{supervised[1]}` (the profile's take_over)"
+        if supervised
+        else "SIGTERM, the grace, then SIGKILL"
+    )
+    return [
+        f"take over pid {server.pid} on {host} (user {server.user or '?'}, {server.backend}, "
+        f"port {server.port_text()}):",
+        f"  {' '.join(server.argv)}",
+        f"stop it ({how}), then launch profile {profile} as a specmon run",
+    ]
