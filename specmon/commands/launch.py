@@ -12,7 +12,6 @@ EPILOG = """\
 examples:
   specmon launch local -p demo --wait ready       the simulator here, until it is ready
   specmon launch gpu-box -p kimi --set speculative-num-steps=3
-  specmon launch gpu-box -p kimi --env NCCL_PROTO=LL --json
   specmon launch gpu-box -p kimi --take-over 15438 --yes   replace a server specmon did not launch
 """
 """The examples that end `specmon launch --help`."""

@@ -22,6 +22,7 @@ from specmon.launch.config import (
     find_config_path,
     load_config,
     parse_config_text,
+    render_profile_toml,
     save_profile,
 )
 from specmon.model.errors import ConfigError, UsageError
@@ -217,6 +218,8 @@ BAD_CONFIGS = [
     ("inf http poll", "[ui]\nhttp_poll_s = inf\n", "ui.http_poll_s", 2, "not a finite number"),
     ("nan stop grace", GOOD_PROFILE.replace("tp = 8", "stop_grace_s = nan"), "profiles.p.stop_grace_s", 4, "not a finite number"),
     ("-inf mem fraction", GOOD_PROFILE.replace("tp = 8", "mem_fraction_static = -inf"), "profiles.p.mem_fraction_static", 4, "not a finite number"),
+    ("bad take_over", GOOD_PROFILE.replace("tp = 8", "take_over = 'dockr'"), "profiles.p.take_over", 4, "did you mean 'docker'?"),
+    ("take_over type", GOOD_PROFILE.replace("tp = 8", "take_over = true"), "profiles.p.take_over", 4, "expected a string"),
 ]  # fmt: skip
 
 
@@ -467,3 +470,13 @@ def test_host_attach_key_is_the_attach_grammar_and_reaches_the_session(tmp_path)
     assert open_session("d", config).options.attach is None
     chosen = open_session("a", config, options=SessionOptions(attach="77"))
     assert chosen.options.attach == "77"
+
+
+def test_take_over_is_read_and_written_back(tmp_path):
+    """``take_over = "docker" | "systemd"``: a take-over may run that supervisor's stop."""
+    path = write(tmp_path, GOOD_PROFILE.replace("tp = 8", 'tp = 8\ntake_over = "systemd"'))
+    profile = load_config(path, environ=NO_USER_DIR).profile("p")
+    assert profile.take_over == "systemd"
+    assert 'take_over = "systemd"' in render_profile_toml(profile)
+    plain = load_config(write(tmp_path, GOOD_PROFILE, "b.toml"), environ=NO_USER_DIR)
+    assert plain.profile("p").take_over is None

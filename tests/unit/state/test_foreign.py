@@ -378,3 +378,53 @@ def test_foreign_server_as_a_followed_run() -> None:
     )
     assert boxed is not None and foreign_run_status(boxed).run_id == "container-my-llm"
     assert server_name(boxed) == "container My LLM"
+
+
+def test_take_over_refusals_name_the_supervisors_stop_command() -> None:
+    """A server in a container or a unit is not killed behind its supervisor's back: refused
+    in one line with the command, unless the profile's ``take_over`` names that supervisor;
+    a server started by hand is taken over; its start ticks name the process."""
+    from specmon.state.foreign import (
+        start_ticks_of,
+        supervisor_command,
+        take_over_lines,
+        take_over_problem,
+    )
+
+    survey = survey_from_helper(
+        "box",
+        reply(
+            [
+                candidate(10, SGLANG, start_ticks=4242),
+                candidate(
+                    30, VLLM, stdout={"kind": "socket"}, stderr={"kind": "socket"},
+                    cgroup={"unit": "vllm.service"},
+                ),
+                candidate(
+                    40, VLLM, cgroup={"container": "ab" * 32},
+                ),
+            ],
+            docker={
+                "present": True, "error": None,
+                "rows": [{"id": "ab" * 32, "name": "llm", "image": "vllm/vllm-openai", "ports": ""}],
+            },
+        ),
+    )  # fmt: skip
+    by_hand, unit, container = (survey.server(pid) for pid in (10, 30, 40))
+    assert by_hand is not None and unit is not None and container is not None
+    assert supervisor_command(by_hand) is None
+    assert take_over_problem(by_hand, "box", None) is None
+    assert start_ticks_of(survey, 10) == 4242 and start_ticks_of(survey, 99) is None
+    assert supervisor_command(unit) == ("systemd", "systemctl stop vllm.service")
+    assert supervisor_command(container) == ("docker", "docker stop llm")
+    refused = take_over_problem(container, "box", None)
+    assert refused is not None and "\n" not in refused
+    assert refused.startswith("pid 40 on box runs in container llm: specmon will not kill it")
+    assert "`docker stop llm`" in refused and 'take_over = "docker"' in refused
+    assert "`systemctl stop vllm.service`" in (take_over_problem(unit, "box", "docker") or "")
+    assert take_over_problem(unit, "box", "systemd") is None
+    assert take_over_problem(container, "box", "docker") is None
+    lines = take_over_lines(by_hand, "box", "prod")
+    assert lines[0].startswith("take over pid 10 on box (user ops, sglang, port 30001")
+    assert "--api-key ***" in lines[1] and "s3cret" not in "".join(lines)
+    assert "SIGTERM" in lines[2] and "launch profile prod" in lines[2]
