@@ -149,14 +149,8 @@ async def take_over_target(session: Any, args: argparse.Namespace, config: Any, 
     stop, or another user's process."""
     from specmon.model.errors import UsageError
     from specmon.model.terminal_text import safe_text
-    from specmon.session.foreign import stop_foreign, survey_host
-    from specmon.session.helper_client import RemoteCallError
-    from specmon.state.foreign import (
-        choose_server,
-        start_ticks_of,
-        take_over_lines,
-        take_over_problem,
-    )
+    from specmon.session.foreign import check_take_over, survey_host
+    from specmon.state.foreign import choose_server, start_ticks_of
 
     host = args.host or session.host_label
     survey = await survey_host(session.helper, pid=target.pid, host=host)
@@ -164,32 +158,20 @@ async def take_over_target(session: Any, args: argparse.Namespace, config: Any, 
         server = choose_server(survey, target)
     except UsageError as exc:
         raise UsageError(safe_text(str(exc).replace("--attach", "--take-over"))) from None
-    profile = config.profile(args.profile)
-    problem = take_over_problem(server, host, profile.take_over)
-    if problem is not None:
-        raise UsageError(safe_text(problem))
-    ticks = start_ticks_of(survey, server.pid)
-    if ticks is None:
-        raise UsageError(safe_text(f"pid {server.pid} on {host}: its start time is not readable"))
-    try:
-        await stop_foreign(
-            session.helper,
-            server.pid,
-            ticks,
-            grace=0.0,
-            kill_wait=0.0,
-            supervisor=profile.take_over,
-            dry_run=True,
-        )
-    except RemoteCallError as exc:  # the host's refusal: permission, supervisor, reused pid
-        raise UsageError(safe_text(str(exc))) from None
-    lines = take_over_lines(server, host, args.profile)
-    print("\n".join(safe_text(line) for line in lines), file=sys.stderr)
+    plan = await check_take_over(
+        session.helper,
+        server,
+        start_ticks_of(survey, server.pid) if server.pid is not None else None,
+        host=host,
+        profile_name=args.profile,
+        profile=config.profile(args.profile),
+    )
+    print("\n".join(safe_text(line) for line in plan.lines()), file=sys.stderr)
     if not args.yes:
         answer = input("Stop it and launch? [y/N] ").strip().lower()
         if answer not in ("y", "yes"):
             raise UsageError(f"take-over of pid {server.pid} cancelled; nothing stopped")
-    return server, ticks
+    return server, plan.ticks
 
 
 def print_take_over(session: Any, queue: Any, old: str, *, as_json: bool) -> None:

@@ -181,7 +181,8 @@ def describe_event(event: Event) -> str | None:
         if event.pid is None and event.profile is None and event.backend:  # a URL's server
             return f"run         watching {event.run_id} ({event.backend}, HTTP only)"
         how = "reattached" if event.reattached else "launched"
-        return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid})"
+        took = f"; it took over {event.took_over}" if event.took_over else ""
+        return f"run         {how} {event.run_id} (profile {event.profile}, pid {event.pid}{took})"
     if isinstance(event, RunState):
         return f"run state   {event.state}" + (f" ({event.detail})" if event.detail else "")
     if isinstance(event, ShardProgress):

@@ -416,6 +416,8 @@ class RunInfo(Event):
     # "docker: NAME", "none: why").
     foreign: bool = False
     log_source: str | None = None
+    # A take-over's launch: the server specmon did not launch that it replaced ("pid 4242").
+    took_over: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As every event's, with secret flag values as ``***`` (`specmon watch --json`):

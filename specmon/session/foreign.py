@@ -10,8 +10,18 @@ import posixpath
 from typing import Any
 
 from specmon.backends.registry import process_words
-from specmon.session.helper_client import HelperClient
-from specmon.state.foreign import ForeignServer, HostSurvey, survey_from_helper
+from specmon.launch.config import Profile
+from specmon.model.errors import UsageError
+from specmon.model.terminal_text import safe_text
+from specmon.session.helper_client import HelperClient, RemoteCallError
+from specmon.state.foreign import (
+    ForeignServer,
+    HostSurvey,
+    TakeOverPlan,
+    survey_from_helper,
+    take_over_nodes_refusal,
+    take_over_problem,
+)
 
 SURVEY_TIMEOUT_S = 60.0  # a scan of /proc plus docker ps and nvidia-smi (5 s each at most)
 
@@ -131,3 +141,39 @@ async def stop_foreign(
         args.append("--dry-run")
     timeout = grace + kill_wait + SUPERVISOR_STOP_S + helper.call_timeout_s
     return await helper.call(args, timeout=timeout)
+
+
+async def check_take_over(
+    helper: HelperClient,
+    server: ForeignServer,
+    ticks: int | None,
+    *,
+    host: str,
+    profile_name: str,
+    profile: Profile,
+) -> TakeOverPlan:
+    """A take-over of ``server`` (started at ``ticks``) by ``profile``, checked on the host
+    with nothing signalled (``launch --take-over`` and the console's relaunch form share it):
+    UsageError in one line for a profile spanning nodes, a container or unit the profile does
+    not let specmon stop, an unreadable start time, and the helper's own refusals (another
+    user's process, a pid gone or reused since ``ticks``)."""
+    if profile.nodes:
+        raise UsageError(take_over_nodes_refusal(profile_name))
+    problem = take_over_problem(server, host, profile.take_over)
+    if problem is not None:
+        raise UsageError(safe_text(problem))
+    if server.pid is None or ticks is None:
+        raise UsageError(safe_text(f"pid {server.pid} on {host}: its start time is not readable"))
+    try:
+        await stop_foreign(
+            helper,
+            server.pid,
+            ticks,
+            grace=0.0,
+            kill_wait=0.0,
+            supervisor=profile.take_over,
+            dry_run=True,
+        )
+    except RemoteCallError as exc:  # the host's refusal: permission, supervisor, reused pid
+        raise UsageError(safe_text(str(exc))) from None
+    return TakeOverPlan(server=server, ticks=ticks, host=host, profile=profile_name)

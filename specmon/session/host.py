@@ -50,7 +50,12 @@ from specmon.model.run_end import REQUESTED_ENDS, RunEnd, run_end
 from specmon.model.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
 from specmon.session.failure import failure_event, hang_reason
-from specmon.session.foreign import follow_foreign_args, stop_foreign, survey_host
+from specmon.session.foreign import (
+    check_take_over,
+    follow_foreign_args,
+    stop_foreign,
+    survey_host,
+)
 from specmon.session.helper_client import HelperClient, LockBusyError, RemoteCallError
 from specmon.session.http import HttpPoller, PollTarget
 from specmon.session.launch_request import launch_payload
@@ -62,10 +67,13 @@ from specmon.session.transport import Transport
 from specmon.state.controller import HostController
 from specmon.state.foreign import (
     ForeignServer,
+    TakeOverPlan,
     choose_server,
     foreign_refusal,
+    foreign_run_id,
     foreign_run_status,
     server_name,
+    start_ticks_of,
 )
 from specmon.state.run_status import RunStatus, StopReport
 from specmon.state.store import EventBus, StateStore
@@ -122,6 +130,7 @@ class _Follow:
     # follow-foreign, never stopped or relaunched; ``inode``: the log file being read.
     foreign: ForeignServer | None = None
     inode: int = 0
+    foreign_ticks: int | None = None  # its start ticks, as the survey read them: a take-over's
 
 
 async def _helper_messages(proc: Any) -> AsyncIterator[dict[str, Any]]:
@@ -312,25 +321,85 @@ class HostSession(HostController):
         env: Mapping[str, str | None] | None = None,
     ) -> str:
         """Replace a server specmon did not launch (``launch --take-over``): stop process
-        ``server.pid`` started at ``ticks`` (the helper's stop-foreign: SIGTERM, the profile's
-        grace, SIGKILL, all gone; or its supervisor's stop command when the profile's
-        ``take_over`` says so), wait for its GPU memory as a run's stop does, then launch
-        ``profile`` as a specmon run whose record names the process it replaced."""
+        ``server.pid`` started at ``ticks``, then launch ``profile`` (``_take_over``)."""
         chosen = profile_named(self._profiles, profile)
         spec = chosen.to_launch_spec(flags=flags, env=env, python=self.host_python)
         spec.validate()
-        assert server.pid is not None
-        old = f"pid-{server.pid}"
-        async with self.action_lock("launch"):
-            self._publish(RunState(run_id=old, state="stopping", detail="take-over"))
-            reply = await stop_foreign(
-                self.helper,
-                server.pid,
-                ticks,
-                grace=chosen.stop_grace_s,
-                kill_wait=self.options.kill_wait_s,
-                supervisor=chosen.take_over,
+        return await self._take_over(
+            spec, profile, server, ticks, command=f"{self.command_name} --take-over"
+        )
+
+    async def take_over_plan(self, profile: str) -> TakeOverPlan:
+        """The take-over of the server this console is attached to (``--attach``) by
+        ``profile``, checked on the host with nothing signalled (the relaunch form confirms
+        it): named by the pid and start ticks the attach survey read, so a process gone or a
+        pid reused since is refused in one line, as are another user's process, a container
+        or unit the profile does not let specmon stop, and a profile spanning nodes."""
+        follow = self._follow
+        if follow is None or follow.foreign is None or follow.ended:
+            raise UsageError(
+                f"no server specmon did not launch is attached on {self.host_label}: "
+                "nothing to take over"
             )
+        return await check_take_over(
+            self.helper,
+            follow.foreign,
+            follow.foreign_ticks,
+            host=self.host_label,
+            profile_name=profile,
+            profile=profile_named(self._profiles, profile),
+        )
+
+    async def take_over_spec(self, plan: TakeOverPlan, spec: LaunchSpec) -> str:
+        """The confirmed take-over: ``plan``'s server stopped, then ``spec`` launched as
+        profile ``plan.profile`` (the spec the confirmation showed, validated here)."""
+        spec.validate()
+        return await self._take_over(
+            spec, plan.profile, plan.server, plan.ticks, command=f"{self.command_name} take-over"
+        )
+
+    async def _take_over(
+        self, spec: LaunchSpec, profile: str, server: ForeignServer, ticks: int, *, command: str
+    ) -> str:
+        """Stop process ``server.pid`` started at ``ticks`` (the helper's stop-foreign:
+        SIGTERM, the profile's grace, SIGKILL, all gone; or its supervisor's stop command when
+        the profile's ``take_over`` says so), wait for its GPU memory as a run's stop does,
+        then launch ``spec`` as a specmon run whose record names the process it replaced.
+        When this console follows that server, its end is told as the take-over (``command``),
+        never as a crash, and the console follows the new run."""
+        chosen = profile_named(self._profiles, profile)
+        assert server.pid is not None
+        old = foreign_run_id(server)
+        async with self.action_lock("launch"):
+            follow = self._follow
+            watched = (
+                follow
+                if follow is not None
+                and follow.foreign is not None
+                and follow.foreign.pid == server.pid
+                and not follow.ended
+                else None
+            )
+            before = self.bus.store.run_state  # the attached server's, told again if refused
+            self._stopping_run = old  # its end, when the follow sees it, is a requested one
+            if watched is not None:
+                watched.stop = {"by": self.options.owner, "command": command, "at": time.time()}
+            self._publish(RunState(run_id=old, state="stopping", detail="take-over"))
+            try:
+                reply = await stop_foreign(
+                    self.helper,
+                    server.pid,
+                    ticks,
+                    grace=chosen.stop_grace_s,
+                    kill_wait=self.options.kill_wait_s,
+                    supervisor=chosen.take_over,
+                )
+            except BaseException:
+                self._stopping_run = None
+                if watched is not None and not watched.ended:  # refused: it still runs
+                    watched.stop = None
+                    self._publish(RunState(run_id=old, state=before, detail="not taken over"))
+                raise
             for step in reply.get("steps") or ():
                 self._publish(
                     StopProgress(
@@ -340,6 +409,9 @@ class HostSession(HostController):
                         detail=step.get("detail"),
                     )
                 )
+            if watched is not None:
+                await self._drain_follow()  # its last lines; its end already told as asked
+                watched.ended = True
             gone_at = time.time()
             released, detail = await self.agent.wait_gpu_released(gone_at)
             seconds = round(time.time() - gone_at, 3)
@@ -350,7 +422,7 @@ class HostSession(HostController):
             end = RunEnd(
                 "killed" if killed else "stopped",
                 by=self.options.owner,
-                command=f"{self.command_name} --take-over",
+                command=command,
                 at=gone_at,
             )
             self._publish(
@@ -781,7 +853,8 @@ class HostSession(HostController):
         previous = self._follow
         if previous is not None and previous.run.run_id in replaces:
             self._tell_replaced(previous, run)
-        self._attach(run, reattached=False)
+        took_over = f"pid {foreign['pid']}" if foreign is not None else None
+        self._attach(run, reattached=False, took_over=took_over)
         return run.run_id
 
     def _agent_kind_for(self, chosen: Profile | None) -> GpuAgentKind:
@@ -805,6 +878,7 @@ class HostSession(HostController):
         replaces: str | None = None,
         owned: bool = True,
         foreign: ForeignServer | None = None,
+        took_over: str | None = None,
     ) -> None:
         self._cancel_task("follow")
         self._seen_runs.add(run.run_id)
@@ -841,6 +915,7 @@ class HostSession(HostController):
                 replaces=replaces,
                 foreign=foreign is not None,
                 log_source=_log_source_text(foreign) if foreign is not None else None,
+                took_over=took_over,
             )
         )
         if reattached:
@@ -861,6 +936,8 @@ class HostSession(HostController):
         survey = await survey_host(self.helper, pid=target.pid, host=self.host_label)
         server = choose_server(survey, target)
         self._attach(foreign_run_status(server), reattached=True, owned=False, foreign=server)
+        if self._follow is not None and server.pid is not None:
+            self._follow.foreign_ticks = start_ticks_of(survey, server.pid)
 
     async def _follow_foreign_loop(self, follow: _Follow, server: ForeignServer) -> None:
         """The helper's follow-foreign stream, as _follow_loop reads a run's: log chunks by

@@ -11,12 +11,13 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from specmon.model.errors import SpecmonError
+from specmon.model.errors import SpecmonError, UsageError
 from specmon.state.store import EventBus
 
 if TYPE_CHECKING:
     from specmon.launch.config import Profile
     from specmon.launch.spec import FlagValue, LaunchSpec
+    from specmon.state.foreign import TakeOverPlan
     from specmon.state.run_status import RunStatus, StopReport
 
 
@@ -81,6 +82,19 @@ class HostController(ABC):
     @abstractmethod
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made spec (validated first), replacing this console's run."""
+
+    async def take_over_plan(self, profile: str) -> TakeOverPlan:
+        """The take-over of the attached server specmon did not launch by ``profile``, checked
+        on the host with nothing stopped (the relaunch form's confirmation shows it); a
+        SpecmonError in one line when it is refused. A controller that cannot take a server
+        over refuses."""
+        raise UsageError(f"{self.host_label}: this console cannot take over a server")
+
+    async def take_over_spec(self, plan: TakeOverPlan, spec: LaunchSpec) -> str:
+        """Stop ``plan``'s server (told as taken over, never as a crash), wait for its GPU
+        memory, then launch ``spec`` (the one confirmed) as profile ``plan.profile``;
+        returns the new run's id."""
+        raise UsageError(f"{self.host_label}: this console cannot take over a server")
 
     async def check_launch(self) -> None:
         """Raise the SpecmonError a launch would meet now (the host's lock busy, a live run

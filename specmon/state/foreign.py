@@ -585,13 +585,28 @@ def foreign_run_status(server: ForeignServer) -> RunStatus:
     )
 
 
-def foreign_refusal(what: str, host: str, action: str) -> str:
+TAKE_OVER_WAY = "A take-over relaunch under specmon (with the probe) is the way to replace it."
+# The console's: its relaunch key is the take-over (docs/attach.md, "Taking it over").
+TAKE_OVER_KEY_WAY = (
+    "Press r for a take-over relaunch: it stops the process, then launches a profile under "
+    "specmon (with the probe)."
+)
+
+
+def foreign_refusal(what: str, host: str, action: str, way: str = TAKE_OVER_WAY) -> str:
     """Why ``action`` (stop, relaunch, launch) is refused while a console watches a server
-    specmon did not launch: one line naming the way that does work."""
+    specmon did not launch: one line naming the way that does work (``way``)."""
     return (
         f"{what} on {host} is not specmon's run (attached: specmon only watches it); "
-        f"specmon will not {action} it. A take-over relaunch under specmon (with the probe) "
-        "is the way to replace it."
+        f"specmon will not {action} it. {way}"
+    )
+
+
+def take_over_nodes_refusal(profile: str) -> str:
+    """A take-over replaces the server on one host: a profile spanning nodes is refused."""
+    return (
+        f"profile {profile} spans nodes: a take-over replaces a server on one host; choose a "
+        "one-host profile"
     )
 
 
@@ -653,3 +668,24 @@ def take_over_lines(server: ForeignServer, host: str, profile: str) -> list[str]
         f"  {' '.join(server.argv)}",
         f"stop it ({how}), then launch profile {profile} as a specmon run",
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOverPlan:
+    """A take-over the host has checked, nothing signalled yet: ``server`` on ``host``, named
+    by its pid and start ``ticks`` (a reused pid is refused when it is stopped), is to be
+    stopped and ``profile`` launched in its place. What a confirmation shows is ``lines()``;
+    what it confirms is carried to the stop unchanged."""
+
+    server: ForeignServer
+    ticks: int
+    host: str
+    profile: str
+
+    @property
+    def run_id(self) -> str:
+        """The id its stop's events carry (``pid-4242``), as the attached server's."""
+        return foreign_run_id(self.server)
+
+    def lines(self) -> list[str]:
+        return take_over_lines(self.server, self.host, self.profile)

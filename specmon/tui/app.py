@@ -19,6 +19,7 @@ from textual import events, on, work
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.css.query import NoMatches
+from textual.screen import Screen
 from textual.widgets import Input
 
 from specmon.launch.config import Config
@@ -42,7 +43,13 @@ from specmon.tui.commands import ConsoleCommands
 from specmon.tui.formatting import format_duration
 from specmon.tui.history import SessionHistory
 from specmon.tui.host_view import HostView
-from specmon.tui.messages import RelaunchRequested, SweepRequested
+from specmon.tui.messages import (
+    RelaunchRequested,
+    SweepRequested,
+    TakeOverAsked,
+    TakeOverChecked,
+    TakeOverRequested,
+)
 from specmon.tui.screens.advisor import AdvisorScreen
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.screens.experiments import ExperimentsScreen
@@ -459,24 +466,34 @@ class SpecmonApp(App[int]):
             return
         if isinstance(self.screen, RelaunchScreen):
             return
-        if self._refused_foreign("relaunch"):
-            return
+        take_over = self._attached_foreign()
+        if take_over and len(self.views) > 1 and self._refused_foreign("relaunch"):
+            return  # the fleet console: a take-over is one host's console's
         if self.config is None:
             self.notify("No launch profiles: this console has no config.", severity="warning")
             return
-        self.push_screen(RelaunchScreen(self.controller, self.config))
+        self.push_screen(RelaunchScreen(self.controller, self.config, take_over=take_over))
+
+    def _attached_foreign(self) -> bool:
+        """Whether the console follows a live server specmon did not launch (``--attach``):
+        its relaunch is a take-over; once it ended, a relaunch is a plain launch."""
+        store = self.controller.bus.store
+        run = store.run
+        return run is not None and run.foreign and store.run_state not in ("stopped", "failed")
 
     def _refused_foreign(self, action: str) -> bool:
-        """A server specmon did not launch (``--attach``) is watched, never stopped or
-        relaunched from here: said in one line, with the way that works."""
-        run = self.controller.bus.store.run
-        if run is None or not run.foreign or self.controller.bus.store.run_state in ("stopped",):
+        """A server specmon did not launch (``--attach``) is never stopped from here (nor
+        relaunched from the fleet console): said in one line naming the take-over key."""
+        if not self._attached_foreign():
             return False
-        from specmon.state.foreign import foreign_refusal
+        from specmon.state.foreign import TAKE_OVER_KEY_WAY, TAKE_OVER_WAY, foreign_refusal
 
+        run = self.controller.bus.store.run
+        assert run is not None
         what = f"pid {run.pid}" if run.pid is not None else run.run_id
+        way = TAKE_OVER_KEY_WAY if len(self.views) == 1 else TAKE_OVER_WAY
         self.notify(
-            foreign_refusal(what, self.controller.host_label, action),
+            foreign_refusal(what, self.controller.host_label, action, way),
             title="Not specmon's run",
             severity="warning",
             timeout=15,
@@ -592,6 +609,54 @@ class SpecmonApp(App[int]):
             self.notify(f"{prefix}Launched run {run_id}; loading…", title="Relaunch")
         except SpecmonError as exc:
             self.notify(f"{prefix}{exc}", title="Relaunch failed", severity="error", timeout=30)
+        finally:
+            view.relaunch_in_progress = False
+
+    @on(TakeOverAsked)
+    def _on_take_over_asked(self, message: TakeOverAsked) -> None:
+        """The form (on top now) asked whether the attached server may be taken over: the
+        host's checks run in a worker, and their answer goes back to that form."""
+        if self._refused_read_only():
+            return
+        view = self.view
+        self.run_worker(
+            self._check_take_over(view, self.screen, message),
+            group=f"take-over-check:{view.name}",
+            exclusive=True,
+        )
+
+    async def _check_take_over(
+        self, view: HostView, form: Screen[Any], message: TakeOverAsked
+    ) -> None:
+        answer = TakeOverChecked(message.profile, message.spec)
+        try:
+            answer.plan = await view.controller.take_over_plan(message.profile)
+        except SpecmonError as exc:
+            answer.refusal = str(exc)
+            prefix = self.host_prefix(view)
+            self.notify(f"{prefix}{exc}", title="Not taken over", severity="warning", timeout=20)
+        form.post_message(answer)
+
+    @on(TakeOverRequested)
+    def _on_take_over(self, message: TakeOverRequested) -> None:
+        if self._refused_read_only():
+            return
+        view = self.view
+        self.run_worker(self._take_over(view, message), group=f"launch:{view.name}", exclusive=True)
+
+    async def _take_over(self, view: HostView, message: TakeOverRequested) -> None:
+        prefix = self.host_prefix(view)
+        plan = message.plan
+        what = f"pid {plan.server.pid}"
+        view.relaunch_in_progress = True
+        try:
+            self.notify(f"{prefix}Taking over {what}: stopping it, then launching {plan.profile}…")
+            run_id = await view.controller.take_over_spec(plan, message.spec)
+            self.notify(
+                f"{prefix}Took over {what}: launched run {run_id}; loading…", title="Taken over"
+            )
+        except SpecmonError as exc:
+            self.notify(f"{prefix}{exc}", title="Take-over failed", severity="error", timeout=30)
         finally:
             view.relaunch_in_progress = False
 

@@ -92,7 +92,10 @@ class SessionHistory:
         elif isinstance(event, RunInfo) and not event.reattached:
             self._server_positions = False  # the new run's server says again
             flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
-            self.launches.append(LaunchMark(at, f"{event.profile or 'run'} {flags}".strip()))
+            label = f"{event.profile or 'run'} {flags}".strip()
+            if event.took_over:  # a take-over: the server it replaced, on the chart's line
+                label += f" (took over {event.took_over})"
+            self.launches.append(LaunchMark(at, label))
 
     def sample_positions(self, at: float, ratios: Sequence[float]) -> None:
         """The run's acceptance by position so far as the store counts it from the probe

@@ -21,6 +21,7 @@ from specmon.experiments.sweep import (
     SweepStarted,
 )
 from specmon.launch.spec import LaunchSpec
+from specmon.state.foreign import TakeOverPlan
 
 
 @dataclass
@@ -29,6 +30,36 @@ class RelaunchRequested(Message):
     command the form showed (built once, with the host's python), as profile ``profile``."""
 
     profile: str
+    spec: LaunchSpec
+
+
+@dataclass
+class TakeOverAsked(Message):
+    """The relaunch form on a server specmon did not launch was submitted: the app asks the
+    host whether it may be taken over by ``profile`` (nothing stopped) and answers the form
+    with TakeOverChecked, carrying ``spec`` back unchanged."""
+
+    profile: str
+    spec: LaunchSpec
+
+
+@dataclass
+class TakeOverChecked(Message):
+    """The host's answer to TakeOverAsked: the ``plan`` to confirm, or ``refusal`` (one
+    line; nothing stopped); ``spec`` is the one the form sent."""
+
+    profile: str
+    spec: LaunchSpec
+    plan: TakeOverPlan | None = None
+    refusal: str | None = None
+
+
+@dataclass
+class TakeOverRequested(Message):
+    """The take-over was confirmed: stop ``plan``'s process, then launch ``spec``, the very
+    spec whose command the confirmation showed."""
+
+    plan: TakeOverPlan
     spec: LaunchSpec
 
 

@@ -3,6 +3,11 @@
 Every keystroke re-runs the launch spec's own rules (``specmon.launch.spec.validate_form`` and
 ``LaunchSpec.problems``), shown inline under the field; the Launch button stays disabled while
 anything is wrong, so an invalid launch cannot be submitted. A restart costs minutes.
+
+On a server specmon did not launch (``--attach``) the form is a take-over: submitting asks the
+host first (TakeOverAsked, answered with TakeOverChecked), and the confirmation names the
+process that will be stopped, or the form shows the one-line refusal; nothing is stopped before
+the operator confirms.
 """
 
 from __future__ import annotations
@@ -35,8 +40,15 @@ from specmon.launch.spec import (
     validate_form,
 )
 from specmon.model.errors import SpecmonError
+from specmon.model.terminal_text import safe_text
 from specmon.state.controller import HostController
-from specmon.tui.messages import RelaunchRequested
+from specmon.state.foreign import TakeOverPlan
+from specmon.tui.messages import (
+    RelaunchRequested,
+    TakeOverAsked,
+    TakeOverChecked,
+    TakeOverRequested,
+)
 from specmon.tui.screens.confirm import ConfirmScreen
 
 EXTRA_LABELS: dict[str, str] = {FORM_EXTRA_ARGS: "extra args", FORM_EXTRA_ENV: "extra env"}
@@ -50,7 +62,9 @@ def field_id(name: str) -> str:
 
 
 class RelaunchScreen(ModalScreen[None]):
-    """The form. Posts RelaunchRequested to the app once the operator confirms."""
+    """The form. Posts RelaunchRequested to the app once the operator confirms; with
+    ``take_over`` (the console follows a server specmon did not launch), TakeOverAsked, then
+    TakeOverRequested once the operator confirms the host's plan."""
 
     DEFAULT_CSS = """
     RelaunchScreen { align: center middle; }
@@ -66,6 +80,8 @@ class RelaunchScreen(ModalScreen[None]):
     RelaunchScreen .problem.-ok { display: none; }
     RelaunchScreen #preview { height: auto; background: $surface; padding: 0 1; margin-top: 1; }
     RelaunchScreen #spec-problems { color: $error; height: auto; }
+    RelaunchScreen #take-over { height: auto; margin-bottom: 1; }
+    RelaunchScreen #take-over-problem { color: $error; height: auto; }
     RelaunchScreen #buttons { height: 1; margin-top: 1; }
     RelaunchScreen #buttons Button { margin-right: 1; }
     RelaunchScreen #save-name { width: 22; margin-right: 1; }
@@ -76,10 +92,15 @@ class RelaunchScreen(ModalScreen[None]):
         Binding("ctrl+s", "submit", "Launch…"),
     ]
 
-    def __init__(self, controller: HostController, config: Config) -> None:
+    def __init__(
+        self, controller: HostController, config: Config, *, take_over: bool = False
+    ) -> None:
         super().__init__()
         self.controller = controller
         self.config = config
+        self.take_over = take_over
+        self.checking = False  # a take-over's question to the host is out
+        self.asked_changes = ""
         self.profile_names = [p for p in controller.profiles() if p in config.profiles]
         store = controller.bus.store
         current = store.run.profile if store.run is not None else None
@@ -115,6 +136,9 @@ class RelaunchScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
             scroll.border_title = f"Relaunch on {self.controller.host_label}"
+            if self.take_over:
+                scroll.border_title = f"Take over {self.attached()} on {self.controller.host_label}"
+                yield Static(self.take_over_intro(), id="take-over", markup=False)
             with Horizontal(classes="row"):
                 yield Label("profile", classes="name")
                 yield Select(
@@ -147,11 +171,31 @@ class RelaunchScreen(ModalScreen[None]):
                         yield Static("", classes="problem -ok", id=field_id(name) + "-problem")
             yield Static(id="preview")
             yield Static(id="spec-problems")
+            if self.take_over:
+                yield Static("", id="take-over-problem", markup=False)
             with Horizontal(id="buttons"):
-                yield Button("Launch… ^s", id="launch", variant="warning", compact=True)
+                label = "Take over… ^s" if self.take_over else "Launch… ^s"
+                yield Button(label, id="launch", variant="warning", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
                 yield Input(placeholder="new profile name", id="save-name", compact=True)
                 yield Button("Save as profile", id="save", compact=True)
+
+    def attached(self) -> str:
+        """How the attached server is named: "pid 4242"."""
+        run = self.controller.bus.store.run
+        if run is None:
+            return "the attached server"
+        return f"pid {run.pid}" if run.pid is not None else run.run_id
+
+    def take_over_intro(self) -> str:
+        """What the take-over form does, above its fields (the host's text made safe)."""
+        run = self.controller.bus.store.run
+        who = f"{run.backend}, run by {run.owner or '?'}" if run is not None else "?"
+        return safe_text(
+            f"{self.attached()} ({who}) was not launched by specmon. Choose a profile and its "
+            "settings: the host is asked first, then you confirm the process it stops; then "
+            "the profile is launched in its place as a specmon run."
+        )
 
     def on_mount(self) -> None:
         if not self.profile_names:
@@ -312,6 +356,13 @@ class RelaunchScreen(ModalScreen[None]):
         if not self.valid or self.spec is None:
             self.notify("The form has problems; fix the fields marked in red.", severity="error")
             return
+        if self.take_over:
+            if not self.checking:
+                self.checking = True
+                self.asked_changes = self.change_summary()  # of the spec sent, not later edits
+                self.show_take_over_problem(f"Asking {self.controller.host_label}…")
+                self.app.post_message(TakeOverAsked(self.profile_name, self.spec))
+            return
         store = self.controller.bus.store
         run = store.run
         if run is not None and store.run_state not in ("stopped", "failed"):
@@ -328,10 +379,47 @@ class RelaunchScreen(ModalScreen[None]):
         """The edit as a diff, above the exact command: a restart costs minutes, so what
         changes must be seen at a glance ("num steps 5 -> 2", "+NCCL_PROTO=LL")."""
         lines = form_diff(self.loaded_values, self.values(), self.labels, self.env_fields)
+        if self.take_over:  # the form started from the profile, not from what runs
+            edits = "; ".join(lines) if lines else "none"
+            return f"Changes to profile {self.profile_name}: {edits}"
         run = self.controller.bus.store.run
         if run is not None and run.profile and run.profile != self.profile_name:
             lines.insert(0, f"profile {run.profile} -> {self.profile_name}")
         return "Changes: " + ("; ".join(lines) if lines else "none (the same settings again)")
+
+    def show_take_over_problem(self, text: str) -> None:
+        self.query_one("#take-over-problem", Static).update(safe_text(text))
+
+    @on(TakeOverChecked)
+    def _take_over_checked(self, message: TakeOverChecked) -> None:
+        """The host's answer: a refusal stays on the form (one line; nothing stopped), a
+        plan is confirmed with the process it stops named, then the spec it launches."""
+        self.checking = False
+        if message.plan is None:
+            self.show_take_over_problem(message.refusal or "refused")
+            return
+        self.show_take_over_problem("")
+        plan, spec = message.plan, message.spec
+        question = (
+            "\n".join(safe_text(line) for line in plan.lines())
+            + "\n\n"
+            + self.asked_changes
+            + "\n\n"
+            + spec.shown().shell_command()
+        )
+        self.app.push_screen(
+            ConfirmScreen(question, "Take over"),
+            lambda answer: self._take_over_confirmed(answer, plan, spec),
+        )
+
+    def _take_over_confirmed(
+        self, answer: bool | None, plan: TakeOverPlan, spec: LaunchSpec
+    ) -> None:
+        if not answer:
+            self.show_take_over_problem(f"Not taken over: {self.attached()} left running.")
+            return
+        self.app.post_message(TakeOverRequested(plan, spec))
+        self.dismiss(None)
 
     def _confirmed(self, answer: bool | None) -> None:
         if not answer:

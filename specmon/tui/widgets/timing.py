@@ -53,8 +53,8 @@ def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None
         text.append("No probe: attached server.\n", style="bold")
         text.append("specmon did not launch it, and the\n", style="dim")
         text.append("probe cannot be injected into a\n", style="dim")
-        text.append("running server: a take-over relaunch\n", style="dim")
-        text.append("under specmon adds it (docs/attach.md).", style="dim")
+        text.append("running server: press r for a\n", style="dim")
+        text.append("take-over relaunch that adds it.", style="dim")
         return text
     if means is None and probe_on and store.last_decode is None:
         text.append("Waiting for traffic.\n", style="bold")
