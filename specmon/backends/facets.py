@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.backends.base import (
     DraftShape,
@@ -36,6 +36,10 @@ from specmon.backends.base import (
     Problem,
     ProfileFields,
 )
+from specmon.model.quantiles import DEFAULT_WINDOW_S
+
+if TYPE_CHECKING:
+    from specmon.backends.latency import LatencyReader
 
 
 class Named(ABC):
@@ -259,6 +263,15 @@ class HttpApi(Named):
         """The reader for a server watched by its URL alone (no log at all): every figure
         the console shows must then come from ``/metrics``. Default: ``new_metrics_reader``."""
         return self.new_metrics_reader()
+
+    def new_latency_reader(
+        self, argv: Sequence[str] = (), window_s: float = DEFAULT_WINDOW_S
+    ) -> LatencyReader | None:
+        """A reader of the server's ``/metrics`` into ``latency`` events (request latency
+        quantiles over a ``window_s`` rolling window, rates, capacity and saturation), for a
+        run launched with ``argv`` (empty: not known); None when the server serves no such
+        families. The poller publishes its events at every scrape, log or not."""
+        return None
 
     def http_likeness(self, answers: Mapping[str, Any]) -> float:
         """How sure (0..1) that the answers to ``probe_paths`` (every registered backend's,

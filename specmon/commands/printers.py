@@ -22,6 +22,7 @@ from specmon.model.events import (
     Event,
     GpuSample,
     HealthStatus,
+    Latency,
     LoadBegin,
     LogLine,
     MetricsSnapshot,
@@ -192,6 +193,8 @@ def describe_event(event: Event) -> str | None:
     if isinstance(event, Decode):
         accept = f", accept len {event.accept_len:.2f}" if event.accept_len is not None else ""
         return f"decode      {event.gen_throughput:.1f} tok/s, {event.running_req} running{accept}"
+    if isinstance(event, Latency):
+        return f"latency     {latency_text(event)}"
     if isinstance(event, ServerError):
         return f"error       [{event.category}] {event.message}"
     if isinstance(event, ServerFailed):
@@ -224,6 +227,44 @@ def describe_event(event: Event) -> str | None:
         if fields
         else name
     )
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def latency_text(event: Latency) -> str:
+    """A ``latency`` event in one line: p50/p90 of what the server serves, then capacity,
+    then the saturation flags in capitals (absent figures left out)."""
+    parts: list[str] = []
+    for label, figures in (
+        ("TTFT", event.ttft_s),
+        ("ITL", event.itl_s),
+        ("e2e", event.e2e_s),
+        ("queue", event.queue_s),
+    ):
+        if figures is not None:
+            parts.append(f"{label} p50 {_seconds(figures.p50)} p90 {_seconds(figures.p90)}")
+    if event.requests_per_s is not None:
+        parts.append(f"{event.requests_per_s:.2f} req/s")
+    if event.running is not None:
+        limit = f"/{event.max_running}" if event.max_running is not None else ""
+        parts.append(f"{event.running}{limit} running, {event.waiting or 0} waiting")
+    if event.kv_usage is not None:
+        parts.append(f"KV {event.kv_usage:.0%}")
+    flags = [
+        name
+        for name, up in (
+            ("QUEUE GROWING", event.queue_growing),
+            ("KV NEAR FULL", event.kv_near_full),
+            (f"{event.preemptions or 0:.0f} PREEMPTED", event.preempting),
+        )
+        if up
+    ]
+    text = ", ".join(parts) or "no latency figures on /metrics"
+    return f"{text}; {', '.join(flags)}" if flags else text
 
 
 def print_event(

@@ -228,13 +228,15 @@ class Profile:
 
 @dataclass(frozen=True)
 class UiConfig:
-    """Console settings: theme name and how often to sample, poll and redraw."""
+    """Console settings: theme name, how often to sample, poll and redraw, and the window
+    of the request latency quantiles."""
 
     theme: str = "dark"
     gpu_sample_hz: float = 4.0
     http_poll_s: float = 2.0
     redraw_hz: float = 10.0
     log_lines: int = 2000
+    latency_window_s: float = 60.0  # the rolling window of request latency quantiles
 
 
 @dataclass(frozen=True)
@@ -645,7 +647,7 @@ SPECULATIVE_RANGES: dict[str, tuple[int, int]] = {
     "num_speculative_tokens": (1, 64),
     "draft_tensor_parallel_size": (1, 64),
 }
-UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines")
+UI_KEYS = ("theme", "gpu_sample_hz", "http_poll_s", "redraw_hz", "log_lines", "latency_window_s")
 TOP_KEYS = (
     "state_dir",
     "default_host",
@@ -1102,6 +1104,9 @@ class _Reader:
             redraw_hz=self.number(table, path, "redraw_hz", float, 0.5, 60.0, defaults.redraw_hz),
             log_lines=self.number(
                 table, path, "log_lines", int, 100, 1_000_000, defaults.log_lines
+            ),
+            latency_window_s=self.number(
+                table, path, "latency_window_s", float, 5.0, 3600.0, defaults.latency_window_s
             ),
         )
 

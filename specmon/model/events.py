@@ -17,6 +17,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
+from specmon.model.quantiles import WindowQuantiles
 from specmon.model.run_end import RunEnd
 from specmon.remote.agent import (
     GpuReading,  # the GPU schema lives with the agent, which ships alone
@@ -513,6 +514,88 @@ class MetricsSnapshot(Event):
 
     kind: ClassVar[str] = "metrics"
     values: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyGroup:
+    """One data-parallel rank's or engine's share of a ``latency`` event (``name`` is the
+    value of the server's label for it); None where its series do not carry the label (e.g.
+    a server whose latency histograms are counted before the ranks split)."""
+
+    name: str
+    running: int | None = None
+    waiting: int | None = None
+    kv_usage: float | None = None
+    ttft_s: WindowQuantiles | None = None
+    itl_s: WindowQuantiles | None = None
+    e2e_s: WindowQuantiles | None = None
+    queue_s: WindowQuantiles | None = None
+    requests_per_s: float | None = None
+    preemptions: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            out[item.name] = value.to_dict() if isinstance(value, WindowQuantiles) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Latency(Event):
+    """Request latency and capacity over the last ``window_s`` seconds, from the server's own
+    ``/metrics`` (specmon/model/quantiles.py: the window and Prometheus's quantile rules):
+    per-request latency in seconds, lengths in tokens, each as {count, mean, p50, p90, p99};
+    rates and counts over the window; the gauges as last read; saturation flags with their
+    numbers. A field is None where the server (or its version) does not serve the family it
+    comes from, never 0; ``span_s`` is what the window's samples cover (less while it
+    fills)."""
+
+    kind: ClassVar[str] = "latency"
+    window_s: float
+    span_s: float | None = None
+    ttft_s: WindowQuantiles | None = None  # time to first token
+    itl_s: WindowQuantiles | None = None  # inter-token latency (one per decoded token)
+    tpot_s: WindowQuantiles | None = None  # a request's mean time per output token
+    e2e_s: WindowQuantiles | None = None
+    queue_s: WindowQuantiles | None = None
+    prompt_tokens: WindowQuantiles | None = None  # per request
+    generation_tokens: WindowQuantiles | None = None
+    requests_per_s: float | None = None
+    finished: tuple[tuple[str, float], ...] | None = None  # (reason, requests in the window)
+    prefix_cache_hit_rate: float | None = None  # 0..1
+    preemptions: float | None = None  # in the window (SGLang: retractions)
+    running: int | None = None
+    waiting: int | None = None
+    max_running: int | None = None
+    kv_used_tokens: int | None = None
+    kv_total_tokens: int | None = None
+    kv_usage: float | None = None  # 0..1
+    waiting_change: float | None = None  # waiting now minus at the window's start
+    kv_threshold: float = 0.9
+    queue_growing: bool = False
+    kv_near_full: bool = False
+    preempting: bool = False
+    group_label: str | None = None  # the label that splits the server (``dp_rank``, ...)
+    groups: tuple[LatencyGroup, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for name in _field_names(type(self)):
+            value = getattr(self, name)
+            if isinstance(value, WindowQuantiles):
+                value = value.to_dict()
+            elif name == "finished" and value is not None:
+                value = dict(value)
+            elif name == "groups":
+                value = [group.to_dict() for group in value]
+            out[name] = value
+        return out
+
+    @property
+    def saturated(self) -> bool:
+        """Whether any saturation flag is up (queue growing, KV near full, preempting)."""
+        return self.queue_growing or self.kv_near_full or self.preempting
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -117,7 +117,7 @@ def open_session(
 
 
 def with_ui_rates(options: SessionOptions, config: Config | None) -> SessionOptions:
-    """``[ui] gpu_sample_hz`` and ``http_poll_s`` from the config, where the caller left the
+    """``[ui] gpu_sample_hz``, ``http_poll_s`` and ``latency_window_s`` from the config, where the caller left the
     session's own defaults (a caller's explicit choice, e.g. a test's, wins)."""
     from specmon.session.options import SessionOptions
 
@@ -129,6 +129,8 @@ def with_ui_rates(options: SessionOptions, config: Config | None) -> SessionOpti
         options = replace(options, gpu_rate_hz=float(ui.gpu_sample_hz))
     if options.health_interval_s == defaults.health_interval_s:
         options = replace(options, health_interval_s=float(ui.http_poll_s))
+    if options.latency_window_s == defaults.latency_window_s:
+        options = replace(options, latency_window_s=float(ui.latency_window_s))
     return options
 
 

@@ -223,6 +223,7 @@ class HostSession(HostController):
             interval_s=lambda: self.options.health_interval_s,
             timeout_s=self.options.http_timeout_s,
             log_stats_quiet=self._log_stats_quiet,
+            latency_window_s=lambda: self.options.latency_window_s,
         )
         # How the operator runs `specmon stop` for this host (set by the CLI from its own
         # arguments), so refusals print advice that works; "" builds one from the label.
@@ -549,7 +550,9 @@ class HostSession(HostController):
             return None
         backend = follow.run.backend
         port = follow.run.port or get_backend(backend).default_port
-        return PollTarget(run_id=follow.run.run_id, port=port, backend=backend)
+        return PollTarget(
+            run_id=follow.run.run_id, port=port, backend=backend, argv=tuple(follow.run.argv)
+        )
 
     def is_following(self, run_id: str) -> bool:
         """Whether ``run_id`` is the run followed now and it has not ended."""

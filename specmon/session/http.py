@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 
 from specmon.model.events import Event, HealthStatus, MetricsSnapshot, Notice, ServerInfo
+from specmon.model.quantiles import DEFAULT_WINDOW_S
 from specmon.session.http_body import METRICS_BODY_LIMIT, BodyTooLarge, request_capped
 
 if TYPE_CHECKING:
     from specmon.backends import HttpApi, MetricsReader
+    from specmon.backends.latency import LatencyReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,7 @@ class PollTarget:
     port: int
     backend: str
     base_url: str | None = None
+    argv: tuple[str, ...] = ()  # the run's command line, where known (its flags' limits)
 
 
 class PortForwarder(Protocol):
@@ -112,8 +115,11 @@ class HttpPoller:
         timeout_s: float,
         log_stats_quiet: Callable[[Event | None], bool] | None = None,
         http_only: bool = False,
+        latency_window_s: Callable[[], float] | None = None,
     ) -> None:
         self.host = host
+        # The rolling window of the ``latency`` events (the session's option).
+        self._latency_window_s = latency_window_s or (lambda: DEFAULT_WINDOW_S)
         self.http_only = http_only  # no log at all: /metrics says every figure
         # Whether the log's decode stats are quiet (given the poller's own last decode):
         # only then are the events the backend reads from /metrics published.
@@ -144,24 +150,29 @@ class HttpPoller:
         if target is None:
             return
         backend = get_backend(target.backend)
+        latency = backend.new_latency_reader(target.argv, self._latency_window_s())
         if target.base_url is not None:
-            await self._poll_at(target.run_id, target.base_url, backend)
+            await self._poll_at(target.run_id, target.base_url, backend, latency)
             return
         local_port = await self.host.transport.forward_port(target.port)
         try:
-            await self._poll_at(target.run_id, f"http://127.0.0.1:{local_port}", backend)
+            await self._poll_at(target.run_id, f"http://127.0.0.1:{local_port}", backend, latency)
         finally:
             await self.host.transport.close_forward(local_port)
 
-    async def _poll_at(self, run_id: str, base: str, backend: HttpApi) -> None:
+    async def _poll_at(
+        self, run_id: str, base: str, backend: HttpApi, latency: LatencyReader | None = None
+    ) -> None:
         self.base_url, self.run_id = base, run_id
         try:
-            await self._poll(run_id, base, backend)
+            await self._poll(run_id, base, backend, latency)
         finally:
             if self.base_url == base:
                 self.base_url = self.run_id = None
 
-    async def _poll(self, run_id: str, base: str, backend: HttpApi) -> None:
+    async def _poll(
+        self, run_id: str, base: str, backend: HttpApi, latency: LatencyReader | None = None
+    ) -> None:
         host = self.host
         last_status: int | str | None = "unset"
         metrics_supported: bool | None = None
@@ -184,10 +195,12 @@ class HttpPoller:
                     host.on_healthy(run_id)
                 if status == 200:
                     if polls % INFO_EVERY == 0 and backend.info_paths:
-                        await self._server_info(client, base + backend.info_paths[0], backend)
+                        await self._server_info(
+                            client, base + backend.info_paths[0], backend, latency
+                        )
                     if metrics_supported is not False and polls % METRICS_EVERY == 0:
                         metrics_supported = await self._metrics(
-                            client, base + backend.metrics_path, backend, reader
+                            client, base + backend.metrics_path, backend, reader, latency
                         )
                     polls += 1
                 elapsed = time.monotonic() - started
@@ -209,11 +222,20 @@ class HttpPoller:
             self._notice_once(_path(url), str(exc))
             return exc.status_code
 
-    async def _server_info(self, client: httpx.AsyncClient, url: str, backend: HttpApi) -> None:
+    async def _server_info(
+        self,
+        client: httpx.AsyncClient,
+        url: str,
+        backend: HttpApi,
+        latency: LatencyReader | None = None,
+    ) -> None:
         try:
             response = await request_capped(client, "GET", url, what=_path(url))
             if response.status_code == 200:
-                values = backend.server_info_values(response.json())
+                data = response.json()
+                values = backend.server_info_values(data)
+                if latency is not None:
+                    latency.server_info(data)
                 if values:
                     self.host.publish(ServerInfo(values=values))
         except BodyTooLarge as exc:
@@ -227,6 +249,7 @@ class HttpPoller:
         url: str,
         backend: HttpApi,
         reader: MetricsReader | None = None,
+        latency: LatencyReader | None = None,
     ) -> bool | None:
         what = _path(url)
         try:
@@ -258,6 +281,10 @@ class HttpPoller:
             )
         if values:
             self.host.publish(MetricsSnapshot(values=values))
+        if latency is not None:
+            figures = latency.read(text, time.monotonic())
+            if figures is not None:
+                self.host.publish(figures)
         if reader is not None and self._log_stats_quiet is not None:
             events = reader.read(text, time.monotonic())
             for notice in (event for event in events if isinstance(event, Notice)):

@@ -20,6 +20,7 @@ class SessionOptions:
     gpu_agent: GpuAgentKind = "nvml"
     gpu_rate_hz: float = 4.0
     health_interval_s: float = 2.0  # SGLang's /health runs a 1-token generation: keep it calm
+    latency_window_s: float = 60.0  # the rolling window of the ``latency`` events
     http_timeout_s: float = 5.0
     call_timeout_s: float = 20.0
     stop_grace_s: float = 30.0

@@ -212,6 +212,7 @@ class UrlController(HostController):
             timeout_s=self.options.http_timeout_s,
             log_stats_quiet=lambda own: True,  # no log: /metrics says every figure
             http_only=True,
+            latency_window_s=lambda: self.options.latency_window_s,
         )
         self._task: asyncio.Task[None] | None = None
         self._connected = False

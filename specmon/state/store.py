@@ -29,6 +29,7 @@ from specmon.model.events import (
     HealthStatus,
     HttpUp,
     KvCache,
+    Latency,
     LoadBegin,
     LoadEnd,
     LoadTimes,
@@ -275,6 +276,10 @@ class StateStore:
             maxlen=history
         )
         self.decode_engines: dict[int, float] = {}  # engine -> its latest gen throughput
+        # Request latency and capacity from /metrics (the latest, and each one over time for
+        # the history charts), of the current run.
+        self.latency: Latency | None = None
+        self.latency_history: deque[tuple[float, Latency]] = deque(maxlen=history)
         self.probe: deque[ProbeTiming] = deque(maxlen=history)
         self.gpus: dict[int, GpuReading] = {}
         self.gpu_nodes: dict[int, int] = {}  # GPU id -> node rank, for a multi-node run
@@ -390,6 +395,8 @@ class StateStore:
             self.accept_len.clear()
             self.accept_by_position_history.clear()
             self.decode_engines.clear()
+            self.latency = None
+            self.latency_history.clear()
             self.probe.clear()
             self.accept_by_position = PositionAcceptance()
             self.launch_marks.append(Point(now, 0.0))
@@ -545,6 +552,10 @@ class StateStore:
                 self.accept_by_position.observe_rates(rates, drafts)
         self.set_accept_by_position(list(rates), now)
 
+    def _on_latency(self, e: Latency, now: float) -> None:
+        self.latency = e
+        self.latency_history.append((now, e))
+
     def _on_spec_params(self, e: SpecParams, now: float) -> None:
         self.spec_steps = e.steps
 
@@ -629,6 +640,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     LoadTimes: StateStore._on_load_times,
     Decode: StateStore._on_decode,
     SpecDecode: StateStore._on_spec_decode,
+    Latency: StateStore._on_latency,
     WeightsLoaded: StateStore._on_weights_loaded,
     CompileBegin: StateStore._on_compile_begin,
     CompileEnd: StateStore._on_compile,
@@ -654,6 +666,7 @@ DROPPABLE: tuple[type[Event], ...] = (
     ProbeTiming,
     HealthStatus,
     MetricsSnapshot,
+    Latency,
     ShardProgress,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.backends import (
     NCCL_FORM_FIELDS,
@@ -31,6 +31,10 @@ from specmon.backends import (
 )
 from specmon.backends.flag_grammar import parse_flags, render_flag
 from specmon.backends.sglang.flags import DRAFT_MODEL_FLAGS, TP_FLAGS
+from specmon.model.quantiles import DEFAULT_WINDOW_S
+
+if TYPE_CHECKING:
+    from specmon.backends.latency import LatencyReader
 
 # /server_info fields the console shows (internal_states[0] flattened in).
 INFO_KEYS = (
@@ -332,6 +336,13 @@ class SGLangHttp(HttpApi):
         from specmon.backends.sglang.metrics import SGLangMetricsReader
 
         return SGLangMetricsReader()
+
+    def new_latency_reader(
+        self, argv: Sequence[str] = (), window_s: float = DEFAULT_WINDOW_S
+    ) -> LatencyReader | None:
+        from specmon.backends.sglang.metrics import new_latency_reader
+
+        return new_latency_reader(argv, window_s)
 
     def server_info_values(self, data: Any) -> tuple[tuple[str, str], ...]:
         if not isinstance(data, dict):

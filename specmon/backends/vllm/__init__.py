@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmon.backends import (
     NCCL_FORM_FIELDS,
@@ -31,6 +31,10 @@ from specmon.backends import (
 )
 from specmon.backends.flag_grammar import FlagValue, parse_flags, render_flag
 from specmon.backends.vllm import flags as vflags
+from specmon.model.quantiles import DEFAULT_WINDOW_S
+
+if TYPE_CHECKING:
+    from specmon.backends.latency import LatencyReader
 
 # Which profile key a launch problem's subject (a flag, or a setting of the JSON) comes from.
 _PROFILE_KEYS: dict[str, tuple[str, ...]] = {
@@ -461,6 +465,13 @@ class VLLMHttp(HttpApi):
         from specmon.backends.vllm.metrics import VLLMMetricsReader
 
         return VLLMMetricsReader()
+
+    def new_latency_reader(
+        self, argv: Sequence[str] = (), window_s: float = DEFAULT_WINDOW_S
+    ) -> LatencyReader | None:
+        from specmon.backends.vllm.metrics import new_latency_reader
+
+        return new_latency_reader(argv, window_s)
 
     def accept_length_between(self, before: str, after: str) -> float | None:
         """1 + accepted / drafts over the interval, as vLLM's docs define it."""

@@ -15,13 +15,14 @@ one: positions past the backend's ``max_draft_positions`` are dropped (and count
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from specmon.backends import Backend, MetricsReader
+from specmon.backends.latency import LatencyFamilies, LatencyReader, Page, flag_int
 from specmon.model.events import Decode, Event, Notice, SpecDecode
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
@@ -262,3 +263,65 @@ class VLLMMetricsReader(MetricsReader):
                 )
             )
         return events
+
+
+# --- latency and capacity (vllm.md section 4; v1/metrics/loggers.py) ---------------------
+
+CACHE_CONFIG_INFO = "vllm:cache_config_info"  # an info gauge: the cache's shape in its labels
+
+LATENCY_FAMILIES = LatencyFamilies(
+    ttft=("vllm:time_to_first_token_seconds",),
+    # Renamed in 0.11 (the old name, gone in 0.33, meant the same inter-token gaps).
+    itl=("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    tpot=("vllm:request_time_per_output_token_seconds",),
+    e2e=("vllm:e2e_request_latency_seconds",),
+    queue=("vllm:request_queue_time_seconds",),
+    prompt_tokens=("vllm:request_prompt_tokens",),
+    generation_tokens=("vllm:request_generation_tokens",),
+    finished=("vllm:request_success_total",),
+    finish_label="finished_reason",
+    prefix_hits=("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+    prefix_queries=("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    preemptions=("vllm:num_preemptions_total",),
+    running=(RUNNING,),
+    waiting=(WAITING,),
+    kv_usage=KV_CACHE_USAGE,
+    kv_total_tokens=(CACHE_CONFIG_INFO,),
+    group_label="engine",  # one per data-parallel engine core
+)
+
+
+class VLLMLatencyReader(LatencyReader):
+    """vLLM's latency families. Its KV capacity is in ``vllm:cache_config_info``'s labels:
+    ``kv_cache_size_tokens`` where the version has it, else ``num_gpu_blocks`` x
+    ``block_size``; the maximum of running requests only in the launch's ``--max-num-seqs``
+    (no family or info endpoint says it)."""
+
+    def kv_total(self, page: Page, group: str | None) -> float | None:
+        totals: dict[str | None, float] = {}
+        for sample in page.samples(CACHE_CONFIG_INFO):
+            tokens = _positive(sample.label("kv_cache_size_tokens"))
+            if tokens is None:
+                blocks = _positive(sample.label("num_gpu_blocks"))
+                size = _positive(sample.label("block_size"))
+                tokens = blocks * size if blocks is not None and size is not None else None
+            if tokens is not None:
+                totals[sample.label("engine")] = tokens
+        if group is not None:
+            return totals.get(group)
+        return sum(totals.values()) if totals else None
+
+
+def _positive(label: str | None) -> float | None:
+    """A label holding a positive whole number (``"None"`` before the cache is sized: None)."""
+    if label is None or not (label.isdigit() and len(label) < 13) or int(label) == 0:
+        return None
+    return float(label)
+
+
+def new_latency_reader(argv: Sequence[str], window_s: float) -> VLLMLatencyReader:
+    return VLLMLatencyReader(
+        LATENCY_FAMILIES,
+        window_s=window_s,
+        max_running=flag_int(argv, "--max-num-seqs", "--max_num_seqs"),
+    )
