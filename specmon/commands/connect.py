@@ -43,7 +43,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--read-only", action="store_true", help="console: hide and refuse relaunch, stop, sweeps"
     )
     parser.add_argument(
-        "--profile", metavar="P", help="a profile with nodes: its server over all of them"
+        "-p",
+        "--profile",
+        metavar="P",
+        help="a profile with nodes: its server over all of them; with attach: the server it "
+        "names (the take-over form starts on it)",
     )
     add_attach_argument(parser)
     parser.add_argument(
@@ -57,7 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.nodes import attach_profile, controller_from_args, nodes_profile
     from specmon.commands.printers import (
         load_config_from,
         sessions_from_args,
@@ -71,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     by_url = url_sessions(args)  # http://HOST:PORT: before any config or SSH lookup
     config = None if by_url is not None else load_config_from(args)
     spanning = nodes_profile(args, config) if by_url is None else None
+    attaching = attach_profile(args, config) if by_url is None else None
     sessions: list[tuple[str, Any]]
     if by_url is not None:  # read-only: nothing of a server is changed over HTTP
         sessions, args.read_only = by_url, True
@@ -78,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         sessions = [(spanning.name, controller_from_args(args, config, spanning))]
     else:
         names = fleet_names(args.hosts, config, every=args.all_hosts)
-        sessions = sessions_from_args(args, config, names)
+        sessions = sessions_from_args(args, config, names, attach_profile=attaching)
     beside = [metrics_server(args.export, sessions, config)] if args.export else []
     headless = args.headless or not (args.console or (sys.stdin.isatty() and sys.stdout.isatty()))
     if not headless:
@@ -93,7 +98,13 @@ def run(args: argparse.Namespace) -> int:
         else:
             if len(sessions) > 1:
                 return run_fleet_console(sessions, config, read_only=args.read_only, beside=beside)
-            return run_console(sessions[0][1], config, read_only=args.read_only, beside=beside)
+            return run_console(
+                sessions[0][1],
+                config,
+                read_only=args.read_only,
+                beside=beside,
+                attach_profile=attaching.name if attaching is not None else None,
+            )
 
     if len(sessions) > 1:
         if beside:

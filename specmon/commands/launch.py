@@ -50,9 +50,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the run as JSON")
     parser.add_argument(
         "--take-over",
+        nargs="?",
+        const="",
         metavar="PID|auto",
         help="first stop this server specmon did not launch (a pid, auto: the only one, "
-        "unit:NAME, container:NAME), after a confirmation; then launch",
+        "unit:NAME, container:NAME; alone: the profile's attach key), after a confirmation; "
+        "then launch",
     )
     parser.add_argument(
         "--yes",
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         session = session_from_args(args, config)
 
-    take_over = parse_take_over(args, spanning is not None)
+    take_over = parse_take_over(args, spanning is not None, config)
 
     async def main() -> int:
         await session.start()
@@ -123,9 +126,11 @@ def run(args: argparse.Namespace) -> int:
     return run_async(main)
 
 
-def parse_take_over(args: argparse.Namespace, spanning: bool) -> Any:
-    """``--take-over``'s target (None without it); refused in one line for a profile with
-    nodes, or with no TTY to confirm on and no ``--yes``."""
+def parse_take_over(args: argparse.Namespace, spanning: bool, config: Any) -> Any:
+    """``--take-over``'s target (None without it; alone, the one `connect HOST -p P` would
+    attach to: the profile's ``attach`` key, else the host's); refused in one line for a
+    profile with nodes, or with no TTY to confirm on and no ``--yes``."""
+    from specmon.launch.config import attach_for
     from specmon.model.attach_target import parse_attach_target
     from specmon.model.errors import UsageError
 
@@ -133,8 +138,16 @@ def parse_take_over(args: argparse.Namespace, spanning: bool) -> Any:
         return None
     if spanning:
         raise UsageError("--take-over replaces a server on one host, not a profile with nodes")
+    text = args.take_over or attach_for(
+        None, config.profile(args.profile), config.hosts.get(args.host)
+    )
+    if not text:
+        raise UsageError(
+            f"--take-over alone takes profile {args.profile!r}'s attach key, and it has none "
+            "(nor has the host): give a target, e.g. --take-over PID"
+        )
     try:
-        target = parse_attach_target(args.take_over)
+        target = parse_attach_target(text)
     except ValueError as exc:
         raise UsageError(f"--take-over: {exc}") from None
     if not args.yes and not sys.stdin.isatty():

@@ -1,5 +1,6 @@
-"""The headless commands' side of a server spanning several nodes: which profile's nodes a
-command line means, and the controller over them."""
+"""Which profile `--profile` means to the host commands: a server spanning several nodes (and
+the controller over them), or, for `connect`/`watch`, a one-host server specmon usually finds
+already running (the profile's ``attach`` key)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def nodes_profile(args: argparse.Namespace, config: Config) -> Profile | None:
                 f"{host!r} is not a node of profile {name!r} "
                 f"(its nodes: {', '.join(profile.nodes)})"
             )
+    return profile
+
+
+def attach_profile(args: argparse.Namespace, config: Config) -> Profile | None:
+    """The one-host profile named by ``--profile`` when it has an ``attach`` key: `connect`
+    and `watch` follow the server it names (``--attach`` wins: config.attach_for). None
+    otherwise: no ``--profile``, one with nodes (nodes_profile's), or one without ``attach``
+    (looked up, then ignored, as before the key existed)."""
+    name = getattr(args, "profile", None)
+    if not name:
+        return None
+    profile = config.profile(name)
+    if profile.nodes or profile.attach is None:
+        return None
     return profile
 
 

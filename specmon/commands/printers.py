@@ -78,10 +78,17 @@ def session_from_args(args: argparse.Namespace, config: Any, **kwargs: Any) -> A
 def sessions_from_args(
     args: argparse.Namespace, config: Any, names: list[str], **kwargs: Any
 ) -> list[tuple[str, Any]]:
-    """One session per host name (each its own transport, state and reconnects), in order."""
+    """One session per host name (each its own transport, state and reconnects), in order.
+    ``attach_profile`` (in kwargs): the profile whose ``attach`` key `connect`/`watch -p`
+    follow, unless ``--attach`` is given."""
     attach = getattr(args, "attach", None)
     if attach and len(names) > 1 and attach_text(attach) != "auto":
         raise UsageError(f"--attach {attach} names one server: give one host (or --attach auto)")
+    profile = kwargs.get("attach_profile")
+    if not attach and profile is not None and len(names) > 1 and profile.attach != "auto":
+        raise UsageError(
+            f"profile {profile.name!r} attaches to {profile.attach}, one server: give one host"
+        )
     return [
         (
             name,

@@ -27,14 +27,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", choices=UNTIL_CHOICES, help="stop at ready, failure or exit")
     parser.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
     parser.add_argument(
-        "--profile", metavar="P", help="a profile with nodes: watch its server over all of them"
+        "-p",
+        "--profile",
+        metavar="P",
+        help="a profile with nodes: watch its server over all of them; "
+        "with attach: the server it names",
     )
     add_backend_argument(parser)
     add_attach_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from specmon.commands.nodes import controller_from_args, nodes_profile
+    from specmon.commands.nodes import attach_profile, controller_from_args, nodes_profile
     from specmon.commands.printers import (
         load_config_from,
         sessions_from_args,
@@ -54,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if spanning is not None:  # one server over several nodes, watched as one run
         return watch_headless(controller_from_args(args, config, spanning), args)
     names = fleet_names(args.hosts, config, every=False)
-    sessions = sessions_from_args(args, config, names)
+    sessions = sessions_from_args(args, config, names, attach_profile=attach_profile(args, config))
     if len(sessions) == 1:
         return watch_headless(sessions[0][1], args)
     return watch_fleet_headless(sessions, args)

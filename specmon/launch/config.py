@@ -121,6 +121,7 @@ class HostConfig:
     state_dir: str = DEFAULT_REMOTE_STATE_DIR
     # The server specmon did not launch that `connect`/`watch` follow on this host
     # (model/attach_target.py: "auto", a pid, "unit:NAME", "container:NAME"); None: specmon's runs.
+    # A profile's `attach` and `--attach` win over it (attach_for).
     attach: str | None = None
 
     @property
@@ -176,6 +177,10 @@ class Profile:
     # How a take-over (`launch --take-over`) stops a server in a container or a systemd unit:
     # None refuses it, naming the command; "docker"/"systemd" runs `docker stop`/`systemctl stop`.
     take_over: str | None = None
+    # The server this profile describes is usually already running, started outside specmon:
+    # `connect HOST -p P` / `watch HOST -p P` follow it (model/attach_target.py's text: "auto",
+    # a pid, "unit:NAME", "container:NAME"; attach_for gives the order). Launches ignore it.
+    attach: str | None = None
     description: str = ""
     baseline_profile: str | None = None
     nodes: tuple[str, ...] = ()  # hosts of one server spanning nodes; node 0 serves HTTP
@@ -277,6 +282,17 @@ class Config:
             raise  # names its own file and key
         except UsageError as exc:
             raise ConfigError(str(exc), path=str(self.source) if self.source else None) from None
+
+
+def attach_for(
+    command_line: str | None, profile: Profile | None, host: HostConfig | None
+) -> str | None:
+    """Which server specmon did not launch ``connect``/``watch`` follow, in the one order
+    (docs/attach.md): ``--attach`` on the command line, else the ``attach`` key of the profile
+    named by ``-p``, else the host's ``attach`` key; None: this state dir's runs."""
+    of_profile = profile.attach if profile is not None else None
+    of_host = host.attach if host is not None else None
+    return command_line or of_profile or of_host or None
 
 
 PLACEHOLDER_REFUSAL = 'is the placeholder "***": fill in the secret before launching this profile'
@@ -633,6 +649,7 @@ PROFILE_KEYS = (
     "gpu_agent",
     "stop_grace_s",
     "take_over",
+    "attach",
     "baseline_profile",
     "nodes",
     "node_grace_s",
@@ -917,7 +934,8 @@ class _Reader:
         )
 
     def attach_target(self, table: Mapping[str, Any], path: Sequence[str]) -> str | None:
-        """The host's ``attach`` key, checked against the one grammar ``--attach`` uses."""
+        """A host's or a profile's ``attach`` key, checked against the one grammar
+        ``--attach`` uses."""
         if "attach" not in table:
             return None
         try:
@@ -1019,12 +1037,19 @@ class _Reader:
             gpu_agent=self.choice(table, path, "gpu_agent", GPU_AGENT_KINDS, "nvml"),
             stop_grace_s=self.number(table, path, "stop_grace_s", float, 0.0, 3600.0, 30.0),
             take_over=self.choice(table, path, "take_over", TAKE_OVER_KINDS, None),
+            attach=self.attach_target(table, path),
             description=self.value(table, path, "description", str, ""),
             baseline_profile=self.value(table, path, "baseline_profile", str, None),
             nodes=self.read_nodes(table, path, server),
             node_grace_s=self.number(table, path, "node_grace_s", float, 0.0, 86400.0, 60.0),
         )
         self.check_no_node_flags(profile, path, server)
+        if profile.nodes and profile.attach is not None:
+            raise self.error(
+                [*path, "attach"],
+                "a profile with nodes cannot attach: attaching follows one server on one host "
+                "(remove attach, or nodes)",
+            )
         for problem in profile.to_launch_spec().problems():
             subject = problem.partition(": ")[0]
             profile_key = server.profile_key_of(subject)
@@ -1163,6 +1188,7 @@ def render_profile_toml(profile: Profile) -> str:
         ("gpu_agent", profile.gpu_agent),
         ("stop_grace_s", profile.stop_grace_s),
         ("take_over", profile.take_over),
+        ("attach", profile.attach),
         ("baseline_profile", profile.baseline_profile),
         ("nodes", list(profile.nodes) if profile.nodes else None),
         ("node_grace_s", profile.node_grace_s if profile.nodes else None),

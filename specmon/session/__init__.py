@@ -15,7 +15,7 @@ from specmon.model.hostname import parse_host
 from specmon.session.transport import Transport
 
 if TYPE_CHECKING:
-    from specmon.launch.config import Config, HostConfig
+    from specmon.launch.config import Config, HostConfig, Profile
     from specmon.session.host import HostSession, SessionOptions
 
 _LAZY = {
@@ -63,8 +63,12 @@ def open_session(
     ssh_config: tuple[str, ...] | None = None,
     identity_files: tuple[str, ...] = (),
     stop_server_on_close: bool = False,
+    attach_profile: Profile | None = None,
 ) -> HostSession:
-    """A HostSession for HOST (not yet started: ``await session.start()``)."""
+    """A HostSession for HOST (not yet started: ``await session.start()``). ``options.attach``
+    is the command line's ``--attach``; ``attach_profile``, the profile whose ``attach`` key
+    `connect`/`watch -p` follow (launch.config.attach_for orders them with the host's key)."""
+    from specmon.launch.config import attach_for
     from specmon.session.host import HostSession, SessionOptions
 
     hosts = dict(config.hosts) if config is not None else {}
@@ -72,8 +76,7 @@ def open_session(
     options = with_ui_rates(options or SessionOptions(), config)
     transport: Transport
     host_config = hosts.get(host)
-    if options.attach is None and host_config is not None and host_config.attach:
-        options = replace(options, attach=host_config.attach)  # `--attach` wins over the key
+    options = replace(options, attach=attach_for(options.attach, attach_profile, host_config))
     if host == "local" or (host_config is not None and host_config.transport == "local"):
         from specmon.session.local import LocalTransport
 

@@ -108,8 +108,12 @@ class SpecmonApp(App[int]):
         start_controller: bool = True,
         read_only: bool = False,
         beside: Sequence[BesideService] = (),
+        attach_profile: str | None = None,
     ) -> None:
         super().__init__()
+        # The profile whose `attach` key this console follows (`connect HOST -p P`): the
+        # take-over form starts on it.
+        self.attach_profile = attach_profile
         self.view = HostView(controller.host_label, controller, MainScreen(controller.host_label))
         self.views: list[HostView] = [self.view]  # the fleet console has one per host
         self.read_only = read_only  # hides and refuses every action that changes a server
@@ -472,7 +476,10 @@ class SpecmonApp(App[int]):
         if self.config is None:
             self.notify("No launch profiles: this console has no config.", severity="warning")
             return
-        self.push_screen(RelaunchScreen(self.controller, self.config, take_over=take_over))
+        preselect = self.attach_profile if take_over else None
+        self.push_screen(
+            RelaunchScreen(self.controller, self.config, take_over=take_over, preselect=preselect)
+        )
 
     def _attached_foreign(self) -> bool:
         """Whether the console follows a live server specmon did not launch (``--attach``):
@@ -732,10 +739,17 @@ def run_console(
     *,
     read_only: bool = False,
     beside: Sequence[BesideService] = (),
+    attach_profile: str | None = None,
 ) -> int:
     """Run the console until the operator quits; returns the process exit code."""
     return run_until_quit(
-        lambda: SpecmonApp(controller, config, read_only=read_only, beside=beside)
+        lambda: SpecmonApp(
+            controller,
+            config,
+            read_only=read_only,
+            beside=beside,
+            attach_profile=attach_profile,
+        )
     )
 
 

@@ -110,10 +110,11 @@ class Traffic:
             self.thread.join(70)
 
 
-def write_config(tmp_path: Path, sshd: SshdServer, state_dir: Path) -> Path:
+def write_config(tmp_path: Path, sshd: SshdServer, state_dir: Path, extra: str = "") -> Path:
     path = tmp_path / "specmon.toml"
     path.write_text(
-        f"""
+        extra
+        + f"""
 [ui]
 http_poll_s = 0.5
 
@@ -193,6 +194,32 @@ def test_watch_attach_json_replays_loading_then_follows(
     assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
     assert "pid 1 on " in refused.stderr, refused.stderr
     assert alive(server.pid)
+
+
+def test_watch_with_a_profile_whose_attach_key_is_the_pid(
+    sshd: SshdServer, tmp_path: Path, by_hand: tuple[Started, Path]
+) -> None:
+    """`attach = PID` in a profile: `watch HOST -p P --json` follows that server as `--attach
+    PID` does (no flag): the foreign run, its loading replayed from its log, ready."""
+    server, state_dir = by_hand
+    profile = f'[profiles.running]\nmodel_path = "moonshotai/Kimi-K2.5"\nattach = {server.pid}\n'
+    config = write_config(tmp_path, sshd, state_dir, profile)
+    done = specmon(
+        config, "watch", "testbox", "-p", "running", "--gpu-agent", "sim", "--json",
+        "--until", "ready", "--duration", "30",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    kinds = [e["kind"] for e in events]
+    run = next(e for e in events if e["kind"] == "run")
+    assert run["foreign"] is True and run["pid"] == server.pid, run
+    assert run["run_id"] == f"pid-{server.pid}" and run["profile"] is None
+    assert run["log_source"] == f"file: {server.log.resolve()}"
+    ready = kinds.index("ready")
+    for kind in ("load_begin", "shard_progress", "load_end"):
+        assert kind in kinds[:ready], (kind, kinds[:ready])
+    assert events[ready]["replayed"] is True
+    assert alive(server.pid), "watch -p ended the server it watched"
 
 
 async def test_connect_attach_console_shows_it_and_leaves_it_running(

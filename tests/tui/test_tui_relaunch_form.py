@@ -126,3 +126,27 @@ async def test_what_the_form_shows_is_exactly_what_is_launched() -> None:
     assert launched.argv[0] == "/opt/venv/bin/python"
     assert "--speculative-num-steps 2" in " ".join(launched.argv)
     assert shlex.join(launched.shown().argv) in " ".join(preview.split())
+
+
+async def test_a_take_over_form_starts_on_the_profile_whose_attach_key_is_followed() -> None:
+    """`connect HOST -p P` with P's ``attach`` key: r on that server opens the take-over form
+    on P (not the config's default or the first profile); without it, as before."""
+    from specmon.model.events import RunInfo, RunState
+
+    foreign = RunInfo(
+        run_id="pid-4242", backend="sglang", pid=4242, reattached=True, owner="ops",
+        foreign=True, log_source="file: /srv/server.log",
+    )  # fmt: skip
+    config = load_config(REPO / "specmon.toml")
+    chosen = []
+    for attach_profile in ("kimi-baseline", None):
+        ready = RunState(run_id="pid-4242", state="ready")
+        controller = ReplayController([(FROZEN_NOW, foreign), (FROZEN_NOW, ready)])
+        app = SpecmonApp(
+            controller, config, clock=lambda: FROZEN_NOW, attach_profile=attach_profile
+        )
+        async with app.run_test(size=(120, 48)) as pilot:
+            form = await open_form(app, pilot)
+            assert form.take_over
+            chosen.append((form.profile_name, form.query_one("#profile", Select).value))
+    assert chosen == [("kimi-baseline", "kimi-baseline"), ("kimi-eagle3", "kimi-eagle3")]

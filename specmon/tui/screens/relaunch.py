@@ -64,7 +64,9 @@ def field_id(name: str) -> str:
 class RelaunchScreen(ModalScreen[None]):
     """The form. Posts RelaunchRequested to the app once the operator confirms; with
     ``take_over`` (the console follows a server specmon did not launch), TakeOverAsked, then
-    TakeOverRequested once the operator confirms the host's plan."""
+    TakeOverRequested once the operator confirms the host's plan. ``preselect``: the profile
+    to start on when no run of a profile is current (a take-over of a profile's attach
+    target)."""
 
     DEFAULT_CSS = """
     RelaunchScreen { align: center middle; }
@@ -93,7 +95,12 @@ class RelaunchScreen(ModalScreen[None]):
     ]
 
     def __init__(
-        self, controller: HostController, config: Config, *, take_over: bool = False
+        self,
+        controller: HostController,
+        config: Config,
+        *,
+        take_over: bool = False,
+        preselect: str | None = None,
     ) -> None:
         super().__init__()
         self.controller = controller
@@ -106,6 +113,8 @@ class RelaunchScreen(ModalScreen[None]):
         current = store.run.profile if store.run is not None else None
         if current in self.profile_names:
             self.profile_name = current
+        elif preselect in self.profile_names:
+            self.profile_name = preselect
         elif config.default_profile in self.profile_names:
             self.profile_name = config.default_profile
         else:

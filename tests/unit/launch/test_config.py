@@ -220,6 +220,18 @@ BAD_CONFIGS = [
     ("-inf mem fraction", GOOD_PROFILE.replace("tp = 8", "mem_fraction_static = -inf"), "profiles.p.mem_fraction_static", 4, "not a finite number"),
     ("bad take_over", GOOD_PROFILE.replace("tp = 8", "take_over = 'dockr'"), "profiles.p.take_over", 4, "did you mean 'docker'?"),
     ("take_over type", GOOD_PROFILE.replace("tp = 8", "take_over = true"), "profiles.p.take_over", 4, "expected a string"),
+    ("profile attach", GOOD_PROFILE.replace("tp = 8", "attach = 'first'"), "profiles.p.attach", 4, "'first' is not an attach target (expected \"auto\", a pid"),
+    ("profile attach pid", GOOD_PROFILE.replace("tp = 8", "attach = -3"), "profiles.p.attach", 4, "not an attach target"),
+    ("profile attach zero", GOOD_PROFILE.replace("tp = 8", "attach = 'pid:0'"), "profiles.p.attach", 4, "not a process id"),
+    ("profile attach name", GOOD_PROFILE.replace("tp = 8", "attach = 'container:-rm'"), "profiles.p.attach", 4, "not a container name"),
+    ("profile attach list", GOOD_PROFILE.replace("tp = 8", "attach = [4242]"), "profiles.p.attach", 4, "expected \"auto\", a pid"),
+    (
+        "profile attach with nodes",
+        "[profiles.n]\nmodel_path = 'm'\nnodes = ['a', 'b']\nattach = 'auto'\n",
+        "profiles.n.attach",
+        4,
+        "a profile with nodes cannot attach: attaching follows one server on one host",
+    ),
 ]  # fmt: skip
 
 
@@ -480,3 +492,27 @@ def test_take_over_is_read_and_written_back(tmp_path):
     assert 'take_over = "systemd"' in render_profile_toml(profile)
     plain = load_config(write(tmp_path, GOOD_PROFILE, "b.toml"), environ=NO_USER_DIR)
     assert plain.profile("p").take_over is None
+
+
+def test_profile_attach_key_is_the_attach_grammar_and_is_written_back(tmp_path):
+    """`attach` on a profile: the server it describes is usually running already, started
+    outside specmon (`connect HOST -p P` follows it); the same grammar as the host's key."""
+    path = write(
+        tmp_path,
+        "[profiles.a]\nmodel_path = 'm'\nattach = 'auto'\n"
+        "[profiles.b]\nmodel_path = 'm'\nattach = 4242\n"
+        "[profiles.c]\nmodel_path = 'm'\nattach = ' pid:77 '\n"
+        "[profiles.d]\nmodel_path = 'm'\nattach = 'unit:vllm.service'\n"
+        "[profiles.e]\nmodel_path = 'm'\nattach = 'container:llm-1'\n"
+        "[profiles.f]\nextends = 'b'\n"
+        "[profiles.g]\nmodel_path = 'm'\n",
+    )
+    config = load_config(path, environ=NO_USER_DIR)
+    attached = [config.profile(name).attach for name in "abcdefg"]
+    assert attached == ["auto", "4242", "77", "unit:vllm.service", "container:llm-1", "4242", None]
+    for name in "abde":
+        profile = config.profile(name)
+        saved = tmp_path / f"saved-{name}.toml"
+        save_profile(saved, profile)
+        assert load_config(saved, environ=NO_USER_DIR).profile(name) == profile
+    assert "attach" not in render_profile_toml(config.profile("g"))
