@@ -63,7 +63,10 @@ METRICS_EVERY = 2  # polls between /metrics scrapes
 # The simulator's vLLM page keeps 24 samples (2.2 KB of keys); a real server's grows with its
 # engines and labels.
 MAX_SNAPSHOT_SAMPLES = 2000
-MAX_SAMPLE_KEY = 512  # characters of ``name{labels}``; a longer key is a label stuffed
+# Characters of ``name{labels}``: a longer key is a label stuffed. A real server's own info
+# gauges are long: vLLM 0.32's vllm:cache_config_info is 1,053 (37 labels of its cache
+# config) and grows as releases add fields; MAX_SNAPSHOT_CHARS still bounds the whole.
+MAX_SAMPLE_KEY = 4096
 MAX_SNAPSHOT_CHARS = 256 * 1024  # of all keys together
 
 

@@ -121,6 +121,49 @@ def test_a_snapshot_keeps_at_most_its_cap_of_samples() -> None:
     assert sum(len(key) for key, _ in kept) <= MAX_SNAPSHOT_CHARS < 2000 * 400
 
 
+# vLLM 0.32's own config info metric, as the real CPU build serves it (tests/e2e/test_real_vllm.py):
+# 37 labels, 1,053 characters of ``name{labels}``.
+REAL_VLLM_CACHE_CONFIG_INFO = (
+    "vllm:cache_config_info{"
+    '_block_size_resolved="True",block_size="128",cache_dtype="auto",'
+    'cache_hit_alignment_tokens="None",effective_attention_block_size="128",'
+    'enable_mamba_shared_prefix_checkpoint="False",enable_prefix_caching="True",engine="0",'
+    'gpu_memory_utilization="0.92",hash_block_size="None",is_attention_free="False",'
+    'kv_cache_dtype_skip_layers="[]",kv_cache_layout="None",'
+    'kv_cache_max_concurrency="455.0",kv_cache_memory_bytes="1073741824",'
+    'kv_cache_size_tokens="465920",kv_offloading_backend="native",'
+    'kv_offloading_size="None",kv_sharing_fast_prefill="False",mamba_block_size="None",'
+    'mamba_cache_dtype="auto",mamba_cache_mode="none",mamba_page_size_padded="None",'
+    'mamba_ssm_cache_dtype="auto",num_cpu_blocks="None",num_gpu_blocks="3640",'
+    'num_gpu_blocks_override="None",prefix_cache_retention_interval="0",'
+    'prefix_caching_hash_algo="sha256",prefix_match_unit="None",replayssm_buffer_len="16",'
+    'skip_page_size_padded="None",sliding_window="None",swa_bounded_replay="True",'
+    'use_kda_recoverssm="False",use_replayssm="False",user_specified_block_size="False"'
+    "}"
+)
+
+
+def test_a_real_vllm_info_metric_is_kept_with_nothing_left_out() -> None:
+    """A real vLLM's page is no label stuffing: its cache-config info gauge (1,053
+    characters) is kept whole and nothing is counted as left out (every console on a real
+    vLLM said "/metrics: 1 samples left out" at its first scrape)."""
+    backend = get_backend("vllm")
+    assert len(REAL_VLLM_CACHE_CONFIG_INFO) == 1053
+    page = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        f"{REAL_VLLM_CACHE_CONFIG_INFO} 1.0\n"
+        'vllm:num_requests_running{engine="0",model_name="tiny-llama8"} 0.0\n'
+    )
+    left_out = [0]
+    values = metrics_values(page, backend, left_out)
+    assert left_out == [0]
+    assert values == (
+        (REAL_VLLM_CACHE_CONFIG_INFO, 1.0),
+        ('vllm:num_requests_running{engine="0",model_name="tiny-llama8"}', 0.0),
+    )
+
+
 def test_a_label_value_cannot_pass_for_another_label_in_a_snapshot_key() -> None:
     """A value holding `",position="3` is quoted and escaped as Prometheus writes it, so the
     key names one label, not two; a newline stays escaped."""

