@@ -15,7 +15,9 @@ import asyncio
 import contextlib
 import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
 
@@ -24,7 +26,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -50,37 +52,101 @@ async def fastapi_http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
+@dataclass(frozen=True, slots=True)
+class HttpExchange:
+    """One finished request/response, as the servers' HTTP metrics middlewares see it.
+
+    ``route`` is the matching route's path template, None when no route matched (then
+    ``path`` is the raw path); ``seconds`` runs from the request to the response's last body
+    byte; the sizes are the ``content-length`` headers (0 without one: a stream)."""
+
+    method: str
+    path: str
+    route: str | None
+    status: int
+    seconds: float
+    request_bytes: int
+    response_bytes: int
+    headers: Mapping[str, str]
+
+
+def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int:
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            with contextlib.suppress(ValueError):
+                return int(value)
+    return 0
+
+
 class AccessLogApp:
     """uvicorn's access line per response (client, request line, status and phrase), written
-    when the response starts as uvicorn writes it, through the server's own log writer."""
+    when the response starts as uvicorn writes it, through the server's own log writer;
+    ``on_request(method, path)`` when a request comes in and ``on_response(exchange)`` when
+    its response is done, for the personality's HTTP metrics."""
 
     def __init__(
-        self, app: ASGIApp, log: HttpLog, on_request: Callable[[str, str], None] | None
+        self,
+        app: ASGIApp,
+        log: HttpLog,
+        on_request: Callable[[str, str], None] | None,
+        on_response: Callable[[HttpExchange], None] | None = None,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         self.app = app
         self.log = log
         self.on_request = on_request
+        self.on_response = on_response
+        self.routes = list(routes)
+
+    def route_of(self, scope: Scope) -> str | None:
+        """The path template of the route that fully matches, as FastAPI middlewares name it."""
+        for route in self.routes:
+            match, _ = route.matches(scope)
+            if match == Match.FULL:
+                return getattr(route, "path", None)
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = time.perf_counter()
         if self.on_request is not None:
             self.on_request(scope["method"], scope["path"])
         host, port = scope.get("client") or ("127.0.0.1", 0)
         path = scope.get("root_path", "") + scope["path"]
         if scope.get("query_string"):
             path += "?" + scope["query_string"].decode("ascii", "replace")
+        status = 500
+        response_bytes = 0
 
         async def send_logged(message: Message) -> None:
+            nonlocal status, response_bytes
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                response_bytes = _content_length(message.get("headers", []))
                 self.log.access(
                     f"{host}:{port}", scope["method"], path, status, HTTPStatus(status).phrase
                 )
             await send(message)
 
-        await self.app(scope, receive, send_logged)
+        try:
+            await self.app(scope, receive, send_logged)
+        finally:
+            if self.on_response is not None:
+                raw_headers = scope.get("headers", [])
+                self.on_response(
+                    HttpExchange(
+                        scope["method"],
+                        scope["path"],
+                        self.route_of(scope),
+                        status,
+                        time.perf_counter() - started,
+                        _content_length(raw_headers),
+                        response_bytes,
+                        {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw_headers},
+                    )
+                )
 
 
 def build_app(
@@ -89,14 +155,20 @@ def build_app(
     *,
     exception_handlers: Mapping[Any, ExceptionHandler] | None = None,
     on_request: Callable[[str, str], None] | None = None,
+    on_response: Callable[[HttpExchange], None] | None = None,
 ) -> ASGIApp:
     """A personality's route table as an ASGI app: FastAPI-style ``{"detail": ...}`` bodies
     for unknown paths and wrong methods unless ``exception_handlers`` says otherwise, an
-    access line per response, and ``on_request(method, path)`` per request (for counters)."""
+    access line per response, ``on_request(method, path)`` per request and
+    ``on_response(exchange)`` per finished response (for the HTTP metrics)."""
     handlers: dict[Any, ExceptionHandler] = {HTTPException: fastapi_http_error}
     handlers.update(exception_handlers or {})
     return AccessLogApp(
-        Starlette(routes=list(routes), exception_handlers=handlers), log, on_request
+        Starlette(routes=list(routes), exception_handlers=handlers),
+        log,
+        on_request,
+        on_response,
+        routes,
     )
 
 

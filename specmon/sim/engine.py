@@ -38,7 +38,14 @@ CATCH_UP_LIMIT_S = 1.0
 
 @dataclass
 class SimRequest:
-    """One generation in flight. ``updates`` carries (new token ids, finished) to streamers."""
+    """One generation in flight. ``updates`` carries (new token ids, finished) to streamers.
+
+    The timestamps (wall clock) are what servers' per-request histograms are made of:
+    ``created`` (arrival), ``scheduled_at`` (its prefill starts: the queue time ends),
+    ``first_token_at``, ``last_token_at``, ``finished_at``. ``finish_reason``,
+    ``max_tokens_param`` and ``streaming`` are the HTTP layer's (an answer that ends itself
+    is ``stop``); ``cached_tokens`` and ``preemptions`` stay 0: the simulated prefix cache
+    never hits and the KV cache is never short enough to preempt."""
 
     rid: str
     prompt_tokens: int
@@ -47,10 +54,16 @@ class SimRequest:
     output_ids: list[int] = field(default_factory=list)
     verify_ct: int = 0
     accepted_drafts: int = 0
+    scheduled_at: float | None = None
     first_token_at: float | None = None
     last_token_at: float | None = None
     finished_at: float | None = None
     queue_time: float = 0.0
+    finish_reason: str = "length"
+    max_tokens_param: int | None = None
+    streaming: bool = False
+    cached_tokens: int = 0
+    preemptions: int = 0
     updates: asyncio.Queue[bool] = field(default_factory=asyncio.Queue)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     count_in_metrics: bool = True
@@ -78,6 +91,24 @@ class SimRequest:
             (" " if i and _WORDS[t % len(_WORDS)] not in ",." else "") + _WORDS[t % len(_WORDS)]
             for i, t in enumerate(self.output_ids)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class EngineEvent:
+    """One thing a server's ``/metrics`` observes, when the engine does it.
+
+    ``scheduled``: a request's prefill starts (its queue time is known); ``ttft``: its first
+    token, ``seconds`` since arrival; ``itl``: ``tokens`` more tokens, ``seconds`` after its
+    previous ones (one verify cycle); ``finished``: it is done (the request carries its
+    timestamps and counts); ``iteration``: one engine step computed ``prompt_tokens`` prompt
+    tokens and emitted ``tokens`` tokens (``request`` None). Request events are only sent for
+    requests counted in metrics (not the warm-up's)."""
+
+    kind: str
+    request: SimRequest | None = None
+    seconds: float = 0.0
+    tokens: int = 0
+    prompt_tokens: int = 0
 
 
 @dataclass
@@ -122,7 +153,7 @@ class Engine:
         probe_path: Path | None = None,
         on_decode_iteration: Callable[[int], None] | None = None,
         on_busy: Callable[[float], None] | None = None,
-        on_latency: Callable[[str, float], None] | None = None,
+        on_event: Callable[[EngineEvent], None] | None = None,
         log_batches: bool = True,
         vllm_probe_records: bool = False,
     ) -> None:
@@ -157,7 +188,7 @@ class Engine:
         self._window_started = time.monotonic()
         self._on_decode_iteration = on_decode_iteration
         self._on_busy = on_busy
-        self._on_latency = on_latency
+        self._on_event = on_event
         self._busy_s = 0.0
         self._busy_window_start = time.monotonic()
 
@@ -213,15 +244,21 @@ class Engine:
         batch, self.waiting = self.waiting[:room], self.waiting[room:]
         new_tokens = sum(r.prompt_tokens for r in batch)
         seconds = PREFILL_FIXED_S + new_tokens / PREFILL_TOKENS_PER_SECOND
+        scheduled_at = time.time()
+        for request in batch:
+            request.scheduled_at = scheduled_at
+            request.queue_time = max(0.0, scheduled_at - request.created)
+            self._observe(request, EngineEvent("scheduled", request, request.queue_time))
         started = time.monotonic()
         await asyncio.sleep(seconds)
         self._busy_s += time.monotonic() - started
-        now = time.time()
         self.stats.prefill_tokens_total += new_tokens
+        first_tokens = 0
         for request in batch:
-            request.queue_time = max(0.0, now - seconds - request.created)
             if request.remaining > 0:  # prefill yields the first token
                 self._emit(request, 1)
+                first_tokens += 1
+        self._iteration(new_tokens, first_tokens)
         if self.log_batches:
             self._log_prefill(batch, new_tokens, seconds)
         self.running.extend(r for r in batch if r.remaining > 0)
@@ -281,6 +318,7 @@ class Engine:
             self._emit(request, tokens)
             if request.remaining == 0:
                 self._finish(request)
+        self._iteration(0, sum(accepted_per_request) + len(batch))  # every request's tokens
         self.stats.cuda_graph_passes += 1
         if settings.speculative:
             self._probe_record(
@@ -303,15 +341,20 @@ class Engine:
             request.output_ids.append(self.rng.randrange(len(_WORDS) * 1000))
         if request.first_token_at is None:
             request.first_token_at = now
-            self._observe(request, "ttft", now - request.created)
+            self._observe(request, EngineEvent("ttft", request, now - request.created, tokens))
         elif request.last_token_at is not None:
-            self._observe(request, "itl", (now - request.last_token_at) / tokens)
+            self._observe(request, EngineEvent("itl", request, now - request.last_token_at, tokens))
         request.last_token_at = now
         request.updates.put_nowait(False)
 
-    def _observe(self, request: SimRequest, what: str, seconds: float) -> None:
-        if request.count_in_metrics and self._on_latency is not None:
-            self._on_latency(what, seconds)
+    def _observe(self, request: SimRequest, event: EngineEvent) -> None:
+        if request.count_in_metrics and self._on_event is not None:
+            self._on_event(event)
+
+    def _iteration(self, prompt_tokens: int, tokens: int) -> None:
+        """One engine step's token counts (every step, the warm-up's included)."""
+        if self._on_event is not None:
+            self._on_event(EngineEvent("iteration", None, 0.0, tokens, prompt_tokens))
 
     def _finish(self, request: SimRequest) -> None:
         request.finished_at = time.time()
@@ -321,7 +364,9 @@ class Engine:
             self.stats.requests_total += 1
             self.stats.prompt_tokens_total += request.prompt_tokens
             self.stats.generation_tokens_total += request.completion_tokens
-            self._observe(request, "e2e", request.finished_at - request.created)
+            self._observe(
+                request, EngineEvent("finished", request, request.finished_at - request.created)
+            )
         request.done.set()
         request.updates.put_nowait(True)
 

@@ -22,14 +22,15 @@ from specmon.sim.gpus import GpuState
 
 if TYPE_CHECKING:
     from specmon.sim.asgi import UvicornServing
-    from specmon.sim.engine import Engine
+    from specmon.sim.engine import Engine, EngineEvent
     from specmon.sim.logwriter import LogWriter
 
 
-class LatencyMetrics(Protocol):
-    """The part of a personality's ``/metrics`` the engine feeds with request latencies."""
+class EngineMetrics(Protocol):
+    """The part of a personality's ``/metrics`` the engine feeds: request timings and counts,
+    engine steps (specmon.sim.engine.EngineEvent)."""
 
-    def observe_latency(self, what: str, seconds: float) -> None: ...
+    def observe(self, event: EngineEvent) -> None: ...
 
 
 def probe_path(env: Mapping[str, str]) -> Path | None:
@@ -44,7 +45,7 @@ class SimServerBase:
 
     writer: LogWriter
     engine: Engine
-    metrics: LatencyMetrics | None
+    metrics: EngineMetrics | None
     status: str  # starting -> ready -> shutting_down
 
     def init_sim(
@@ -114,9 +115,9 @@ class SimServerBase:
         self.gpus.set_util(94.0 * fraction)
         self.gpus.write(min_interval=0.25)
 
-    def _on_latency(self, what: str, seconds: float) -> None:
+    def _on_engine_event(self, event: EngineEvent) -> None:
         if self.metrics is not None:
-            self.metrics.observe_latency(what, seconds)
+            self.metrics.observe(event)
 
     # --- signals and exit ------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from specmon.backends.sglang.sim.args import LaunchFailure, parse_launch
+from specmon.backends.sglang.sim.metrics import VERSION_ENV, parse_version
 from specmon.sim.faults import FAULT_ENV, FaultSpecError, parse_fault
 from specmon.sim.gpus import state_path_from_env
 
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
         shards = int(launch.env.get("SPECMON_SIM_SHARDS", "64") or 64)
         if scale < 0 or shards < 1:
             raise ValueError("SPECMON_SIM_TIME_SCALE must be >= 0 and SPECMON_SIM_SHARDS >= 1")
+        parse_version(launch.env.get(VERSION_ENV))
     except FaultSpecError as error:
         print(f"specmon.sim: {error}", file=sys.stderr)
         return 2

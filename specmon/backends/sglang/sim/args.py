@@ -34,6 +34,7 @@ environment (simulator):
   SPECMON_SIM_DIST_TIMEOUT seconds node 0 waits for the other nodes (600 x time scale, >= 60)
   SPECMON_SIM_PEER_LOST_S  seconds a node outlives another node's death (default 0)
   SPECMON_PROBE_FILE       write per-cycle draft/verify timing records (JSON lines) here
+  SPECMON_SIM_SGLANG_VERSION  0.5.9 (default) | 0.5.18: the version /metrics and /server_info imitate
 """
 
 # Flags SGLang has that change nothing in the simulation: (flag, kind, default).

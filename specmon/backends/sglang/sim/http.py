@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 
 from specmon.backends.sglang.sim.args import SimLaunch
 from specmon.backends.sglang.sim.metrics import SimMetrics
-from specmon.sim.asgi import build_app
+from specmon.sim.asgi import HttpExchange, build_app
 from specmon.sim.engine import Engine, SimRequest
 from specmon.sim.http import BadBody, include_usage, json_body, openai_usage, sse
 from specmon.sim.logwriter import LogWriter
@@ -101,10 +101,19 @@ class SGLangApi:
 
     def _count_request(self, method: str, path: str) -> None:
         if self.host.metrics is not None:
-            self.host.metrics.http_requests.labels(method=method, path=path).inc()
+            self.host.metrics.http_request_started(method, path)
+
+    def _count_response(self, exchange: HttpExchange) -> None:
+        if self.host.metrics is not None:
+            self.host.metrics.http_request_done(exchange)
 
     def app(self) -> ASGIApp:
-        return build_app(self.routes(), self.host.writer, on_request=self._count_request)
+        return build_app(
+            self.routes(),
+            self.host.writer,
+            on_request=self._count_request,
+            on_response=self._count_response,
+        )
 
     # --- plain endpoints -------------------------------------------------------------------
 
@@ -165,7 +174,9 @@ class SGLangApi:
 
     # --- generation ------------------------------------------------------------------------
 
-    def _submit(self, prompt_tokens: int, params: dict[str, Any], rid: Any) -> SimRequest:
+    def _submit(
+        self, prompt_tokens: int, params: dict[str, Any], rid: Any, stream: Any = False
+    ) -> SimRequest:
         """Queue a request (ValueError with SGLang's message for bad sampling params)."""
         max_new = params.get("max_new_tokens", params.get("max_tokens", 128))
         if max_new is None:
@@ -178,6 +189,8 @@ class SGLangApi:
             rid=str(rid) if rid else uuid.uuid4().hex,
             prompt_tokens=max(1, prompt_tokens),
             max_new_tokens=max_new,
+            max_tokens_param=max_new,
+            streaming=bool(stream),
         )
         self.host.engine.submit(request)
         return request
@@ -251,7 +264,7 @@ class SGLangApi:
                 if isinstance(input_ids, list)
                 else max(1, len(str(text).split()) * 4 // 3)
             )
-            request = self._submit(prompt_tokens, params, data.get("rid"))
+            request = self._submit(prompt_tokens, params, data.get("rid"), data.get("stream"))
         except ValueError as exc:
             self.host.writer.main(f"[http_server] Error: {exc}")
             return generate_error(str(exc))
@@ -297,7 +310,12 @@ class SGLangApi:
         else:
             prompt_tokens = len(str(prompt).split()) * 4 // 3
         try:
-            request = self._submit(prompt_tokens, {"max_tokens": data.get("max_tokens", 16)}, None)
+            request = self._submit(
+                prompt_tokens,
+                {"max_tokens": data.get("max_tokens", 16)},
+                None,
+                data.get("stream"),
+            )
         except ValueError as exc:
             return openai_error(str(exc))
         created = int(time.time())
@@ -361,7 +379,7 @@ class SGLangApi:
             else:
                 words += len(str(content or "").split())
         try:
-            request = self._submit(words * 4 // 3 + 8, data, None)
+            request = self._submit(words * 4 // 3 + 8, data, None, data.get("stream"))
         except ValueError as exc:
             return openai_error(str(exc))
         created = int(time.time())

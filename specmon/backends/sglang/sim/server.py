@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.backends.sglang.sim.args import SimLaunch, env_true
-from specmon.backends.sglang.sim.metrics import SimMetrics
+from specmon.backends.sglang.sim.metrics import VERSION_ENV, SimMetrics, StartupFacts, parse_version
 from specmon.sim import faults, perf, procs
 from specmon.sim.engine import Engine
 from specmon.sim.logwriter import LogWriter, default_bar, safetensors_bar
@@ -53,7 +53,7 @@ def _load_http_stack(server_loaded: threading.Event) -> None:
     importlib.import_module(WARM_UP_MODULE)
 
 
-SGLANG_VERSION = "0.5.9"
+SGLANG_VERSION = "0.5.9"  # the default; SPECMON_SIM_SGLANG_VERSION picks another (metrics)
 TARGET_CONTEXT_LEN = 262144
 DRAFT_DERIVED_CONTEXT_LEN = 8192
 KV_BYTES_PER_TOKEN = 61 * 576 * 2  # MLA: 61 layers x (512 + 64) bf16 values
@@ -149,7 +149,12 @@ class SimServer(SimServerBase):
         )
         self.status = "starting"  # starting -> ready -> shutting_down
         self.started_at = time.time()
+        self.version = parse_version(env.get(VERSION_ENV))
         self.load_seconds = 0.0
+        self.draft_load_seconds = 0.0
+        self.kv_seconds = 0.0
+        self.graph_seconds: dict[str, float] = {}  # by SGLang's capture phase
+        self.graph_gib: dict[str, float] = {}
         self.max_total_num_tokens = 0
         self.context_len = args.context_length or TARGET_CONTEXT_LEN
         self.capture_bs: list[int] = []
@@ -166,7 +171,7 @@ class SimServer(SimServerBase):
             probe_path=probe_path(env),
             on_decode_iteration=self._on_decode_iteration,
             on_busy=self._on_busy,
-            on_latency=self._on_latency,
+            on_event=self._on_engine_event,
         )
         self._ready_iterations = 0
         self._http_server_loaded = threading.Event()
@@ -333,6 +338,7 @@ class SimServer(SimServerBase):
 
     async def _allocate_kv(self, mem_fraction_static: float) -> None:
         d = self.durations
+        started = time.time()
         await self.pause(d.before_kv)
         rank0 = self.ranks[0]
         pool_gib = self.mem(rank0).avail_gib - self.init_avail[rank0] * (1 - mem_fraction_static)
@@ -346,6 +352,7 @@ class SimServer(SimServerBase):
             )
         kv_gib = tokens * KV_BYTES_PER_TOKEN / (1 << 30)
         self.max_total_num_tokens = tokens
+        self.kv_seconds = time.time() - started
         self.gpus.set_part("kv", kv_gib + MEMORY_POOL_EXTRA_GIB)
         self.gpus.write("kv cache")
         self.each_rank(
@@ -387,6 +394,10 @@ class SimServer(SimServerBase):
         )
         self.gpus.set_util(0.0)
         self.gpus.write()
+        target = "target_verify" if self.launch.speculative else "decode"
+        phase = {"graphs": target, "draft_graphs": "draft_decode"}.get(part, "draft_extend")
+        self.graph_seconds[phase] = time.time() - started
+        self.graph_gib[phase] = graph_gib
 
     async def _capture_target_graphs(self) -> None:
         d = self.durations
@@ -447,6 +458,7 @@ class SimServer(SimServerBase):
         self.gpus.set_part("draft_weights", DRAFT_WEIGHTS_GIB)
         self.writer.raw("\r" + safetensors_bar(1, 1, time.time() - started) + "\n")
         self.writer.raw("\r" + safetensors_bar(1, 1, time.time() - started) + "\n\n")
+        self.draft_load_seconds = time.time() - started
         self.each_rank(
             lambda r: (
                 f"Load weight end. elapsed={time.time() - started:.2f} s, "
@@ -512,9 +524,7 @@ class SimServer(SimServerBase):
         self.writer.uvicorn("Waiting for application startup.")
         if args.enable_metrics:
             self.metrics = SimMetrics(
-                args.served_model_name or args.model_path,
-                startup_seconds=time.time() - self.started_at,
-                load_seconds=self.load_seconds,
+                args.served_model_name or args.model_path, self._startup_facts(), self.version
             )
         self._tasks.append(asyncio.create_task(self.engine.run()))
         self.http = UvicornServing(SGLangApi(self).app(), args.host, args.port, self.writer)
@@ -635,9 +645,32 @@ class SimServer(SimServerBase):
                     "avg_spec_accept_length": round(self.engine.stats.avg_accept_length, 4),
                 }
             ],
-            version=SGLANG_VERSION,
+            version=self.version,
         )
         return data
+
+    def _startup_facts(self) -> StartupFacts:
+        """What the start-up measured, for the gauges SGLang sets once."""
+        rank0 = self.mem(self.ranks[0])
+        settings = self.settings
+        return StartupFacts(
+            startup_seconds=time.time() - self.started_at,
+            load_seconds=self.load_seconds,
+            draft_load_seconds=self.draft_load_seconds,
+            kv_seconds=self.kv_seconds,
+            max_total_num_tokens=self.max_total_num_tokens,
+            context_len=self.context_len,
+            page_size=1,
+            weight_gib=round(
+                rank0.parts.get("weights", 0.0) + rank0.parts.get("draft_weights", 0.0), 2
+            ),
+            kv_gib=round(rank0.parts.get("kv", 0.0) + rank0.parts.get("draft_kv", 0.0), 2),
+            available_gib=round(rank0.avail_gib, 2),
+            graph_seconds=dict(self.graph_seconds),
+            graph_gib=dict(self.graph_gib),
+            num_steps=settings.num_steps if settings.speculative else 0,
+            num_draft_tokens=settings.num_draft_tokens if settings.speculative else 0,
+        )
 
     def model_info(self) -> dict[str, Any]:
         args = self.launch.args

@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
 from specmon.backends.vllm.sim.args import VLLM_VERSION
-from specmon.sim.asgi import build_app
+from specmon.sim.asgi import HttpExchange, build_app
 from specmon.sim.engine import SimRequest
 from specmon.sim.http import BadBody, include_usage, json_body, openai_usage, sse
 
@@ -119,8 +119,12 @@ class VllmApi:
             listing.append((route.path, methods))
         return listing
 
+    def _count_response(self, exchange: HttpExchange) -> None:
+        if self.host.metrics is not None:
+            self.host.metrics.http_request_done(exchange)
+
     def app(self) -> ASGIApp:
-        return build_app(self.routes(), self.host.writer)
+        return build_app(self.routes(), self.host.writer, on_response=self._count_response)
 
     # --- plain endpoints ------------------------------------------------------------------
 
@@ -186,9 +190,13 @@ class VllmApi:
         launch = self.host.launch
         return system_fingerprint(launch.tp, " ".join(map(str, vars(self.host.args).values())))
 
-    def _submit(self, prompt_tokens: int, max_tokens: Any) -> SimRequest | Response:
+    def _submit(
+        self, prompt_tokens: int, max_tokens: Any, *, stream: Any = False, ends_itself: bool = False
+    ) -> SimRequest | Response:
         """Queue a request; vLLM 0.33's checks: max_tokens >= 1 and <= max_model_len (else
-        400), a prompt longer than the context refused, max_tokens clamped to the room left."""
+        400), a prompt longer than the context refused, max_tokens clamped to the room left.
+        ``ends_itself``: a chat answer without max_tokens, which stops at its own end (its
+        ``max_tokens`` is then where, and the request had no max_tokens parameter)."""
         if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
             return validation_error(
                 f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens", max_tokens
@@ -213,6 +221,9 @@ class VllmApi:
             rid=uuid.uuid4().hex,
             prompt_tokens=max(1, prompt_tokens),
             max_new_tokens=max(1, min(max_tokens, limit - prompt_tokens)),
+            finish_reason="stop" if ends_itself else "length",
+            max_tokens_param=None if ends_itself else max_tokens,
+            streaming=bool(stream),
         )
         self.host.engine.submit(request)
         return request
@@ -249,6 +260,7 @@ class VllmApi:
         submitted = self._submit(
             _prompt_tokens(data["prompt"]),
             COMPLETION_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+            stream=data.get("stream"),
         )
         if isinstance(submitted, Response):
             return submitted
@@ -331,7 +343,12 @@ class VllmApi:
         )
         max_tokens = data.get("max_completion_tokens", data.get("max_tokens"))
         chat_eos = max_tokens is None
-        submitted = self._submit(words * 4 // 3 + 8, CHAT_ANSWER_TOKENS if chat_eos else max_tokens)
+        submitted = self._submit(
+            words * 4 // 3 + 8,
+            CHAT_ANSWER_TOKENS if chat_eos else max_tokens,
+            stream=data.get("stream"),
+            ends_itself=chat_eos,
+        )
         if isinstance(submitted, Response):
             return submitted
         request = submitted

@@ -145,13 +145,16 @@ class VllmServer(SimServerBase):
             probe_path=probe_path(env),
             on_decode_iteration=self._on_decode_iteration,
             on_busy=self._on_busy,
-            on_latency=self._on_latency,
+            on_event=self._on_engine_event,
             log_batches=False,
             vllm_probe_records=True,
         )
-        self.metrics: VllmMetrics | None = None
-        if not self.args.disable_log_stats:
-            self.metrics = VllmMetrics(launch.served_name, self.settings.num_steps if k else 0)
+        self.metrics: VllmMetrics | None = VllmMetrics(
+            launch.served_name,
+            self.settings.num_steps if k else 0,
+            max_model_len=self.max_model_len,
+            engine_metrics=not self.args.disable_log_stats,  # the HTTP families stay
+        )
         self.api: VllmApi | None = None
         self.load_started = time.time()
         self._exit_code = 0
@@ -415,6 +418,17 @@ class VllmServer(SimServerBase):
                 )
             )
         self.kv_tokens = tokens
+        if self.metrics is not None:
+            self.metrics.set_cache_config(
+                {
+                    "block_size": str(BLOCK_SIZE),
+                    "effective_attention_block_size": str(BLOCK_SIZE),
+                    "gpu_memory_utilization": str(util),
+                    "num_gpu_blocks": str(tokens // BLOCK_SIZE),
+                    "kv_cache_size_tokens": str(tokens),
+                    "kv_cache_max_concurrency": str(round(tokens / self.max_model_len, 2)),
+                }
+            )
         self.gpus.set_part("kv", tokens * bytes_per_token / (1 << 30))
         self.gpus.write("kv cache")
         self.core(
@@ -483,7 +497,7 @@ class VllmServer(SimServerBase):
         self.writer.uvicorn(f"Started server process [{os.getpid()}]")
         self.writer.uvicorn("Waiting for application startup.")
         self._tasks.append(asyncio.create_task(self.engine.run()))
-        if self.metrics is not None:
+        if not self.args.disable_log_stats:
             self._tasks.append(
                 asyncio.create_task(log_stats(self.engine, self.stats_interval, self.writer.api))
             )
