@@ -394,6 +394,16 @@ def _versus(objective: Objective, value: float | None, base: float | None) -> st
     return f"{value / base:.2f}x {objective.label.removesuffix(' ms')}"
 
 
+def order_key(
+    result: SweepPointResult, ranks: Mapping[int, int], objective: Objective, last: int
+) -> tuple[bool, int, float]:
+    """A load's rows: the baseline first, then by rank (``ranks_at_load``), a tie best first
+    by the objective's value, the unranked (failed) last."""
+    value = objective.value(result.load) or 0.0
+    key = -value if objective.higher_is_better else value
+    return (not result.is_baseline, ranks.get(id(result), last + 1), key)
+
+
 def load_sweep_table(
     results: Sequence[SweepPointResult],
     param_names: Sequence[str],
@@ -424,14 +434,7 @@ def load_sweep_table(
     rows: list[list[str]] = []
     for load in sorted({r.concurrency for r in results if r.concurrency is not None}):
         here = [r for r in results if r.concurrency == load]
-        ordered = sorted(
-            here,
-            key=lambda r: (
-                r.is_baseline is False,
-                ranks.get(id(r), len(here) + 1),
-                r.status != "ok",
-            ),
-        )
+        ordered = sorted(here, key=lambda r: order_key(r, ranks, objective, len(here)))
         for result in ordered:
             figures = result.load
             rank = ranks.get(id(result))
@@ -601,3 +604,20 @@ def prediction_by_load_table(
         return head + "\n(the prediction has no per-load part)"
     header = ["load", "predicted steps", "measured best", "verdict"]
     return head + "\n" + render_table(header, rows, {0})
+
+
+def load_series(
+    results: Sequence[SweepPointResult], field: str
+) -> dict[str, list[tuple[int, float]]]:
+    """(load, figure) per setting of a sweep at several loads, loads ascending: the data of
+    the console's tok/s and ITL p90 charts (``field`` a LoadFigures field)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for result in results:
+        if result.status != "ok" or result.load is None:
+            continue
+        value = getattr(result.load, field)
+        if value is not None:
+            series.setdefault(setting_label(result), []).append((result.load.concurrency, value))
+    for points in series.values():
+        points.sort()
+    return series
