@@ -486,3 +486,19 @@ def test_the_knee_is_fitted_from_the_ledgers_verify_times_at_two_loads():
     assert fitted.knee_tokens == pytest.approx(100.0)
     assert load_model_from_samples([sample(1, 20.8), sample(1, 21.0)]) is None  # one load
     assert load_model_from_samples([sample(1, 30.0), sample(25, 20.0)]) is None  # no growth
+
+
+def test_advise_prints_the_per_load_prediction_labelled_with_its_range():
+    from specmon.commands.advise import by_load_text
+    from specmon.experiments.advisor import advise, predict_loads
+
+    advice = predict_loads(advise(advisor_inputs()), [1, 64])
+    text = by_load_text(advice)
+    assert text.startswith("PREDICTION at each load (not a measurement)")
+    assert "knee 200 tokens per forward, a default (estimated)" in text
+    rows = {line.split()[0]: line.split() for line in text.splitlines()[3:5]}
+    for load in advice.by_load:
+        row = rows[str(load.concurrency)]
+        assert row[1] == str(load.recommended_steps)
+        assert row[2] == f"{load.steps_low}-{load.steps_high}"
+    assert text.endswith("`specmon sweep ... --concurrency 1,64`")
