@@ -14,7 +14,7 @@ DEFAULT_CYCLES = 300  # about 10 s of a 30 ms cycle: P(accepted >= i) to a few p
 EPILOG = """\
 examples:
   specmon advise local                  the best step count for the demo server here
-  specmon advise gpu-box --json         the prediction as JSON
+  specmon advise gpu-box --concurrency 1,8,32 --json   the best step count at each load
   specmon advise gpu-box --cycles 200 --timeout 120   read longer before predicting
 """
 """The examples that end `specmon advise --help`."""
@@ -42,6 +42,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ledger", metavar="PATH", help="ledger file (verify times at other token counts)"
     )
+    parser.add_argument(
+        "--concurrency",
+        metavar="N[,N...]",
+        help="also predict the best step count at each of these loads (concurrent requests)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be more than 0 and at most 86400 seconds")
     if not MIN_CYCLES <= args.cycles <= 1_000_000:
         raise UsageError(f"--cycles must be from {MIN_CYCLES} to 1000000")
+    from specmon.experiments.load import parse_loads
+
+    loads = parse_loads(args.concurrency) if args.concurrency is not None else ()
     session = session_from_args(args, load_config_from(args))
 
     async def main() -> int:
@@ -77,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecmonError(no_server_text(args.host, session.host_label))
         with Ledger(args.ledger) as ledger:
             try:
-                advice, _model = advise_from_store(store, ledger, session.host_label)
+                advice, _model = advise_from_store(store, ledger, session.host_label, loads)
             except AdvisorError as exc:
                 raise SpecmonError(f"advise {session.host_label}: {exc}") from None
         if args.json:
@@ -143,4 +151,42 @@ def advice_text(advice: Any, host: str, store: Any) -> str:
         f"{advice.recommended.tok_s:.1f} tok/s vs {advice.current.tok_s:.1f} at the current "
         "setting; measure it with `specmon sweep`",
     ]
+    if advice.by_load:
+        lines.extend(["", by_load_text(advice)])
     return "\n".join(lines)
+
+
+def by_load_text(advice: Any) -> str:
+    """The per-load PREDICTION: the best step count at each load with its range over the
+    uncertain inputs, and what it is predicted to give."""
+    from specmon.experiments.report import render_table
+
+    model = advice.load_model
+    rows = []
+    for entry in advice.by_load:
+        best = next(s for s in entry.steps if s.num_steps == entry.recommended_steps)
+        rows.append(
+            [
+                str(entry.concurrency),
+                str(entry.recommended_steps),
+                f"{entry.steps_low}-{entry.steps_high}",
+                f"{best.tok_s:.1f}",
+                f"{best.tok_s_low:.1f}-{best.tok_s_high:.1f}",
+                f"{best.tok_s_per_request:.1f}",
+                f"{best.itl_ms:.2f}",
+            ]
+        )
+    header = ["load", "steps", "range", "tok/s", "tok/s range", "tok/s/req", "ITL ms"]
+    knee = (
+        f"{model.knee_tokens:.0f} tokens per forward from this host's ledger"
+        if model.source == "ledger"
+        else f"{model.knee_tokens:.0f} tokens per forward, a default (estimated)"
+    )
+    return (
+        "PREDICTION at each load (not a measurement): a forward's time grows as 1 + tokens / "
+        f"knee, knee {knee}; range: the best step count over the uncertain inputs\n"
+        + render_table(header, rows, {0, 1, 3, 5, 6})
+        + "\nmeasure it with `specmon sweep ... --concurrency "
+        + ",".join(str(e.concurrency) for e in advice.by_load)
+        + "`"
+    )

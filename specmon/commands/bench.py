@@ -31,10 +31,10 @@ def add_bench_options(
     )
     group.add_argument(
         "--concurrency",
-        type=int,
-        default=1,
-        metavar="N",
-        help="requests in flight at once (default 1)",
+        default="1",
+        metavar="N[,N...]",
+        help="requests in flight at once (default 1); several (1,8,32) measure each load: "
+        "at least 2 requests per slot, tok/s, TTFT and ITL with their spreads",
     )
     group.add_argument(
         "--max-tokens",
@@ -61,14 +61,54 @@ def add_bench_options(
         metavar="PATH",
         help="ledger file (default: the user data dir, or $SPECMON_DATA_DIR)",
     )
+    loads = parser.add_argument_group("several loads (--concurrency N1,N2,...)")
+    loads.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        metavar="N",
+        help="measure each load N times (default 1); the spreads cover every repeat",
+    )
+    loads.add_argument(
+        "--objective",
+        default="throughput",
+        metavar="NAME",
+        help="rank by throughput (default), itl-p90 or ttft-p90",
+    )
+    loads.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="SLO",
+        help="a target a point must meet to rank first, e.g. 'itl_p90<=30ms' (repeatable)",
+    )
+
+
+MAX_REPEATS = 100
+
+
+def load_options(args: argparse.Namespace) -> tuple[tuple[int, ...], int, Any, tuple[Any, ...]]:
+    """(loads, repeats, objective, SLOs) of a command line; loads is empty for one load
+    given without --objective, --slo or --repeats (the single-load output, unchanged)."""
+    from specmon.experiments.load import parse_loads, parse_objective, parse_slos
+    from specmon.model.errors import UsageError
+
+    loads = parse_loads(args.concurrency)
+    objective = parse_objective(args.objective)
+    slos = parse_slos(args.slo)
+    if not 1 <= args.repeats <= MAX_REPEATS:
+        raise UsageError(f"--repeats must be from 1 to {MAX_REPEATS}, got {args.repeats}")
+    several = len(loads) > 1 or args.repeats > 1 or bool(slos) or args.objective != "throughput"
+    return (loads if several else ()), args.repeats, objective, slos
 
 
 def bench_settings(args: argparse.Namespace) -> Any:
     from specmon.experiments.bench.runner import BenchSettings
+    from specmon.experiments.load import parse_loads
 
     settings = BenchSettings(
         requests=args.requests,
-        concurrency=args.concurrency,
+        concurrency=parse_loads(args.concurrency)[0],
         max_tokens=args.max_tokens,
         warmup=args.warmup,
         prompt_set=args.prompt_set,
@@ -83,7 +123,7 @@ def bench_settings(args: argparse.Namespace) -> Any:
 EPILOG = """\
 examples:
   specmon bench local                   the demo server here, 8 requests, recorded
-  specmon bench gpu-box --concurrency 4 --requests 32
+  specmon bench gpu-box --concurrency 1,8,32 --repeats 2   each load: tok/s, TTFT, ITL
   specmon bench gpu-box --url http://127.0.0.1:8000 --no-record   a server specmon did not launch
 """
 """The examples that end `specmon bench --help`."""
@@ -122,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     settings = bench_settings(args)
+    load_options(args)  # a bad --slo or --objective is refused before anything connects
     if args.url is not None:
         _check_url(args.url)
     if args.wait < 0:
@@ -149,13 +190,25 @@ async def _bench(args: argparse.Namespace, settings: Any) -> int:
     from specmon.experiments.report import benchmark_summary, progress_printer
 
     ledger = None if args.no_record else Ledger(args.ledger)
+    loads, repeats, _objective, _slos = load_options(args)
     try:
         printer = progress_printer(sys.stderr)
+        if loads:
+            if args.url is not None:
+                results = await measure_loads(
+                    args.url.rstrip("/"), settings, loads, repeats, printer, None, None
+                )
+                context = BenchContext(host=args.host, profile=args.profile)
+            else:
+                results, context = await _bench_through_session(
+                    args, settings, printer, loads, repeats
+                )
+            return _report_loads(args, results, context, ledger)
         if args.url is not None:
             result = await run_benchmark(args.url.rstrip("/"), settings, on_progress=printer)
             context = BenchContext(host=args.host, profile=args.profile)
         else:
-            result, context = await _bench_through_session(args, settings, printer)
+            (result,), context = await _bench_through_session(args, settings, printer)
         if ledger is None:
             payload = result.to_dict()
             print(json.dumps(payload) if args.json else _unrecorded_summary(result))
@@ -190,7 +243,113 @@ async def _bench(args: argparse.Namespace, settings: Any) -> int:
             ledger.close()
 
 
-async def _bench_through_session(args: argparse.Namespace, settings: Any, printer: Any) -> Any:
+async def measure_loads(
+    base_url: str,
+    settings: Any,
+    loads: tuple[int, ...],
+    repeats: int,
+    printer: Any,
+    bus: Any,
+    backend: str | None,
+) -> list[Any]:
+    """One (merged) result per load: ``repeats`` measurements of each, warm-up before the
+    first, with the probe's phase times when a host session's ``bus`` is given."""
+    import contextlib
+    from dataclasses import replace
+
+    from specmon.experiments.bench.runner import merge_repeats, run_benchmark
+    from specmon.experiments.bench.timing import ProbeCollector
+    from specmon.experiments.load import requests_at
+
+    out = []
+    for load in loads:
+        at_load = replace(settings, concurrency=load, requests=requests_at(settings.requests, load))
+        sys.stderr.write(f"concurrency {load}: {at_load.requests} requests x {repeats}\n")
+        measured = []
+        for repeat in range(repeats):
+            async with (
+                ProbeCollector(bus) if bus is not None else contextlib.nullcontext()
+            ) as probes:
+                measured.append(
+                    await run_benchmark(
+                        base_url,
+                        at_load if repeat == 0 else replace(at_load, warmup=0),
+                        on_progress=printer,
+                        phase_timing=probes.phase_times if probes is not None else None,
+                        backend=backend,
+                    )
+                )
+        out.append(merge_repeats(measured))
+    return out
+
+
+def _report_loads(args: argparse.Namespace, results: list[Any], context: Any, ledger: Any) -> int:
+    """Each load's result: one JSON object per load (--json), else a table; recorded (one
+    benchmark per load) unless --no-record, each against the baseline at its own load."""
+    import json
+
+    from specmon.experiments.load import load_figures
+    from specmon.experiments.report import render_table
+
+    rows = []
+    for result in results:
+        figures = load_figures(result)
+        payload: dict[str, Any] = {**result.to_dict(), **figures.to_json_dict()}
+        baseline = None
+        if ledger is not None:
+            bench_id = ledger.record_benchmark(result, context)
+            payload.update(id=bench_id, host=context.host, profile=context.profile)
+            if result.speculative:
+                baseline = ledger.baseline_for_benchmark(bench_id)
+        payload["baseline"] = (
+            None
+            if baseline is None
+            else {"id": baseline.benchmark_id, "tok_s": baseline.tok_s, "age_s": baseline.age_s()}
+        )
+        speedup = None if baseline is None else baseline.speedup(result.tok_s_overall)
+        payload["speedup_vs_baseline"] = speedup
+        if args.json:
+            print(json.dumps(payload))
+        rows.append(
+            [
+                str(figures.concurrency),
+                f"{figures.tok_s:.1f}",
+                f"{figures.tok_s_spread[0]:.1f}-{figures.tok_s_spread[1]:.1f}",
+                f"{figures.tok_s_per_request:.1f}",
+                _ms(figures.ttft_p90_ms, 1),
+                _ms(figures.itl_p90_ms, 2),
+                "-" if speedup is None else f"{speedup:.2f}x",
+                "-" if baseline is None else f"b{baseline.benchmark_id}",
+            ]
+        )
+    header = [
+        "load",
+        "tok/s",
+        "tok/s spread",
+        "tok/s/req",
+        "TTFT p90 ms",
+        "ITL p90 ms",
+        "speed-up",
+        "baseline",
+    ]
+    table = render_table(header, rows, {0, 1, 3, 4, 5, 6})
+    if ledger is None:
+        table += "\nnot recorded (--no-record), so no baseline comparison"
+    print(table, file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _ms(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+async def _bench_through_session(
+    args: argparse.Namespace,
+    settings: Any,
+    printer: Any,
+    loads: tuple[int, ...] = (),
+    repeats: int = 1,
+) -> Any:
     from specmon.experiments.bench.runner import run_benchmark
     from specmon.experiments.bench.timing import ProbeCollector
     from specmon.experiments.ledger import BenchContext
@@ -221,21 +380,28 @@ async def _bench_through_session(args: argparse.Namespace, settings: Any, printe
                 + ("" if args.wait else "; add --wait SECONDS to wait for it")
             )
         base_url = await session_base_url(session)
-        async with ProbeCollector(session.bus) as probes:
-            result = await run_benchmark(
-                base_url,
-                settings,
-                on_progress=printer,
-                phase_timing=probes.phase_times,
-                backend=run.backend,
+        if loads:
+            results = await measure_loads(
+                base_url, settings, loads, repeats, printer, session.bus, run.backend
             )
+        else:
+            async with ProbeCollector(session.bus) as probes:
+                results = [
+                    await run_benchmark(
+                        base_url,
+                        settings,
+                        on_progress=printer,
+                        phase_timing=probes.phase_times,
+                        backend=run.backend,
+                    )
+                ]
         context = BenchContext(
             host=session.host_label,
             profile=run.profile,
             argv=tuple(run.argv),
             env=dict(run.env),
         )
-        return result, context
+        return results, context
     finally:
         await session.close()
 

@@ -31,6 +31,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     show = sub.add_parser("show", help="one sweep (s3), benchmark (b12 or 12) or run (r5)")
     show.add_argument("id", metavar="ID")
     show.add_argument("--json", action="store_true")
+    show.add_argument(
+        "--objective",
+        default="throughput",
+        metavar="NAME",
+        help="a sweep at several loads: rank by throughput (default), itl-p90 or ttft-p90",
+    )
+    show.add_argument(
+        "--slo", action="append", default=[], metavar="SLO", help="e.g. 'itl_p90<=30ms'"
+    )
     export = sub.add_parser("export", help="a whole table as CSV or JSON")
     fmt = export.add_mutually_exclusive_group(required=True)
     fmt.add_argument("--csv", action="store_true")
@@ -125,7 +134,13 @@ def _list(ledger: Any, args: argparse.Namespace) -> int:
                     sweep.profile,
                     sweep.status,
                     f"{ok} ok, {failed} failed",
-                    grid + (" +baseline" if sweep.spec.get("baseline") else ""),
+                    grid
+                    + (" +baseline" if sweep.spec.get("baseline") else "")
+                    + (
+                        f" at c{','.join(map(str, sweep.spec['loads']))}"
+                        if sweep.spec.get("loads")
+                        else ""
+                    ),
                 ]
             )
         header = ["sweep", "when", "host", "profile", "status", "points", "grid"]
@@ -206,6 +221,8 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
 
     prediction = ledger.prediction_for_sweep(sweep.id)
     steps_param = steps_axis(axis["name"] for axis in sweep.spec.get("grid", [])) or ""
+    if sweep.spec.get("loads"):
+        return _show_loads(ledger, sweep, results, prediction, steps_param, args)
     if args.json:
         from specmon.experiments.report import predicted_vs_measured
 
@@ -244,6 +261,86 @@ def _show(ledger: Any, args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_loads(
+    ledger: Any,
+    sweep: Any,
+    results: list[Any],
+    prediction: dict[str, Any] | None,
+    steps_param: str,
+    args: argparse.Namespace,
+) -> int:
+    """A sweep at several loads: its points per load, the best per load against the baseline
+    at that load, and the advisor's per-load prediction against what was measured."""
+    import json
+
+    from specmon.experiments.load import parse_objective, parse_slos
+    from specmon.experiments.report import (
+        best_per_load_table,
+        load_sweep_table,
+        prediction_by_load,
+        prediction_by_load_table,
+    )
+
+    objective, slos = parse_objective(args.objective), parse_slos(args.slo)
+    baselines = load_sweep_baselines(ledger, sweep, results)
+    results = [r.with_baseline(baselines.get(r.concurrency)) for r in results]
+    advice = prediction["advice"] if prediction is not None else {}
+    predicted = {
+        (int(entry["concurrency"]), int(step["num_steps"])): step["tok_s"]
+        for entry in advice.get("by_load") or []
+        for step in entry["steps"]
+    }
+    if args.json:
+        verdicts = {
+            row["concurrency"]: row for row in prediction_by_load(advice, results, steps_param)
+        }
+        for result in results:
+            row = result.to_json_dict()
+            steps = result.params.get(steps_param, "")
+            key = (result.concurrency, int(steps) if steps.isdigit() else -1)
+            if key in predicted and not result.is_baseline:
+                row["predicted_tok_s"] = predicted[key]  # the advisor's, not measured
+            if result.concurrency in verdicts:
+                row["prediction_verdict"] = verdicts[result.concurrency]["verdict"]
+            print(json.dumps(row))
+        return 0
+    names = [axis["name"] for axis in sweep.spec["grid"]]
+    bench = sweep.spec.get("bench", {})
+    loads = ",".join(str(load) for load in sweep.spec["loads"])
+    print(
+        f"sweep s{sweep.id}  {sweep.host}  profile {sweep.profile}  status {sweep.status}\n"
+        f"prompts {bench.get('prompt_set')}, at least {bench.get('requests')} requests x "
+        f"{bench.get('max_tokens')} tokens per load, loads {loads}, "
+        f"{sweep.spec.get('repeats', 1)} repeat(s)\n"
+    )
+    if sweep.note:
+        print(safe_text(f"interrupted: {sweep.note}"))
+    print(safe_text(load_sweep_table(results, names, objective, slos, baselines)))
+    print()
+    print(safe_text(best_per_load_table(results, objective, slos, baselines)))
+    if prediction is not None:
+        print()
+        print(safe_text(prediction_by_load_table(prediction, results, steps_param)))
+    return 0
+
+
+def load_sweep_baselines(ledger: Any, sweep: Any, results: list[Any]) -> dict[int, Any]:
+    """Per load of a sweep at several loads, the newest comparable baseline at that load."""
+    bench = sweep.spec.get("bench", {})
+    model = next((r.model for r in results if r.status == "ok" and r.model), None)
+    out = {}
+    for load in sweep.spec.get("loads") or []:
+        found = ledger.find_baseline(
+            host=sweep.host,
+            model=model,
+            prompt_set=bench.get("prompt_set", "v1"),
+            concurrency=int(load),
+        )
+        if found is not None and model is not None:
+            out[int(load)] = found
+    return out
+
+
 def _show_collective(ledger: Any, sweep: Any, *, json_lines: bool) -> int:
     """A `specmon nccl-sweep`: per-size latencies per setting, not tok/s."""
     import json
@@ -266,9 +363,9 @@ def _show_collective(ledger: Any, sweep: Any, *, json_lines: bool) -> int:
 
 def sweep_results(ledger: Any, sweep: Any) -> tuple[list[Any], Any]:
     """A stored sweep's points as results, with speed-ups vs the newest comparable baseline."""
-    from specmon.experiments.sweep import result_from_row
+    from specmon.experiments.sweep import stored_result
 
-    results = [result_from_row(row) for row in ledger.sweep_points(sweep.id)]
+    results = [stored_result(ledger, row) for row in ledger.sweep_points(sweep.id)]
     bench = sweep.spec.get("bench", {})
     model = next((r.model for r in results if r.status == "ok" and r.model), None)
     baseline = None
@@ -348,6 +445,8 @@ def _plot(ledger: Any, args: argparse.Namespace) -> int:
         if sweep is None:
             raise SpecmonError(f"no sweep s{number} in {ledger.path}")
     results, baseline = sweep_results(ledger, sweep)
+    if sweep.spec.get("loads"):
+        baseline = None  # one line per load; no single baseline is comparable with them all
     x = args.x
     if x is None:
         from specmon.experiments.sweep import steps_axis

@@ -10,6 +10,7 @@ from specmon.commands.bench import (
     SWEEP_REQUESTS,
     add_bench_options,
     bench_settings,
+    load_options,
 )
 from specmon.commands.sweep_session import SweepPrinter
 
@@ -20,7 +21,7 @@ EPILOG = """\
 examples:
   specmon sweep local --profile demo --grid speculative-num-steps=1,3,5
   specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --grid NCCL_PROTO=LL,Simple
-  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=2,4 --baseline --requests 8
+  specmon sweep gpu-box --profile kimi --grid speculative-num-steps=1,3,5 --baseline --concurrency 1,8,32 --slo 'itl_p90<=30ms'
 """
 """The examples that end `specmon sweep --help`."""
 
@@ -80,12 +81,19 @@ def run(args: argparse.Namespace) -> int:
     from specmon.model.errors import UsageError
 
     settings = bench_settings(args)
+    loads, repeats, _objective, _slos = load_options(args)
     axes = parse_grid(args.grid)
     if not args.ready_timeout > 0:
         raise UsageError("--ready-timeout must be positive")
     config, host_label, python = sweep_target(args)
     plan = SweepPlan(
-        host=host_label, profile=args.profile, axes=axes, baseline=args.baseline, bench=settings
+        host=host_label,
+        profile=args.profile,
+        axes=axes,
+        baseline=args.baseline,
+        bench=settings,
+        loads=loads,
+        repeats=repeats if loads else 1,
     )
     points = plan_points(config, plan, python=python)
     return asyncio.run(_sweep(args, config, plan, points))
@@ -95,7 +103,8 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
     from specmon.commands.sweep_session import run_sweep
     from specmon.experiments.sweep import SweepRunner
 
-    reporter = SweepReporter(plan, json_lines=args.json)
+    _loads, _repeats, objective, slos = load_options(args)
+    reporter = SweepReporter(plan, json_lines=args.json, objective=objective, slos=slos)
 
     def new_runner(session: Any, ledger: Any, plan: Any) -> SweepRunner:
         return SweepRunner(
@@ -113,7 +122,24 @@ async def _sweep(args: argparse.Namespace, config: Any, plan: Any, points: list[
 
 
 class SweepReporter(SweepPrinter):
-    """Prints sweep progress to stderr and finished points (JSON) or the final table (stdout)."""
+    """Prints sweep progress to stderr and finished points (JSON) or the final table (stdout);
+    a sweep at several loads ranks its points by ``objective`` under ``slos``."""
+
+    def __init__(
+        self,
+        plan: Any,
+        *,
+        json_lines: bool,
+        objective: Any = None,
+        slos: tuple[Any, ...] = (),
+        out: Any = None,
+        err: Any = None,
+    ) -> None:
+        super().__init__(plan, json_lines=json_lines, out=out, err=err)
+        from specmon.experiments.load import DEFAULT_OBJECTIVE, OBJECTIVES
+
+        self.objective = objective or OBJECTIVES[DEFAULT_OBJECTIVE]
+        self.slos = slos
 
     def __call__(self, event: Any) -> None:
         from specmon.experiments.report import progress_printer
@@ -131,7 +157,9 @@ class SweepReporter(SweepPrinter):
             self.total = len(event.points)
             verb = "resuming" if event.resumed else "starting"
             done = f", {len(event.done_keys)} already done" if event.resumed else ""
-            self._say(f"{verb} sweep s{event.sweep_id}: {self.total} points{done}")
+            loads = self.plan.loads
+            at = f" at {len(loads)} loads ({','.join(map(str, loads))})" if loads else ""
+            self._say(f"{verb} sweep s{event.sweep_id}: {self.total} points{at}{done}")
         elif isinstance(event, PointSkipped):
             self._say(f"[{event.index + 1}/{self.total}] {event.point.label()}: done earlier")
             self._point_json(event.result)
@@ -151,7 +179,14 @@ class SweepReporter(SweepPrinter):
             self._say(f"  connection lost ({event.reason}); retrying once reconnected")
         elif isinstance(event, PointFinished):
             result = event.result
-            if result.status == "ok":
+            figures = result.load
+            if result.status == "ok" and figures is not None:
+                self._say(
+                    f"  ok at concurrency {figures.concurrency}: {figures.tok_s:.1f} tok/s "
+                    f"({figures.tok_s_per_request:.1f} per request), TTFT p90 "
+                    f"{_num(figures.ttft_p90_ms, 1)} ms, ITL p90 {_num(figures.itl_p90_ms, 2)} ms"
+                )
+            elif result.status == "ok":
                 self._say(
                     f"  ok: {result.tok_s:.1f} tok/s, accept len "
                     f"{_num(result.accept_len, 2)}, verify {_num(result.verify_ms, 2)} ms, "
@@ -167,7 +202,21 @@ class SweepReporter(SweepPrinter):
         from specmon.experiments.report import sweep_table
 
         names = [axis.name for axis in self.plan.axes]
+        if self.plan.loads:
+            self._table(self.load_tables(finished, names))
+            return
         self._table(sweep_table(finished.results, names, finished.baseline))
+
+    def load_tables(self, finished: Any, names: list[str]) -> str:
+        """Every point per load, then the best setting per load against the baseline there."""
+        from specmon.experiments.report import best_per_load_table, load_sweep_table
+
+        results, baselines = finished.results, finished.baselines
+        return (
+            load_sweep_table(results, names, self.objective, self.slos, baselines)
+            + "\n\n"
+            + best_per_load_table(results, self.objective, self.slos, baselines)
+        )
 
 
 def _num(value: float | None, digits: int) -> str:

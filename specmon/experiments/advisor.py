@@ -23,8 +23,9 @@ or more token counts, else the current verify plus a stated default slope (flagg
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # Default growth of a verify per extra token checked, as a fraction of the measured verify.
@@ -36,6 +37,18 @@ DEFAULT_VERIFY_SLOPE_FRACTION = 0.036
 
 MIN_CYCLES = 50  # fewer measured cycles than this and the acceptance shape is noise
 MAX_CONDITIONAL = 0.999  # an extrapolated chain never reaches certainty
+
+# --- other loads (docs/advisor.md, "At other loads") ---
+# A forward's time grows with the tokens it processes once it stops being memory-bound:
+# time(N) = t_mem * (1 + N / KNEE), N = requests x tokens per request. KNEE is where the compute
+# term equals the memory-bound time. Default from the H200 measurement of a Llama-3.1-8B-shaped
+# verify (docs/verify-load-h200/verify_load.json, dense: 771 us at 1 x 1 token, 4,521 us at
+# 128 x 8; 1 + 1024/K = 5.86 (1 + 1/K) gives K = 208); used, and flagged, when the ledger has
+# no verify times of this host and model at two or more loads.
+DEFAULT_KNEE_TOKENS = 200.0
+KNEE_RANGE = {"default": 2.0, "ledger": 1.5}  # the knee's uncertainty: K / r .. K x r
+SLOPE_RANGE = {"default": 0.5, "ledger": 0.2}  # the per-token verify slope's: s x (1 -/+ f)
+ACCEPT_Z = 2.0  # acceptance by position: +- 2 standard errors of each P(>=i)
 
 
 class AdvisorError(ValueError):
@@ -77,6 +90,53 @@ class Prediction:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadStep:
+    """One step count predicted at one load: aggregate and per-request tok/s, and the mean
+    inter-token latency of a request (cycle time / tokens per cycle), each with the range it
+    takes over the uncertain inputs."""
+
+    num_steps: int
+    tok_s: float
+    tok_s_low: float
+    tok_s_high: float
+    tok_s_per_request: float
+    itl_ms: float
+    itl_ms_low: float
+    itl_ms_high: float
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPrediction:
+    """The best step count predicted at one load (concurrent requests), with its uncertainty:
+    ``steps_low``..``steps_high`` is the range of the best step count over every corner of
+    the uncertain inputs (acceptance, the load model's knee, the verify slope)."""
+
+    concurrency: int
+    steps: tuple[LoadStep, ...]
+    recommended_steps: int
+    steps_low: int
+    steps_high: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "prediction": True,
+            "recommended_steps": self.recommended_steps,
+            "steps_low": self.steps_low,
+            "steps_high": self.steps_high,
+            "steps": [asdict(step) for step in self.steps],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadModel:
+    """How a forward's time grows with the tokens it processes (see DEFAULT_KNEE_TOKENS)."""
+
+    knee_tokens: float
+    source: str  # "default" or "ledger"
+
+
+@dataclass(frozen=True, slots=True)
 class Advice:
     current: Prediction  # the model's reading of the running setting (a check on the inputs)
     predictions: tuple[Prediction, ...]
@@ -84,6 +144,8 @@ class Advice:
     inputs: AdvisorInputs
     verify_slope_ms_per_token: float
     verify_slope_source: str  # "ledger" or "default"
+    by_load: tuple[LoadPrediction, ...] = ()  # predictions at other loads, when asked for
+    load_model: LoadModel | None = None
 
     def to_dict(self) -> dict[str, Any]:
         inputs = asdict(self.inputs)
@@ -91,7 +153,7 @@ class Advice:
         inputs["verify_by_tokens"] = {str(k): v for k, v in self.inputs.verify_by_tokens.items()}
         inputs["verify_slope_ms_per_token"] = self.verify_slope_ms_per_token
         inputs["verify_slope_source"] = self.verify_slope_source
-        return {
+        out = {
             "current": self.current.to_dict(),
             "predictions": [p.to_dict() for p in self.predictions],
             "recommended": {
@@ -100,6 +162,10 @@ class Advice:
             },
             "inputs": inputs,
         }
+        if self.by_load and self.load_model is not None:
+            out["by_load"] = [p.to_dict() for p in self.by_load]
+            out["load_model"] = asdict(self.load_model)
+        return out
 
 
 def accept_at_least_from_lengths(accepted: Sequence[int], depth: int) -> tuple[float, ...]:
@@ -207,6 +273,103 @@ def advise(inputs: AdvisorInputs, max_steps: int | None = None) -> Advice:
         verify_slope_ms_per_token=line[1],
         verify_slope_source=line[2],
     )
+
+
+def load_factor(tokens: float, tokens_now: float, knee: float) -> float:
+    """How much longer a forward of ``tokens`` takes than one of ``tokens_now``."""
+    return (1 + tokens / knee) / (1 + tokens_now / knee)
+
+
+def _shifted(accept_at_least: Sequence[float], samples: int, sign: int) -> tuple[float, ...]:
+    """P(>=i) moved by ``sign`` x ACCEPT_Z standard errors, kept a falling chain in [0, 1]."""
+    out: list[float] = []
+    for p in accept_at_least:
+        se = math.sqrt(max(0.0, p * (1 - p)) / max(1, samples))
+        moved = max(0.0, min(1.0, p + sign * ACCEPT_Z * se))
+        out.append(min(moved, out[-1]) if out else moved)
+    return tuple(out)
+
+
+def _at_load(
+    inputs: AdvisorInputs,
+    k: int,
+    load: int,
+    accept: Sequence[float],
+    intercept: float,
+    slope: float,
+    knee: float,
+) -> tuple[float, float]:
+    """(tokens per request per cycle, cycle ms) of k steps with ``load`` requests decoding."""
+    chain, _ = _chain(accept, k)
+    accept_len = 1.0 + sum(chain)
+    now = max(inputs.requests_per_cycle, 1e-9)
+    tokens = k + 1
+    verify = max(0.0, intercept + slope * tokens) * load_factor(load * tokens, now * tokens, knee)
+    per_request = load_factor(load, now, knee)
+    cycle = (k * inputs.draft_ms_per_step + inputs.extend_ms) * per_request + verify
+    return accept_len, cycle
+
+
+def predict_loads(advice: Advice, loads: Sequence[int], model: LoadModel | None = None) -> Advice:
+    """``advice`` with a prediction at each of ``loads`` (concurrent requests, each assumed to
+    decode in every cycle): for every step count its tok/s and inter-token latency, the best
+    step count, and the range of the best over the corners of the uncertain inputs."""
+    model = model or LoadModel(DEFAULT_KNEE_TOKENS, "default")
+    inputs = advice.inputs
+    intercept, slope, _source = verify_line(inputs)
+    top = max(p.num_steps for p in advice.predictions)
+    samples = int(inputs.cycles * max(1.0, inputs.requests_per_cycle))
+    ratio = KNEE_RANGE.get(model.source, 2.0)
+    spread = SLOPE_RANGE.get(advice.verify_slope_source, 0.5)
+    corners = [
+        (_shifted(inputs.accept_at_least, samples, sign), knee, s)
+        for sign in (-1, 0, 1)
+        for knee in (model.knee_tokens / ratio, model.knee_tokens, model.knee_tokens * ratio)
+        for s in (slope * (1 - spread), slope, slope * (1 + spread))
+    ]
+    by_load: list[LoadPrediction] = []
+    for load in loads:
+        table: dict[int, list[tuple[float, float]]] = {k: [] for k in range(1, top + 1)}
+        best_by_corner: list[int] = []
+        for accept, knee, s in corners:
+            line_intercept = inputs.verify_ms - s * inputs.current_tokens
+            scores = {}
+            for k in table:
+                accept_len, cycle = _at_load(inputs, k, load, accept, line_intercept, s, knee)
+                table[k].append((accept_len, cycle))
+                scores[k] = accept_len / cycle if cycle > 0 else 0.0
+            best_by_corner.append(max(scores, key=lambda k: scores[k]))
+        steps = []
+        for k, rows in table.items():
+            accept_len, cycle = _at_load(
+                inputs, k, load, inputs.accept_at_least, intercept, slope, model.knee_tokens
+            )
+            rates = [a / c * 1000.0 for a, c in rows if c > 0]
+            itls = [c / a for a, c in rows if a > 0]
+            per_request = accept_len / cycle * 1000.0 if cycle > 0 else 0.0
+            steps.append(
+                LoadStep(
+                    num_steps=k,
+                    tok_s=per_request * load,
+                    tok_s_low=min(rates) * load,
+                    tok_s_high=max(rates) * load,
+                    tok_s_per_request=per_request,
+                    itl_ms=cycle / accept_len,
+                    itl_ms_low=min(itls),
+                    itl_ms_high=max(itls),
+                )
+            )
+        best = max(steps, key=lambda step: step.tok_s)
+        by_load.append(
+            LoadPrediction(
+                concurrency=load,
+                steps=tuple(steps),
+                recommended_steps=best.num_steps,
+                steps_low=min(best_by_corner),
+                steps_high=max(best_by_corner),
+            )
+        )
+    return replace(advice, by_load=tuple(by_load), load_model=model)
 
 
 def sweep_steps(advice: Advice) -> list[int]:

@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specmon.backends import DEFAULT_BACKEND, Backend, backend_for_command, get_backend
-from specmon.experiments.advisor import MIN_CYCLES, Advice, AdvisorError, AdvisorInputs, advise
+from specmon.experiments.advisor import (
+    MIN_CYCLES,
+    Advice,
+    AdvisorError,
+    AdvisorInputs,
+    LoadModel,
+    advise,
+    predict_loads,
+)
 from specmon.experiments.ledger import VerifySample
 from specmon.model.errors import SpecmonError
 from specmon.state.store import StateStore
@@ -100,6 +108,33 @@ def verify_by_draft_tokens(
     return {t: sum(ms) / len(ms) for t, ms in sorted(usable[nearest].items())}
 
 
+def load_model_from_samples(
+    samples: Sequence[VerifySample], backend: str | None = None
+) -> LoadModel | None:
+    """The load model's knee from the ledger: a least-squares line of verify ms against the
+    tokens a verify processes (concurrency x draft tokens) over benchmarks at two or more
+    concurrencies; knee = intercept / slope. None when the ledger cannot say (one load only,
+    or no growth with tokens measured)."""
+    points: list[tuple[float, float]] = []
+    for sample in samples:
+        shape = _sample_backend(sample.argv, backend).draft_shape(sample.argv, sample.env, {})
+        tokens = shape.verify_tokens
+        if tokens is None and shape.steps is not None and shape.topk == 1:
+            tokens = shape.steps + 1
+        if tokens is not None and tokens >= 1 and sample.verify_ms > 0:
+            points.append((float(sample.concurrency * tokens), sample.verify_ms))
+    if len({sample.concurrency for sample in samples}) < 2 or len({x for x, _ in points}) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    sxx = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / sxx
+    intercept = mean_y - slope * mean_x
+    if slope <= 0 or intercept <= 0:
+        return None
+    return LoadModel(knee_tokens=intercept / slope, source="ledger")
+
+
 def probe_tokens_per_request(store: StateStore) -> int | None:
     """Tokens one request's verify checks, from the latest probe record that counts them: the
     draft positions the backend says it stands for, plus the root."""
@@ -153,20 +188,25 @@ def gather_inputs(
 
 
 def advise_from_store(
-    store: StateStore, ledger: LedgerReader | None, host: str
+    store: StateStore, ledger: LedgerReader | None, host: str, loads: Sequence[int] = ()
 ) -> tuple[Advice, str | None]:
     """The advice for the host's running server, with the ledger's verify times for this host
-    and model when there are any; returns (advice, model). AdvisorError when it cannot."""
+    and model when there are any; returns (advice, model). AdvisorError when it cannot.
+    ``loads``: also predict the best step count at each of these concurrencies."""
     model = model_of(store)
     verify_by_tokens: dict[int, float] = {}
+    load_model: LoadModel | None = None
     if ledger is not None:
         sizes = [r.batch_size for r in list(store.probe)[-WINDOW_CYCLES:] if r.batch_size]
         per_cycle = sum(sizes) / len(sizes) if sizes else None
         backend = store.run.backend if store.run is not None else None
-        verify_by_tokens = verify_by_draft_tokens(
-            ledger.speculative_verify_times(host, model), per_cycle, backend
-        )
-    return advise(gather_inputs(store, verify_by_tokens)), model
+        samples = ledger.speculative_verify_times(host, model)
+        verify_by_tokens = verify_by_draft_tokens(samples, per_cycle, backend)
+        load_model = load_model_from_samples(samples, backend)
+    advice = advise(gather_inputs(store, verify_by_tokens))
+    if loads:
+        advice = predict_loads(advice, loads, load_model)
+    return advice, model
 
 
 def enough_data(store: StateStore, cycles: int = MIN_CYCLES) -> bool:

@@ -171,7 +171,19 @@ _V5 = (
     "CREATE INDEX collective_results_point ON collective_results (point_ref)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: sweeps at several loads (`specmon sweep --concurrency 1,8,32`). A point of such a
+# sweep is one setting at one load (its concurrency; NULL: the sweep's single load); a
+# benchmark keeps the client's inter-token latency (p50/p90 over requests) and, when a load
+# was measured more than once, each repeat's aggregate tok/s. An advisor's per-load
+# predictions stay in predictions.advice_json ("by_load").
+_V6 = (
+    "ALTER TABLE sweep_points ADD COLUMN concurrency INTEGER",
+    "ALTER TABLE benchmarks ADD COLUMN itl_median_ms REAL",
+    "ALTER TABLE benchmarks ADD COLUMN itl_p90_ms REAL",
+    "ALTER TABLE benchmarks ADD COLUMN repeats_json TEXT",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -258,6 +270,8 @@ class Baseline:
     profile: str | None
     prompt_set: str
     concurrency: int
+    ttft_p90_ms: float | None = None
+    itl_p90_ms: float | None = None
 
     def age_s(self, now: float | None = None) -> float:
         return max(0.0, (time.time() if now is None else now) - self.measured_at)
@@ -318,6 +332,7 @@ class PointRow:
     model: str | None = None
     prompt_set: str | None = None
     concurrency: int | None = None
+    load: bool = False  # a point of a sweep at several loads (its concurrency is its own)
 
 
 def params_key(params: Mapping[str, str]) -> str:
@@ -330,6 +345,11 @@ def params_key(params: Mapping[str, str]) -> str:
         for name, value in sorted(params.items())
     }
     return json.dumps(shown, separators=(",", ":"))
+
+
+def load_point_key(params: Mapping[str, str], concurrency: int) -> str:
+    """The key of one setting at one load in a sweep at several loads."""
+    return f"{params_key(params)}@c{int(concurrency)}"
 
 
 def _shown_sweep_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -507,21 +527,27 @@ class Ledger:
         load_seconds: float | None = None,
         error: str | None = None,
         root_cause: Sequence[str] = (),
+        concurrency: int | None = None,
+        run_ref: int | None = None,
     ) -> int:
-        """The point, its run and its benchmark, in one transaction."""
+        """The point, its run and its benchmark, in one transaction. ``concurrency``: the
+        load of a point of a sweep at several loads (keyed by setting and load); ``run_ref``:
+        its launch already recorded (one launch serves every load of a setting)."""
         with self._transaction() as conn:
-            run_ref = self._insert_run(conn, run) if run is not None else None
+            if run is not None:
+                run_ref = self._insert_run(conn, run)
             bench_ref = None
             if benchmark is not None:
                 bench_ref = self._insert_benchmark(conn, benchmark[0], benchmark[1], run_ref)
+            key = params_key(params) if concurrency is None else load_point_key(params, concurrency)
             cursor = conn.execute(
                 "INSERT INTO sweep_points (sweep_id, created_at, params_key, params_json,"
                 " is_baseline, status, run_ref, benchmark_ref, load_seconds, error,"
-                " root_cause_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " root_cause_json, concurrency) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     sweep_id,
                     time.time(),
-                    params_key(params),
+                    key,
                     json.dumps(redact_params(params)),  # grid order, for display
                     int(is_baseline),
                     status,
@@ -530,6 +556,7 @@ class Ledger:
                     load_seconds,
                     error,
                     json.dumps(list(root_cause)),
+                    concurrency,
                 ),
             )
             return int(cursor.lastrowid or 0)
@@ -634,9 +661,9 @@ class Ledger:
             " prompt_set_digest, concurrency, max_tokens, requests, warmup, duration_s, tok_s,"
             " tok_s_median, tok_s_p10, tok_s_p90, ttft_median_ms, ttft_p90_ms, accept_len,"
             " metrics_accept_len, draft_ms, verify_ms, extend_ms, timing_source,"
-            " server_args_json, request_results_json)"
+            " server_args_json, request_results_json, itl_median_ms, itl_p90_ms, repeats_json)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-            " ?, ?, ?, ?, ?, ?, ?)",
+            " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 result.started_at,
                 context.host,
@@ -671,6 +698,11 @@ class Ledger:
                 if result.server_info
                 else None,
                 json.dumps(requests),
+                getattr(result, "itl_median_ms", None),
+                getattr(result, "itl_p90_ms", None),
+                json.dumps(list(result.repeat_tok_s))
+                if getattr(result, "repeat_tok_s", ())
+                else None,
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -753,6 +785,13 @@ class Ledger:
         ).fetchall()
         return [_point_from_row(row) for row in rows]
 
+    def point_run_ref(self, point_id: int) -> int | None:
+        """The run a recorded sweep point refers to."""
+        found = self._conn.execute(
+            "SELECT run_ref FROM sweep_points WHERE id = ?", (point_id,)
+        ).fetchone()
+        return None if found is None else found["run_ref"]
+
     def prediction_for_sweep(self, sweep_id: int) -> dict[str, Any] | None:
         """The newest prediction made for this sweep (``advice`` decoded), or None."""
         found = self._conn.execute(
@@ -832,6 +871,8 @@ def _baseline_from_row(row: sqlite3.Row) -> Baseline:
         profile=row["profile"],
         prompt_set=str(row["prompt_set"]),
         concurrency=int(row["concurrency"]),
+        ttft_p90_ms=row["ttft_p90_ms"],
+        itl_p90_ms=row["itl_p90_ms"],
     )
 
 
@@ -876,5 +917,6 @@ def _point_from_row(row: sqlite3.Row) -> PointRow:
         speculative=None if speculative is None else bool(speculative),
         model=row["b_model"],
         prompt_set=row["b_prompt_set"],
-        concurrency=row["b_concurrency"],
+        concurrency=row["concurrency"] if row["concurrency"] is not None else row["b_concurrency"],
+        load=row["concurrency"] is not None,
     )

@@ -9,10 +9,21 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from specmon.experiments.ledger import Baseline, format_age
+from specmon.experiments.load import (
+    OBJECTIVES,
+    Objective,
+    Slo,
+    best_per_load,
+    meets_slos,
+    rank_at_load,
+    ranks_at_load,
+)
 from specmon.experiments.sweep import SweepPointResult, best_first, rank_results
+from specmon.model.secrets import redact_params
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 NO_BASELINE = (
@@ -166,6 +177,8 @@ def sweep_series(
         except ValueError:
             continue
         rest = {k: v for k, v in result.params.items() if k != x_name}
+        if result.concurrency is not None:  # a sweep at several loads: a line per load
+            rest["concurrency"] = str(result.concurrency)
         label = " ".join(f"{k}={v}" for k, v in rest.items()) or "tok/s"
         series.setdefault(label, []).append((x, result.tok_s))
     for points in series.values():
@@ -326,3 +339,285 @@ def collective_table(results: Sequence[Any], param_names: Sequence[str]) -> str:
             ]
         )
     return render_table(header, rows, right)
+
+
+# --- sweeps at several loads ----------------------------------------------------------------
+
+
+def setting_label(result: SweepPointResult) -> str:
+    """A point's setting as text (secrets masked); "(baseline)" for the baseline."""
+    if result.is_baseline:
+        return "(baseline)"
+    return " ".join(f"{k}={v}" for k, v in redact_params(result.params).items())
+
+
+def _spread(spread: Sequence[float] | None, digits: int = 1) -> str:
+    return "-" if spread is None else f"{spread[0]:.{digits}f}-{spread[1]:.{digits}f}"
+
+
+@dataclass(frozen=True, slots=True)
+class LoadBaseline:
+    """The baseline's figures at one load, from the sweep's own baseline point or the ledger."""
+
+    tok_s: float
+    ttft_p90_ms: float | None
+    itl_p90_ms: float | None
+    source: str  # "this sweep" or "b<N>"
+
+
+def load_baselines(
+    results: Sequence[SweepPointResult], baselines: Mapping[int, Baseline]
+) -> dict[int, LoadBaseline]:
+    """Per load, the baseline measured at that same load: this sweep's baseline point when it
+    measured one, else the ledger's (a comparable benchmark: same host, model, prompts)."""
+    out: dict[int, LoadBaseline] = {}
+    for load, baseline in baselines.items():
+        out[load] = LoadBaseline(
+            baseline.tok_s, baseline.ttft_p90_ms, baseline.itl_p90_ms, f"b{baseline.benchmark_id}"
+        )
+    for result in results:
+        if result.is_baseline and result.status == "ok" and result.load is not None:
+            figures = result.load
+            out[figures.concurrency] = LoadBaseline(
+                figures.tok_s, figures.ttft_p90_ms, figures.itl_p90_ms, "this sweep"
+            )
+    return out
+
+
+def _versus(objective: Objective, value: float | None, base: float | None) -> str:
+    """The best point against the baseline on the objective: a speed-up (throughput) or the
+    latency ratio (lower is better)."""
+    if value is None or not base:
+        return "-"
+    if objective.higher_is_better:
+        return f"{value / base:.2f}x"
+    return f"{value / base:.2f}x {objective.label.removesuffix(' ms')}"
+
+
+def order_key(
+    result: SweepPointResult, ranks: Mapping[int, int], objective: Objective, last: int
+) -> tuple[bool, int, float]:
+    """A load's rows: the baseline first, then by rank (``ranks_at_load``), a tie best first
+    by the objective's value, the unranked (failed) last."""
+    value = objective.value(result.load) or 0.0
+    key = -value if objective.higher_is_better else value
+    return (not result.is_baseline, ranks.get(id(result), last + 1), key)
+
+
+def load_sweep_table(
+    results: Sequence[SweepPointResult],
+    param_names: Sequence[str],
+    objective: Objective,
+    slos: Sequence[Slo] = (),
+    baselines: Mapping[int, Baseline] | None = None,
+) -> str:
+    """Every point of a sweep at several loads, load by load, ranked by ``objective``; tied
+    points share a rank ("=1"); SLO misses after the points that meet them, failures last."""
+    header = [
+        "load",
+        "#",
+        *param_names,
+        "status",
+        "tok/s",
+        "tok/s spread",
+        "tok/s/req",
+        "TTFT p90 ms",
+        "ITL p90 ms",
+        "ITL p90 spread",
+        "speed-up",
+        *(["SLO"] if slos else []),
+        "note",
+    ]
+    numbers = set(range(len(param_names) + 3, len(param_names) + 10)) | {0, 1}
+    ranks = ranks_at_load(results, objective, slos)
+    base = load_baselines(results, baselines or {})
+    rows: list[list[str]] = []
+    for load in sorted({r.concurrency for r in results if r.concurrency is not None}):
+        here = [r for r in results if r.concurrency == load]
+        ordered = sorted(here, key=lambda r: order_key(r, ranks, objective, len(here)))
+        for result in ordered:
+            figures = result.load
+            rank = ranks.get(id(result))
+            tied = sum(1 for r in here if rank is not None and ranks.get(id(r)) == rank) > 1
+            number = "-" if rank is None else f"{'=' if tied else ''}{rank}"
+            if result.is_baseline:
+                params = ["(baseline)", *[""] * (len(param_names) - 1)] if param_names else []
+                speedup = "1.00x" if result.status == "ok" else "-"
+            else:
+                params = [redact_params(result.params).get(name, "") for name in param_names]
+                speedup = _fmt(result.speedup_vs_baseline, 2, "x")
+                if result.speedup_vs_baseline is None and load in base and figures is not None:
+                    speedup = f"{figures.tok_s / base[load].tok_s:.2f}x"
+            slo_cell: list[str] = []
+            if slos:
+                met = figures is not None and meets_slos(figures, slos)
+                slo_cell = ["-" if figures is None else ("met" if met else "missed")]
+            rows.append(
+                [
+                    str(load),
+                    number,
+                    *params,
+                    result.status,
+                    _fmt(figures.tok_s if figures else result.tok_s),
+                    _spread(figures.tok_s_spread) if figures else "-",
+                    _fmt(figures.tok_s_per_request if figures else None),
+                    _fmt(figures.ttft_p90_ms if figures else None),
+                    _fmt(figures.itl_p90_ms if figures else None, 2),
+                    _spread(figures.itl_p90_spread, 2) if figures else "-",
+                    speedup,
+                    *slo_cell,
+                    "" if result.status == "ok" else (result.error or "failed"),
+                ]
+            )
+    return render_table(header, rows, numbers)
+
+
+def best_per_load_table(
+    results: Sequence[SweepPointResult],
+    objective: Objective,
+    slos: Sequence[Slo] = (),
+    baselines: Mapping[int, Baseline] | None = None,
+) -> str:
+    """The result of a sweep at several loads: per load, the best setting for ``objective``
+    (a tie shown as one row: "a ~ b"), next to the baseline measured at that same load."""
+    base = load_baselines(results, baselines or {})
+    header = [
+        "load",
+        "best setting",
+        "tok/s",
+        "TTFT p90 ms",
+        "ITL p90 ms",
+        "baseline tok/s",
+        "baseline ITL p90 ms",
+        "vs baseline",
+        "note",
+    ]
+    rows: list[list[str]] = []
+    for entry in best_per_load(results, objective, slos):
+        baseline = base.get(entry.concurrency)
+        if not entry.best:
+            rows.append([str(entry.concurrency), "(nothing measured)", *["-"] * 6, ""])
+            continue
+        lead = entry.best[0].load
+        notes = []
+        if len(entry.best) > 1:
+            notes.append(f"tie of {len(entry.best)}: spreads overlap")
+        if slos and not entry.meets_slo:
+            notes.append("no setting meets the SLO; the best of the rest shown")
+            if entry.baseline is not None and meets_slos(entry.baseline.load, slos):
+                notes.append("the baseline meets it")
+        if baseline is None:
+            notes.append("no baseline at this load")
+        elif baseline.source != "this sweep":
+            notes.append(f"baseline {baseline.source}")
+        base_value = None
+        if baseline is not None:
+            base_value = {
+                "tok_s": baseline.tok_s,
+                "itl_p90_ms": baseline.itl_p90_ms,
+                "ttft_p90_ms": baseline.ttft_p90_ms,
+            }[objective.field]
+        rows.append(
+            [
+                str(entry.concurrency),
+                " ~ ".join(setting_label(p) for p in entry.best),
+                _fmt(lead.tok_s),
+                _fmt(lead.ttft_p90_ms),
+                _fmt(lead.itl_p90_ms, 2),
+                _fmt(baseline.tok_s if baseline else None),
+                _fmt(baseline.itl_p90_ms if baseline else None, 2),
+                _versus(objective, objective.value(lead), base_value),
+                "; ".join(notes),
+            ]
+        )
+    slo_text = f"; SLO {' and '.join(slo.text() for slo in slos)}" if slos else ""
+    direction = "highest" if objective.higher_is_better else "lowest"
+    head = (
+        f"best per load for {objective.name} ({direction} {objective.label}){slo_text}; "
+        "a tie: spreads that overlap (docs/experiments.md)"
+    )
+    return head + "\n" + render_table(header, rows, {0, 2, 3, 4, 5, 6})
+
+
+def prediction_by_load(
+    advice: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> list[dict[str, Any]]:
+    """The advisor's best step count per load against the sweep's measured best (by
+    throughput, what the advisor predicts): "confirmed" when a step count of the measured
+    best tie group lies in the predicted range, "refuted" when none does, "untested" when the
+    grid measured no step count in that range (or nothing at that load)."""
+    throughput = OBJECTIVES["throughput"]
+    out: list[dict[str, Any]] = []
+    for entry in advice.get("by_load") or []:
+        load = int(entry["concurrency"])
+        low, high = int(entry["steps_low"]), int(entry["steps_high"])
+        here = [
+            r
+            for r in results
+            if r.concurrency == load and not r.is_baseline and r.params.get(steps_param, "")
+        ]
+        grid = {int(r.params[steps_param]) for r in here if r.params[steps_param].isdigit()}
+        measured = [r for r in here if r.status == "ok" and r.load is not None]
+        groups = rank_at_load(measured, throughput)
+        best = sorted(
+            {int(r.params[steps_param]) for r in groups[0] if r.params[steps_param].isdigit()}
+            if groups
+            else set()
+        )
+        if not best or not any(low <= k <= high for k in grid):
+            verdict = "untested"
+        elif any(low <= k <= high for k in best):
+            verdict = "confirmed"
+        else:
+            verdict = "refuted"
+        out.append(
+            {
+                "concurrency": load,
+                "predicted_steps": int(entry["recommended_steps"]),
+                "predicted_low": low,
+                "predicted_high": high,
+                "measured_best_steps": best,
+                "verdict": verdict,
+            }
+        )
+    return out
+
+
+def prediction_by_load_table(
+    prediction: Mapping[str, Any], results: Sequence[SweepPointResult], steps_param: str
+) -> str:
+    """The advisor's per-load PREDICTION (made before the sweep) next to what it measured."""
+    rows = [
+        [
+            str(row["concurrency"]),
+            f"{row['predicted_steps']} ({row['predicted_low']}-{row['predicted_high']})",
+            " ~ ".join(map(str, row["measured_best_steps"])) or "-",
+            row["verdict"],
+        ]
+        for row in prediction_by_load(prediction["advice"], results, steps_param)
+    ]
+    head = (
+        f"advisor PREDICTION p{prediction['id']} per load ({prediction['source']}, before the "
+        "sweep): best step count (range over the uncertain inputs) vs the measured best"
+    )
+    if not rows:
+        return head + "\n(the prediction has no per-load part)"
+    header = ["load", "predicted steps", "measured best", "verdict"]
+    return head + "\n" + render_table(header, rows, {0})
+
+
+def load_series(
+    results: Sequence[SweepPointResult], field: str
+) -> dict[str, list[tuple[int, float]]]:
+    """(load, figure) per setting of a sweep at several loads, loads ascending: the data of
+    the console's tok/s and ITL p90 charts (``field`` a LoadFigures field)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for result in results:
+        if result.status != "ok" or result.load is None:
+            continue
+        value = getattr(result.load, field)
+        if value is not None:
+            series.setdefault(setting_label(result), []).append((result.load.concurrency, value))
+    for points in series.values():
+        points.sort()
+    return series

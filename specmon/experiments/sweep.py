@@ -20,20 +20,34 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import all_backends
-from specmon.experiments.advisor import Advice, AdvisorError
+from specmon.experiments.advisor import Advice, AdvisorError, predict_loads
 from specmon.experiments.advisor_inputs import advise_from_store, enough_data, model_of
-from specmon.experiments.bench.runner import BenchError, BenchProgress, BenchSettings, run_benchmark
+from specmon.experiments.bench.runner import (
+    BenchError,
+    BenchProgress,
+    BenchResult,
+    BenchSettings,
+    merge_repeats,
+    run_benchmark,
+)
 from specmon.experiments.ledger import (
     Baseline,
     BenchContext,
     Ledger,
     PointRow,
     RunRecord,
+    load_point_key,
     params_key,
+)
+from specmon.experiments.load import (
+    LoadFigures,
+    figures_from_benchmark_row,
+    load_figures,
+    requests_at,
 )
 from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.run_end import REQUESTED_ENDS, RunEnd
@@ -141,22 +155,36 @@ class KeyedPlan:
 
 @dataclass(frozen=True)
 class SweepPlan(KeyedPlan):
-    """What one sweep measures; its ``key`` identifies it for resuming."""
+    """What one sweep measures; its ``key`` identifies it for resuming. ``loads``: a sweep at
+    several loads measures every setting at each of these concurrencies (``repeats`` times
+    each) from one launch; empty: the single load of ``bench``."""
 
     host: str
     profile: str
     axes: tuple[GridAxis, ...]
     baseline: bool
     bench: BenchSettings
+    loads: tuple[int, ...] = ()
+    repeats: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "host": self.host,
             "profile": self.profile,
             "grid": grid_spec(self.axes),
             "baseline": self.baseline,
             "bench": asdict(self.bench),
         }
+        if self.loads:
+            out["loads"] = list(self.loads)
+            out["repeats"] = self.repeats
+        return out
+
+    def bench_at(self, load: int) -> BenchSettings:
+        """What is measured at one load of a sweep at several loads."""
+        return replace(
+            self.bench, concurrency=load, requests=requests_at(self.bench.requests, load)
+        )
 
 
 @dataclass(frozen=True)
@@ -340,6 +368,7 @@ class SweepFinished:
     sweep_id: int
     results: tuple[SweepPointResult, ...]
     baseline: Baseline | None
+    baselines: Mapping[int, Baseline] = field(default_factory=dict)  # per load (load sweeps)
 
 
 SWEEP_EVENT_TYPES = (
@@ -383,11 +412,12 @@ class SweepPointResult:
     benchmark_id: int | None = None
     speculative: bool | None = None
     model: str | None = None
+    concurrency: int | None = None  # the load of a point of a sweep at several loads
+    load: LoadFigures | None = None  # its figures at that load
 
     def with_baseline(self, baseline: Baseline | None) -> SweepPointResult:
-        """Speed-up only against a measured baseline of the same coordinates; else None."""
-        from dataclasses import replace
-
+        """Speed-up only against a measured baseline of the same coordinates (a load
+        sweep's point: at the same load); else None."""
         speedup = None
         if (
             baseline is not None
@@ -395,6 +425,7 @@ class SweepPointResult:
             and self.tok_s is not None
             and not self.is_baseline
             and self.model == baseline.model
+            and (self.concurrency is None or self.concurrency == baseline.concurrency)
         ):
             speedup = baseline.speedup(self.tok_s)
         return replace(self, speedup_vs_baseline=speedup)
@@ -412,10 +443,15 @@ class SweepPointResult:
         }
         if self.is_baseline:
             out["baseline"] = True
+        if self.concurrency is not None:  # a sweep at several loads: the load's figures
+            out["concurrency"] = self.concurrency
+            if self.load is not None:
+                out.update(self.load.to_json_dict())
         return out
 
 
-def result_from_row(row: PointRow) -> SweepPointResult:
+def result_from_row(row: PointRow, load: LoadFigures | None = None) -> SweepPointResult:
+    """A stored point as a result; ``load``: its figures, for a point of a load sweep."""
     return SweepPointResult(
         params=dict(row.params),
         is_baseline=row.is_baseline,
@@ -429,7 +465,17 @@ def result_from_row(row: PointRow) -> SweepPointResult:
         benchmark_id=row.benchmark_ref,
         speculative=row.speculative,
         model=row.model,
+        concurrency=row.concurrency if row.load else None,
+        load=load,
     )
+
+
+def stored_result(ledger: Ledger, row: PointRow) -> SweepPointResult:
+    """A stored point as a result, with its figures when it is one load of a load sweep."""
+    if not row.load:
+        return result_from_row(row)
+    bench = ledger.get_benchmark(row.benchmark_ref) if row.benchmark_ref else None
+    return result_from_row(row, figures_from_benchmark_row(bench) if bench else None)
 
 
 def best_first(results: Sequence[Any], score: Callable[[Any], float | None]) -> list[Any]:
@@ -531,6 +577,10 @@ class SweepRunner:
     _cancel_pending: bool = field(default=False, init=False)
     _baseline: Baseline | None = field(default=None, init=False)
     _results: dict[int, SweepPointResult] = field(default_factory=dict, init=False)
+    # A sweep at several loads: the baseline known at each load, and the results by
+    # (point index, load).
+    _baselines: dict[int, Baseline] = field(default_factory=dict, init=False)
+    _load_results: dict[tuple[int, int], SweepPointResult] = field(default_factory=dict, init=False)
 
     def _emit(self, event: SweepEvent) -> None:
         self._cancel_safe = isinstance(event, PointLoading | PointBenchmarking)
@@ -589,12 +639,15 @@ class SweepRunner:
         results: list[SweepPointResult] = []
         try:
             for index, point in enumerate(self.points):
+                if self.plan.loads:
+                    await self._run_loads(sweep_id, index, point, rows)
+                    continue
                 row = rows.get(point.key)
                 if row is not None:
                     result = result_from_row(row)
                     self._finished(index, point, result, skipped=True)
                 else:
-                    result = await self._run_point_surviving_drops(sweep_id, index, point)
+                    (result,) = await self._run_point_surviving_drops(sweep_id, index, point)
                     self._finished(index, point, result, skipped=False)
                 results.append(result)
             if self.stop_at_end and self._launched:
@@ -603,9 +656,60 @@ class SweepRunner:
             mark_interrupted(self.ledger, sweep_id, exc)
             raise
         self.ledger.set_sweep_status(sweep_id, "finished")
+        if self.plan.loads:
+            final = tuple(
+                self._load_results[index, load].with_baseline(self._baselines.get(load))
+                for index in range(len(self.points))
+                for load in self.plan.loads
+            )
+            return SweepFinished(sweep_id, final, None, dict(self._baselines))
         baseline = self._baseline_for(results)
         final = tuple(r.with_baseline(baseline) for r in results)
         return SweepFinished(sweep_id, final, baseline)
+
+    async def _run_loads(
+        self, sweep_id: int, index: int, point: SweepPoint, rows: Mapping[str, PointRow]
+    ) -> None:
+        """One setting of a sweep at several loads: the loads already recorded (a resumed
+        sweep) as they were, the others measured from one launch, in the plan's order."""
+        pending: list[int] = []
+        for load in self.plan.loads:
+            row = rows.get(load_point_key({} if point.is_baseline else point.params, load))
+            if row is None:
+                pending.append(load)
+            else:
+                self._finished_load(index, point, stored_result(self.ledger, row), skipped=True)
+        if pending:
+            await self._run_point_surviving_drops(sweep_id, index, point, pending)
+
+    def _finished_load(
+        self, index: int, point: SweepPoint, result: SweepPointResult, *, skipped: bool
+    ) -> None:
+        """A load sweep's point at one load, with its speed-up against the baseline measured
+        at that same load (the sweep's own baseline point, else the ledger's newest)."""
+        load = result.concurrency
+        assert load is not None
+        baseline = self._baselines.get(load)
+        if baseline is None and result.status == "ok" and result.model:
+            baseline = self.ledger.find_baseline(
+                host=self.plan.host,
+                model=result.model,
+                prompt_set=self.plan.bench.prompt_set,
+                concurrency=load,
+            )
+            if baseline is not None:
+                self._baselines[load] = baseline
+                earlier = {
+                    i: r.with_baseline(baseline)
+                    for (i, at), r in self._load_results.items()
+                    if at == load
+                }
+                if earlier:
+                    self._load_results.update({(i, load): r for i, r in earlier.items()})
+                    self._emit(BaselineFound(baseline, tuple(sorted(earlier.items()))))
+        self._load_results[index, load] = result.with_baseline(baseline)
+        kind = PointSkipped if skipped else PointFinished
+        self._emit(kind(index, point, self._load_results[index, load], baseline))
 
     def _record_prediction(self, sweep_id: int) -> None:
         """Store the advisor's prediction for a sweep over step counts before it measures
@@ -619,10 +723,14 @@ class SweepRunner:
             if not enough_data(store):
                 return
             try:
-                advice, _model = advise_from_store(store, self.ledger, self.plan.host)
+                advice, _model = advise_from_store(
+                    store, self.ledger, self.plan.host, self.plan.loads
+                )
             except AdvisorError:
                 return
             source = "sweep start"
+        elif self.plan.loads and not advice.by_load:
+            advice = predict_loads(advice, self.plan.loads)
         self.ledger.record_prediction(
             host=self.plan.host,
             model=model_of(store),
@@ -643,13 +751,22 @@ class SweepRunner:
         )
 
     async def _run_point_surviving_drops(
-        self, sweep_id: int, index: int, point: SweepPoint
-    ) -> SweepPointResult:
+        self,
+        sweep_id: int,
+        index: int,
+        point: SweepPoint,
+        loads: Sequence[int | None] = (None,),
+    ) -> list[SweepPointResult]:
         """A lost connection is no verdict on the combination: wait for the host session to
-        reconnect and run the point again (a few times), without recording a failure."""
+        reconnect and run the point again (a few times), without recording a failure; a load
+        sweep's point measures again only the loads it has not recorded yet."""
+        done: list[SweepPointResult] = []
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:
-                return await self._run_point(sweep_id, index, point)
+                measured = {r.concurrency for r in done}
+                remaining = [load for load in loads if load is None or load not in measured]
+                await self._run_point(sweep_id, index, point, remaining, done)
+                return done
             except _ConnectionTrouble as trouble:
                 if attempt == MAX_ATTEMPTS:
                     raise SpecmonError(
@@ -743,13 +860,26 @@ class SweepRunner:
             "command again to resume the sweep"
         )
 
-    async def _run_point(self, sweep_id: int, index: int, point: SweepPoint) -> SweepPointResult:
+    async def _run_point(
+        self,
+        sweep_id: int,
+        index: int,
+        point: SweepPoint,
+        loads: Sequence[int | None],
+        done: list[SweepPointResult],
+    ) -> None:
+        """Launch the point, wait until it is ready and measure it at each of ``loads`` (None:
+        the plan's single load), appending each result to ``done`` once recorded. A failure
+        is recorded against the load it happened at and every load after it."""
         self._emit(PointStarted(index, point, point.spec.shown().shell_command()))
         store = self.controller.bus.store
         connection_at_start = store.connection
         run_id: str | None = None
         launched_at = time.monotonic()
         load_seconds: float | None = None
+        run_ref: int | None = None
+        pending = list(loads)
+        params = {} if point.is_baseline else point.params
         try:
             self._launched = True
             run_id = await self._launch(point)
@@ -757,22 +887,47 @@ class SweepRunner:
             await self._wait_ready(index, run_id)
             load_seconds = time.monotonic() - launched_at
             base_url = await session_base_url(self.controller)
-            from specmon.experiments.bench.timing import ProbeCollector
-
-            async with ProbeCollector(self.controller.bus) as probes:
-                result = await run_benchmark(
-                    base_url,
-                    self.plan.bench,
-                    on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
-                    phase_timing=probes.phase_times,
-                    backend=point.spec.backend.name,
+            while pending:
+                load = pending[0]
+                result = await self._measure(index, point, base_url, load)
+                _check_served_flags(point, result.server_info)
+                if point.is_baseline and result.speculative is not False:
+                    raise PointFailed(
+                        "the baseline server does not report speculation off in "
+                        "/get_server_info; an unconfirmed baseline is not recorded as one"
+                    )
+                run = RunRecord(
+                    host=self.plan.host,
+                    profile=point.profile,
+                    argv=point.spec.argv,
+                    env=point.spec.env_dict(),
+                    status="ready",
+                    run_id=run_id,
+                    load_seconds=load_seconds,
                 )
-            _check_served_flags(point, result.server_info)
-            if point.is_baseline and result.speculative is not False:
-                raise PointFailed(
-                    "the baseline server does not report speculation off in /get_server_info; "
-                    "an unconfirmed baseline is not recorded as one"
+                context = BenchContext(
+                    host=self.plan.host,
+                    profile=point.profile,
+                    argv=point.spec.argv,
+                    env=point.spec.env_dict(),
                 )
+                point_id = self.ledger.record_sweep_point(
+                    sweep_id,
+                    params,
+                    is_baseline=point.is_baseline,
+                    status="ok",
+                    run=run if run_ref is None else None,
+                    benchmark=(result, context),
+                    load_seconds=load_seconds,
+                    concurrency=load,
+                    run_ref=run_ref,
+                )
+                if load is not None and run_ref is None:
+                    run_ref = self.ledger.point_run_ref(point_id)
+                pending.pop(0)
+                done.append(_ok_result(point, result, load_seconds, load))
+                if load is not None:
+                    self._finished_load(index, point, done[-1], skipped=False)
         except (SpecmonError, OSError) as exc:
             if isinstance(exc, SweepAborted):
                 raise
@@ -808,69 +963,63 @@ class SweepRunner:
                 error=message,
                 root_cause=root_cause,
             )
-            self.ledger.record_sweep_point(
-                sweep_id,
-                point.params if not point.is_baseline else {},
-                is_baseline=point.is_baseline,
-                status="failed",
-                run=run,
-                load_seconds=load_seconds,
-                error=message,
-                root_cause=root_cause,
-            )
+            for load in pending:
+                point_id = self.ledger.record_sweep_point(
+                    sweep_id,
+                    params,
+                    is_baseline=point.is_baseline,
+                    status="failed",
+                    run=run if run_ref is None else None,
+                    load_seconds=load_seconds,
+                    error=message,
+                    root_cause=root_cause,
+                    concurrency=load,
+                    run_ref=run_ref,
+                )
+                if load is not None and run_ref is None:
+                    run_ref = self.ledger.point_run_ref(point_id)
             if isinstance(exc, BenchError | PointFailed) or store.run_state in ("ready", "loading"):
                 await _quietly_stop(self.controller)
-            return SweepPointResult(
-                params=dict(point.params),
-                is_baseline=point.is_baseline,
-                status="failed",
-                tok_s=None,
-                accept_len=None,
-                verify_ms=None,
-                load_seconds=load_seconds,
-                error=message,
-                root_cause=root_cause,
-            )
-        run = RunRecord(
-            host=self.plan.host,
-            profile=point.profile,
-            argv=point.spec.argv,
-            env=point.spec.env_dict(),
-            status="ready",
-            run_id=run_id,
-            load_seconds=load_seconds,
-        )
-        context = BenchContext(
-            host=self.plan.host,
-            profile=point.profile,
-            argv=point.spec.argv,
-            env=point.spec.env_dict(),
-        )
-        self.ledger.record_sweep_point(
-            sweep_id,
-            point.params,
-            is_baseline=point.is_baseline,
-            status="ok",
-            run=run,
-            benchmark=(result, context),
-            load_seconds=load_seconds,
-        )
-        phases = result.phase_times
-        return SweepPointResult(
-            params=dict(point.params),
-            is_baseline=point.is_baseline,
-            status="ok",
-            tok_s=result.tok_s_overall,
-            # per-request lengths where the replies carry them, else the server's /metrics
-            # over the measured requests (vLLM's replies carry none)
-            accept_len=(
-                result.accept_len if result.accept_len is not None else result.metrics_accept_len
-            ),
-            verify_ms=phases.verify_ms if phases else None,
-            load_seconds=load_seconds,
-            speculative=result.speculative,
-            model=result.model,
-        )
+            for load in pending:
+                done.append(
+                    SweepPointResult(
+                        params=dict(point.params),
+                        is_baseline=point.is_baseline,
+                        status="failed",
+                        tok_s=None,
+                        accept_len=None,
+                        verify_ms=None,
+                        load_seconds=load_seconds,
+                        error=message,
+                        root_cause=root_cause,
+                        concurrency=load,
+                    )
+                )
+                if load is not None:
+                    self._finished_load(index, point, done[-1], skipped=False)
+
+    async def _measure(
+        self, index: int, point: SweepPoint, base_url: str, load: int | None
+    ) -> BenchResult:
+        """The benchmark of one load (None: the plan's single load), repeated as the plan
+        says for a sweep at several loads (warm-up before the first repeat only)."""
+        from specmon.experiments.bench.timing import ProbeCollector
+
+        settings = self.plan.bench if load is None else self.plan.bench_at(load)
+        repeats = 1 if load is None else self.plan.repeats
+        results: list[BenchResult] = []
+        for repeat in range(repeats):
+            async with ProbeCollector(self.controller.bus) as probes:
+                results.append(
+                    await run_benchmark(
+                        base_url,
+                        settings if repeat == 0 else replace(settings, warmup=0),
+                        on_progress=lambda p: self._emit(PointBenchmarking(index, p)),
+                        phase_timing=probes.phase_times,
+                        backend=point.spec.backend.name,
+                    )
+                )
+        return merge_repeats(results)
 
     async def _wait_ready(self, index: int, run_id: str) -> None:
         """Until the run is ready; PointFailed with the root cause if it fails, hangs or is slow."""
@@ -919,6 +1068,29 @@ class SweepRunner:
                     )
                 )
             await asyncio.sleep(READY_POLL_S)
+
+
+def _ok_result(
+    point: SweepPoint, result: BenchResult, load_seconds: float | None, load: int | None
+) -> SweepPointResult:
+    phases = result.phase_times
+    return SweepPointResult(
+        params=dict(point.params),
+        is_baseline=point.is_baseline,
+        status="ok",
+        tok_s=result.tok_s_overall,
+        # per-request lengths where the replies carry them, else the server's /metrics
+        # over the measured requests (vLLM's replies carry none)
+        accept_len=(
+            result.accept_len if result.accept_len is not None else result.metrics_accept_len
+        ),
+        verify_ms=phases.verify_ms if phases else None,
+        load_seconds=load_seconds,
+        speculative=result.speculative,
+        model=result.model,
+        concurrency=load,
+        load=None if load is None else load_figures(result),
+    )
 
 
 def _failed_status(store: Any) -> str:

@@ -23,6 +23,7 @@ from specmon.tui.app import SpecmonApp
 from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.screens.experiments import ExperimentsScreen, console_grid_message
 from specmon.tui.screens.relaunch import RelaunchScreen, field_id
+from specmon.tui.widgets.load_sweep import LoadChart, LoadSweepTable
 from specmon.tui.widgets.sweep_plot import SweepPlot, choose_x_axis
 from specmon.tui.widgets.sweep_table import SweepTable, loading_status
 
@@ -262,3 +263,69 @@ async def test_cancel_asks_keeps_the_sweep_resumable_and_quit_interrupts_it(
     with Ledger(tmp_path / "data" / "ledger.sqlite3") as ledger:
         assert ledger.get_sweep(sweep_id).status == "interrupted"
         assert [p.status for p in ledger.sweep_points(sweep_id)] == ["ok"]
+
+
+async def test_a_sweep_at_two_loads_shows_each_load_ranked_and_charts_tok_s_and_itl(
+    console: SpecmonApp, tmp_path: Path
+):
+    """Concurrency "1,2" in the form: a row per setting and load filled in live, ranked per
+    load for the chosen objective at the end, and the tok/s and ITL p90 charts with a line per
+    setting over the loads (issue 29 item 4). Which setting wins is not asserted."""
+    app = console
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_connected(pilot, app)
+        await pilot.press("e")
+        await wait_until(pilot, lambda: isinstance(app.screen, ExperimentsScreen), 5, "screen")
+        screen = app.screen
+        assert isinstance(screen, ExperimentsScreen)
+        await fill_form(pilot, screen, "speculative-num-steps=2,3", concurrency="1,0")
+        assert "'0' is not a whole number" in text_of(screen, "#settings-problem")
+        assert screen.query_one("#start", Button).disabled
+        await fill_form(
+            pilot, screen, "speculative-num-steps=2,3", requests="1", warmup="0", concurrency="1,2"
+        )
+        screen.query_one("#max-tokens", Input).value = "16"
+        screen.query_one("#objective", Select).value = "itl-p90"
+        await pilot.pause(0.1)
+        assert screen.plan is not None and screen.plan.loads == (1, 2), screen.problems
+        assert "measured at loads 1, 2" in text_of(screen, "#sweep-state")
+        assert "its own load" in text_of(screen, "#baseline-line")
+        await pilot.press("ctrl+s")
+        table = screen.query_one(LoadSweepTable)
+        await wait_until(pilot, lambda: table.row_count == 4, 10, "four rows")
+        assert table.display and not screen.query_one(SweepTable).display
+        await wait_until(pilot, lambda: screen.finished is not None, 90, "the sweep to finish")
+        results = screen.finished.results
+        assert [(r.concurrency, r.status) for r in results] == [
+            (1, "ok"), (2, "ok"), (1, "ok"), (2, "ok"),
+        ], [r.error for r in results]  # fmt: skip
+        # The final table: per load, ranked by ITL p90 (ties share a rank), the best kept.
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [row[0] for row in rows] == ["1", "1", "2", "2"]
+        for load in (1, 2):
+            here = [r for r in results if r.concurrency == load]
+            lowest = min(here, key=lambda r: r.load.itl_p90_ms)
+            label = f"speculative-num-steps={lowest.params['speculative-num-steps']}"
+            assert label in table.best[load]
+            first = next(row for row in rows if row[0] == str(load))
+            assert first[1] in ("1", "=1") and first[2] == lowest.params["speculative-num-steps"]
+        assert "best for itl-p90 at 1:" in text_of(screen, "#sweep-state")
+        # The charts: a line per setting over the two loads, tok/s and ITL p90.
+        charts = {chart.field: chart for chart in screen.query(LoadChart)}
+        assert set(charts) == {"tok_s", "itl_p90_ms"}
+        for field, chart in charts.items():
+            assert set(chart.series) == {
+                "speculative-num-steps=2",
+                "speculative-num-steps=3",
+            }
+            for label, points in chart.series.items():
+                assert [load for load, _ in points] == [1, 2]
+                mine = [
+                    r for r in results if label.endswith("=" + r.params["speculative-num-steps"])
+                ]
+                assert [value for _, value in points] == [
+                    getattr(r.load, field) for r in sorted(mine, key=lambda r: r.concurrency)
+                ]
+    with Ledger(tmp_path / "data" / "ledger.sqlite3") as ledger:
+        stored = ledger.sweep_points(screen.finished.sweep_id)
+        assert sorted(p.concurrency for p in stored) == [1, 1, 2, 2]

@@ -82,6 +82,15 @@ class RequestResult:
             return 0.0
         return self.completion_tokens / self.latency_s
 
+    @property
+    def itl_s(self) -> float | None:
+        """Inter-token latency as the client saw it: the mean gap between output tokens after
+        the first, ``(latency - TTFT) / (tokens - 1)`` (the servers' time per output token);
+        None without a first-token time or with fewer than two tokens."""
+        if not self.ok or self.ttft_s is None or self.completion_tokens < 2:
+            return None
+        return max(0.0, self.latency_s - self.ttft_s) / (self.completion_tokens - 1)
+
 
 @dataclass(frozen=True, slots=True)
 class PhaseTimes:
@@ -124,6 +133,11 @@ class BenchResult:
     # Whether /metrics showed speculative-decoding counters, for a server whose info endpoint
     # does not say (vLLM); None: unknown.
     metrics_speculative: bool | None = None
+    itl_median_ms: float | None = None
+    itl_p90_ms: float | None = None
+    # The aggregate tok/s of each repeat when the same load was measured more than once
+    # (merge_repeats); empty for one measurement.
+    repeat_tok_s: tuple[float, ...] = ()
 
     @property
     def server_version(self) -> str | None:
@@ -578,6 +592,7 @@ def summarize(
         raise BenchError("no successful request to measure")
     per_request = [r.tok_s for r in ok]
     ttfts = [r.ttft_s * 1000 for r in ok if r.ttft_s is not None]
+    itls = [r.itl_s * 1000 for r in ok if r.itl_s is not None]
     total_tokens = sum(r.completion_tokens for r in ok)
     return BenchResult(
         settings=settings,
@@ -597,4 +612,36 @@ def summarize(
         metrics_accept_len=metrics_accept_len,
         phase_times=phase_times,
         server_info=server_info,
+        itl_median_ms=percentile(itls, 50) if itls else None,
+        itl_p90_ms=percentile(itls, 90) if itls else None,
+    )
+
+
+def merge_repeats(results: Sequence[BenchResult]) -> BenchResult:
+    """Repeated measurements of one load as one result: the requests pooled (their
+    percentiles over all of them), the aggregate tok/s the mean of the repeats' (each kept in
+    ``repeat_tok_s``), the probe's phase times of the first repeat that has them."""
+    if not results:
+        raise ValueError("no results to merge")
+    if len(results) == 1:
+        return results[0]
+    first = results[0]
+    merged = summarize(
+        settings=first.settings,
+        base_url=first.base_url,
+        prompt_set_version=first.prompt_set_version,
+        prompt_set_digest=first.prompt_set_digest,
+        started_at=first.started_at,
+        duration_s=sum(r.duration_s for r in results),
+        results=[request for r in results for request in r.requests],
+        metrics_accept_len=first.metrics_accept_len,
+        phase_times=next((r.phase_times for r in results if r.phase_times), None),
+        server_info=first.server_info,
+    )
+    each = tuple(r.tok_s_overall for r in results)
+    return replace(
+        merged,
+        tok_s_overall=sum(each) / len(each),
+        repeat_tok_s=each,
+        metrics_speculative=first.metrics_speculative,
     )

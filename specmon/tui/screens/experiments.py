@@ -29,6 +29,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 from specmon.experiments.advisor import Advice
 from specmon.experiments.bench.runner import BenchSettings
 from specmon.experiments.ledger import Baseline, Ledger
+from specmon.experiments.load import DEFAULT_OBJECTIVE, OBJECTIVES, parse_loads
 from specmon.experiments.sweep import (
     SweepFinished,
     SweepPlan,
@@ -55,6 +56,7 @@ from specmon.tui.messages import (
     sweep_message,
 )
 from specmon.tui.screens.confirm import ConfirmScreen
+from specmon.tui.widgets.load_sweep import LoadPlots, LoadSweepTable
 from specmon.tui.widgets.sweep_plot import SweepPlot, choose_x_axis
 from specmon.tui.widgets.sweep_table import SweepTable, loading_status
 
@@ -116,6 +118,9 @@ class ExperimentsScreen(Screen[None]):
         self.sweep_id: int | None = None
         self.current_index: int | None = None
         self.results: dict[int, SweepPointResult] = {}
+        # A sweep at several loads (concurrency "1,8,32"): its results by (index, load).
+        self.loads: tuple[int, ...] = ()
+        self.load_results: dict[tuple[int, int], SweepPointResult] = {}
         self.baseline: Baseline | None = None  # the one this sweep's speed-ups are against
         self.header_baseline: Baseline | None = None  # the one the header names now
         self.finished: SweepFinished | None = None
@@ -168,14 +173,26 @@ class ExperimentsScreen(Screen[None]):
                     with Horizontal(classes="row settings"):
                         for key, label, default in pair:
                             yield Label(label, classes="setting")
-                            yield Input(str(default), id=key, type="integer", compact=True)
+                            kind = "text" if key == "concurrency" else "integer"
+                            yield Input(str(default), id=key, type=kind, compact=True)
+                with Horizontal(classes="row settings"):
+                    yield Label("several loads (1,8,32): rank by", classes="setting")
+                    yield Select(
+                        [(name, name) for name in OBJECTIVES],
+                        value=DEFAULT_OBJECTIVE,
+                        allow_blank=False,
+                        compact=True,
+                        id="objective",
+                    )
                 yield Static("", id="settings-problem", classes="problem")
                 with Horizontal(id="buttons"):
                     yield Button("Start ^s", id="start", variant="success", compact=True)
                     yield Button("Cancel sweep… ^x", id="cancel-sweep", compact=True)
                 yield Static("", id="sweep-state")
             yield SweepPlot(id="plot")
+            yield LoadPlots(id="load-plots")
         yield SweepTable(id="points")
+        yield LoadSweepTable(id="load-points")
         yield Footer()
 
     def _initial_profile(self, profiles: list[str]) -> str | None:
@@ -188,6 +205,7 @@ class ExperimentsScreen(Screen[None]):
         return profiles[0] if profiles else None
 
     def on_mount(self) -> None:
+        self._show_load_widgets(False)
         self.revalidate()
         self._apply_prefill()
         self.query_one("#grid", TextArea).focus()
@@ -211,6 +229,11 @@ class ExperimentsScreen(Screen[None]):
         numbers: dict[str, int] = {}
         for key, label, _ in SETTING_FIELDS:
             text = self.query_one("#" + key, Input).value.strip()
+            if key == "concurrency":  # one load, or several: 1,8,32
+                loads = parse_loads(text)
+                self.loads = loads if len(loads) > 1 else ()
+                numbers[key] = loads[0]
+                continue
             try:
                 numbers[key] = int(text)
             except ValueError:
@@ -251,6 +274,7 @@ class ExperimentsScreen(Screen[None]):
                     axes=axes,
                     baseline=self.query_one("#baseline", Checkbox).value,
                     bench=settings or BenchSettings(),
+                    loads=self.loads if settings is not None else (),
                 )
                 points = plan_points(self.config, plan, python=self.controller.host_python)
             except SpecmonError as exc:
@@ -281,6 +305,8 @@ class ExperimentsScreen(Screen[None]):
         baseline = " plus the baseline, first" if self.plan.baseline else ""
         notes = sorted({note for point in self.points for note in point.notes})
         text = f"{grid_points} grid points{baseline}; each is a relaunch of {self.plan.profile}."
+        if self.plan.loads:
+            text += f" Each is measured at loads {', '.join(map(str, self.plan.loads))}."
         if notes:
             text += "\n" + "; ".join(notes)
         state.update(text)
@@ -290,6 +316,7 @@ class ExperimentsScreen(Screen[None]):
             "#profile",
             "#grid",
             "#baseline",
+            "#objective",
             *(f"#{k}" for k, _, _ in SETTING_FIELDS),
         ):
             self.query_one(selector).disabled = self.running
@@ -329,7 +356,12 @@ class ExperimentsScreen(Screen[None]):
                 line.update(f"ledger: {exc}")
                 return
         self.header_baseline = baseline
-        if baseline is not None:
+        if self.loads:
+            line.update(
+                "several loads: each speed-up is against the baseline measured at its own load "
+                "(tick “baseline first”)"
+            )
+        elif baseline is not None:
             line.update(f"speed-ups vs {baseline.describe()}")
         else:
             line.update(NO_BASELINE)
@@ -376,6 +408,7 @@ class ExperimentsScreen(Screen[None]):
     async def run_sweep(self, plan: SweepPlan, points: list[SweepPoint], ledger: Ledger) -> None:
         self.running = True
         self.results = {}
+        self.load_results = {}
         self.finished = None
         self.baseline = None
         self.sweep_id = None
@@ -426,7 +459,13 @@ class ExperimentsScreen(Screen[None]):
         event = message.event
         self.sweep_id = event.sweep_id
         names = [axis.name for axis in self.plan.axes] if self.plan else []
-        self.query_one(SweepTable).show_points(event.points, names)
+        loads = self.plan.loads if self.plan else ()
+        self._show_load_widgets(bool(loads))
+        if loads:
+            self.query_one(LoadSweepTable).show_points(event.points, names, loads)
+            self.query_one(LoadPlots).show([], loads)
+        else:
+            self.query_one(SweepTable).show_points(event.points, names)
         done = f", resuming: {len(event.done_keys)} already done" if event.resumed else ""
         self._say(f"Sweep s{event.sweep_id}: {len(event.points)} points{done}.")
 
@@ -439,7 +478,7 @@ class ExperimentsScreen(Screen[None]):
     def _point_started(self, message: SweepPointStarted) -> None:
         event = message.event
         self.current_index = event.index
-        self.query_one(SweepTable).set_status(event.index, "loading", "launching")
+        self._table().set_status(event.index, "loading", "launching")
         notes = f" ({'; '.join(event.point.notes)})" if event.point.notes else ""
         self._say(
             f"Sweep s{self.sweep_id}: point {event.index + 1}/{len(self.points)}, "
@@ -450,18 +489,18 @@ class ExperimentsScreen(Screen[None]):
     def _point_loading(self, message: SweepPointLoading) -> None:
         event = message.event
         detail = loading_status(event.phase, event.eta_s, event.shards_done, event.shards_total)
-        self.query_one(SweepTable).set_status(event.index, "loading", detail)
+        self._table().set_status(event.index, "loading", detail)
 
     @on(SweepPointBenchmarking)
     def _point_benchmarking(self, message: SweepPointBenchmarking) -> None:
         progress = message.event.progress
         detail = f"benchmarking ({progress.phase} {progress.done}/{progress.total})"
-        self.query_one(SweepTable).set_status(message.event.index, "benchmarking", detail)
+        self._table().set_status(message.event.index, "benchmarking", detail)
 
     @on(SweepPointRetrying)
     def _point_retrying(self, message: SweepPointRetrying) -> None:
         event = message.event
-        self.query_one(SweepTable).set_status(
+        self._table().set_status(
             event.index, "retrying", f"connection lost, retrying (attempt {event.attempt})"
         )
 
@@ -472,6 +511,10 @@ class ExperimentsScreen(Screen[None]):
 
     @on(SweepBaselineFound)
     def _baseline_found(self, message: SweepBaselineFound) -> None:
+        if self._load_sweep():  # a baseline at one load: those rows gain their speed-ups
+            for index, result in message.event.results:
+                self._finish_load_point(index, result, skipped=False)
+            return
         self.baseline = message.event.baseline
         for index, result in message.event.results:  # earlier rows gain their speed-ups
             self.results[index] = result
@@ -482,6 +525,9 @@ class ExperimentsScreen(Screen[None]):
     def _sweep_ended(self, message: SweepEnded) -> None:
         event = message.event
         self.finished = event
+        if self._load_sweep():
+            self._load_sweep_ended(event)
+            return
         self.baseline = event.baseline
         self.query_one(SweepTable).show_final(event.results, event.baseline is not None)
         self.query_one(SweepPlot).show(event.results, event.baseline, self.x_name)
@@ -493,9 +539,53 @@ class ExperimentsScreen(Screen[None]):
         )
         self.notify(f"Sweep s{event.sweep_id} finished", title="Experiments")
 
+    # --- a sweep at several loads ------------------------------------------------------------
+
+    def _load_sweep(self) -> bool:
+        return self.plan is not None and bool(self.plan.loads)
+
+    def _table(self) -> SweepTable | LoadSweepTable:
+        return self.query_one(LoadSweepTable) if self._load_sweep() else self.query_one(SweepTable)
+
+    def _show_load_widgets(self, loads: bool) -> None:
+        """The per-load table and charts for a sweep at several loads, else the usual ones."""
+        self.query_one(SweepPlot).display = not loads
+        self.query_one(SweepTable).display = not loads
+        self.query_one(LoadPlots).display = loads
+        self.query_one(LoadSweepTable).display = loads
+
+    def _finish_load_point(self, index: int, result: SweepPointResult, *, skipped: bool) -> None:
+        if result.concurrency is None or self.plan is None:
+            return
+        self.load_results[index, result.concurrency] = result
+        table = self.query_one(LoadSweepTable)
+        was_skipped = table.statuses.get((index, result.concurrency)) == "skipped"
+        table.set_result(index, result, skipped=skipped or was_skipped)
+        ordered = [self.load_results[key] for key in sorted(self.load_results)]
+        self.query_one(LoadPlots).show(ordered, self.plan.loads)
+
+    def _load_sweep_ended(self, event: SweepFinished) -> None:
+        assert self.plan is not None
+        objective = OBJECTIVES[str(self.query_one("#objective", Select).value)]
+        table = self.query_one(LoadSweepTable)
+        table.show_final(event.results, objective)
+        self.query_one(LoadPlots).show(event.results, self.plan.loads)
+        ok = sum(r.status == "ok" for r in event.results)
+        best = "; ".join(
+            f"at {load}: {' ~ '.join(labels) or '-'}" for load, labels in table.best.items()
+        )
+        self._say(
+            f"Sweep s{event.sweep_id} finished: {ok} of {len(event.results)} points ok; "
+            f"best for {objective.name} {best}."
+        )
+        self.notify(f"Sweep s{event.sweep_id} finished", title="Experiments")
+
     def _finish_point(
         self, index: int, result: SweepPointResult, baseline: Baseline | None, *, skipped: bool
     ) -> None:
+        if self._load_sweep():
+            self._finish_load_point(index, result, skipped=skipped)
+            return
         self.baseline = baseline
         self.results[index] = result
         self._show_result(index, result, skipped=skipped)

@@ -137,6 +137,38 @@ def test_bench_cli_records_and_compares_only_with_a_measured_baseline(sims, tmp_
     assert json.loads(latest.stdout)["speculative"] == 0  # b2 stays the baseline
 
 
+def test_bench_at_several_loads_measures_and_records_each_against_its_own_baseline(sims, tmp_path):
+    """`bench --concurrency 1,3`: one JSON object per load with the client's figures and
+    spreads, each recorded, each compared with the baseline measured at that same load."""
+    spec_sim = sims(time_scale=TIME_SCALE, args=["--enable-metrics"])
+    base_sim = sims(time_scale=TIME_SCALE, base_args=BASELINE_ARGS)
+    spec_sim.wait_ready()
+    base_sim.wait_ready()
+    data = tmp_path / "data"
+    common = ["--requests", "2", "--max-tokens", "24", "--warmup", "0", "--json"]
+    loads = ["--concurrency", "1,3"]
+    base = specmon("bench", "local", "--url", base_sim.url(""), *loads, *common, data_dir=data)
+    assert base.returncode == 0, base.stderr
+    baseline = [json.loads(line) for line in base.stdout.splitlines()]
+    spec = specmon(
+        "bench", "local", "--url", spec_sim.url(""), *loads, "--repeats", "2", *common,
+        data_dir=data,
+    )  # fmt: skip
+    assert spec.returncode == 0, spec.stderr
+    points = [json.loads(line) for line in spec.stdout.splitlines()]
+    assert [p["concurrency"] for p in points] == [1, 3]
+    assert [p["requests"] for p in points] == [4, 12]  # 2 repeats of max(2, 2 x load)
+    for point, base_point in zip(points, baseline, strict=True):
+        assert point["repeats"] == 2 and len(point["tok_s_repeats"]) == 2
+        assert point["tok_s_spread"][0] <= min(point["tok_s_repeats"])
+        assert max(point["tok_s_repeats"]) <= point["tok_s_spread"][1]
+        assert 0 < point["itl_p90_spread"][0] <= point["itl_p90_ms"] <= point["itl_p90_spread"][1]
+        assert point["baseline"]["id"] == base_point["id"]  # the same load's baseline
+        assert point["speedup_vs_baseline"] == pytest.approx(point["tok_s"] / base_point["tok_s"])
+    assert points[1]["tok_s"] > 1.5 * points[1]["tok_s_per_request"]
+    assert "ITL p90 ms" in spec.stderr  # the per-load table (stderr with --json)
+
+
 def test_cli_rejects_bad_input_in_one_line(tmp_path):
     for args, message in [
         (["bench", "local", "--requests", "0"], "--requests must be an integer from 1"),
