@@ -15,6 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from specmon.model.errors import SpecmonError, UsageError
+from specmon.state.saturation import saturation_badges
 from specmon.state.store import PHASES, StateStore
 
 if TYPE_CHECKING:
@@ -28,7 +29,16 @@ VERIFY_CYCLES = 200  # probe cycles the verify mean is over (as the timing panel
 UNREACHABLE_STATES = ("reconnecting", "disconnected")
 
 RowState = Literal["connecting", "unreachable", "failed", "loading", "ready", "stopped", "other"]
-SORT_COLUMNS: tuple[str, ...] = ("host", "state", "tok/s", "accept", "verify", "gpus", "age")
+SORT_COLUMNS: tuple[str, ...] = (
+    "host",
+    "state",
+    "tok/s",
+    "accept",
+    "verify",
+    "itl",
+    "gpus",
+    "age",
+)
 # Worst first when sorting by state: what needs the operator's eye comes to the top.
 STATE_ORDER: dict[str, int] = {
     "unreachable": 0,
@@ -67,6 +77,12 @@ class FleetRow:
     mem_used_gb: float | None
     mem_total_gb: float | None
     last_event_age_s: float | None
+    # From the server's /metrics (the latest ``latency`` event): inter-token latency p90 in
+    # seconds (None: not served, or no token in the window) and the saturation badges up;
+    # ``latency_known`` says whether any figures came at all (no badge then means none is up).
+    itl_p90_s: float | None = None
+    saturation: tuple[str, ...] = ()
+    latency_known: bool = False
 
 
 def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, str]) -> FleetRow:
@@ -86,6 +102,8 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
     used = [r.mem_used_mb for r in readings if r.mem_used_mb is not None]
     total = [r.mem_total_mb for r in readings if r.mem_total_mb is not None]
     recent = tuple(p.value for p in islice(reversed(store.throughput), SPARK_POINTS))[::-1]
+    latency = store.latency if state == "ready" else None
+    itl = latency.itl_s if latency is not None else None
     return FleetRow(
         name=name,
         backend=backend,
@@ -101,6 +119,9 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
         mem_used_gb=sum(used) / 1024 if used else None,
         mem_total_gb=sum(total) / 1024 if total else None,
         last_event_age_s=max(0.0, now - store.last_event_at) if store.last_event_at else None,
+        itl_p90_s=itl.p90 if itl is not None else None,
+        saturation=saturation_badges(latency),
+        latency_known=latency is not None,
     )
 
 
@@ -187,6 +208,7 @@ def sort_rows(rows: Sequence[FleetRow], column: str) -> list[FleetRow]:
         "tok/s": lambda r: r.tokens_per_s,
         "accept": lambda r: r.accept_len,
         "verify": lambda r: r.verify_ms,
+        "itl": lambda r: r.itl_p90_s,  # slowest tokens first
         "gpus": lambda r: float(r.gpus_busy) if r.gpus_total else None,
         "age": lambda r: -r.last_event_age_s if r.last_event_age_s is not None else None,
     }[column]

@@ -94,6 +94,7 @@ class SpecmonApp(App[int]):
         Binding("slash", "filter_log", "Filter the server log", show=False),
         Binding("g", "gpu_detail", "GPUs"),
         Binding("h", "history", "History"),
+        Binding("c", "toggle_latency", "Latency panel", show=False),
         Binding("a", "advisor", "Advisor", show=False),
         Binding("t", "cycle_theme", "Theme"),
         Binding("p", "toggle_pause", "Pause"),
@@ -704,6 +705,16 @@ class SpecmonApp(App[int]):
     def action_history(self) -> None:
         if self.screen is self.main:
             self.push_screen(HistoryScreen(self.session_history))
+
+    def action_toggle_latency(self) -> None:
+        """Show or hide the Latency & capacity panel (shown by default where it fits)."""
+        if self.screen is not self.main:
+            return
+        shown = self.main.toggle_latency()
+        store = self.controller.bus.store
+        if shown and store.run_state != "ready":
+            self.notify("The Latency & capacity panel shows once the server is ready.", timeout=4)
+        self.refresh_view(self.view, self.clock(), live_due=True)
 
     def action_cycle_theme(self) -> None:
         names = [theme.name for theme in self._themes]

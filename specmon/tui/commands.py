@@ -14,7 +14,16 @@ PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Focus server log", "move the focus to the log pane (l)", "focus_log"),
     ("Filter server log", "type a substring to filter the log (/)", "filter_log"),
     ("GPU detail", "every field the GPU agent reports (g)", "gpu_detail"),
-    ("History charts", "tok/s, accept length, verify ms, GPU util across launches (h)", "history"),
+    (
+        "History charts",
+        "tok/s, accept length, verify ms, GPU util, ITL and TTFT p90 across launches (h)",
+        "history",
+    ),
+    (
+        "Latency & capacity panel",
+        "show or hide TTFT/ITL/e2e/queue quantiles, KV cache and requests (c)",
+        "toggle_latency",
+    ),
     (
         "Tuning advisor",
         "predicted tok/s per draft step count from the running server, and a sweep to check (a)",

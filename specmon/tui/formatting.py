@@ -46,6 +46,41 @@ def format_number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+ABSENT = "—"  # a figure the server does not give (never shown as 0)
+
+
+def format_latency(seconds: float | None) -> str:
+    """A request latency with the unit that reads best: ``850 µs``, ``6.2 ms``, ``62 ms``,
+    ``1.75 s``, ``12.3 s``, ``2m05s``; None -> ``—``."""
+    if seconds is None:
+        return ABSENT
+    ms = seconds * 1000.0
+    if ms < 1.0:
+        return f"{seconds * 1e6:.0f} µs"
+    if ms < 9.95:
+        return f"{ms:.1f} ms"
+    if ms < 999.5:
+        return f"{ms:.0f} ms"
+    if seconds < 9.995:
+        return f"{seconds:.2f} s"
+    if seconds < 99.95:
+        return f"{seconds:.1f} s"
+    return format_duration(seconds)
+
+
+def format_tokens(count: float | None) -> str:
+    """A token count kept short: ``812``, ``12.3k``, ``560k``, ``1.20M``; None -> ``—``."""
+    if count is None:
+        return ABSENT
+    if count < 999.5:
+        return f"{count:.0f}"
+    if count < 99_950:
+        return f"{count / 1000:.1f}k"
+    if count < 999_500:
+        return f"{count / 1000:.0f}k"
+    return f"{count / 1e6:.2f}M"
+
+
 def bar(fraction: float | None, width: int) -> str:
     """A horizontal bar of ``width`` cells with eighth-cell resolution."""
     if width <= 0:

@@ -11,7 +11,15 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specmon.model.events import Decode, Event, GpuSample, ProbeTiming, RunInfo, SpecDecode
+from specmon.model.events import (
+    Decode,
+    Event,
+    GpuSample,
+    Latency,
+    ProbeTiming,
+    RunInfo,
+    SpecDecode,
+)
 from specmon.tui.formatting import key_flags
 
 SESSION_POINTS = 6 * 3600  # one point a second, the last 6 hours per series (~2.5 MB each)
@@ -48,20 +56,25 @@ class _SecondMean:
 
 @dataclass
 class SessionHistory:
-    """tok/s, accept length, verify ms, mean GPU util and (where the server reports it)
-    acceptance by draft position, for the whole console session."""
+    """tok/s, accept length, verify ms, mean GPU util, ITL and TTFT p90 (from the server's
+    /metrics) and (where the server reports it) acceptance by draft position, for the whole
+    console session."""
 
     limit: int = SESSION_POINTS
     tok_s: deque[tuple[float, float]] = field(init=False)
     accept_len: deque[tuple[float, float]] = field(init=False)
     verify_ms: deque[tuple[float, float]] = field(init=False)
     gpu_util: deque[tuple[float, float]] = field(init=False)
+    itl_p90_ms: deque[tuple[float, float]] = field(init=False)
+    ttft_p90_ms: deque[tuple[float, float]] = field(init=False)
     launches: deque[LaunchMark] = field(init=False)
     accept_by_position: deque[tuple[float, tuple[float, ...]]] = field(init=False)
     _tok_s: _SecondMean = field(default_factory=_SecondMean)
     _accept: _SecondMean = field(default_factory=_SecondMean)
     _verify: _SecondMean = field(default_factory=_SecondMean)
     _util: _SecondMean = field(default_factory=_SecondMean)
+    _itl: _SecondMean = field(default_factory=_SecondMean)
+    _ttft: _SecondMean = field(default_factory=_SecondMean)
     _server_positions: bool = False  # the server reported per-position rates itself (vLLM)
 
     def __post_init__(self) -> None:
@@ -69,6 +82,8 @@ class SessionHistory:
         self.accept_len = deque(maxlen=self.limit)
         self.verify_ms = deque(maxlen=self.limit)
         self.gpu_util = deque(maxlen=self.limit)
+        self.itl_p90_ms = deque(maxlen=self.limit)
+        self.ttft_p90_ms = deque(maxlen=self.limit)
         self.launches = deque(maxlen=256)
         self.accept_by_position = deque(maxlen=self.limit)
 
@@ -89,6 +104,12 @@ class SessionHistory:
             utils = [g.util_gpu for g in event.gpus if g.util_gpu is not None]
             if utils:
                 self._util.add(at, sum(utils) / len(utils), self.gpu_util)
+        elif isinstance(event, Latency):
+            # a window with no token (or no such family) has no p90: no point, never 0
+            if event.itl_s is not None and event.itl_s.p90 is not None:
+                self._itl.add(at, event.itl_s.p90 * 1000.0, self.itl_p90_ms)
+            if event.ttft_s is not None and event.ttft_s.p90 is not None:
+                self._ttft.add(at, event.ttft_s.p90 * 1000.0, self.ttft_p90_ms)
         elif isinstance(event, RunInfo) and not event.reattached:
             self._server_positions = False  # the new run's server says again
             flags = " ".join(f"{k}={v}" for k, v in key_flags(event)[:3])
@@ -124,3 +145,5 @@ class SessionHistory:
         self._accept.flush(self.accept_len)
         self._verify.flush(self.verify_ms)
         self._util.flush(self.gpu_util)
+        self._itl.flush(self.itl_p90_ms)
+        self._ttft.flush(self.ttft_p90_ms)

@@ -260,11 +260,12 @@ async def test_gpu_detail_and_history_charts_open_and_close():
         await wait_until(pilot, lambda: app.screen is app.main, 10, "the GPU detail to close")
         await pilot.press("h")
         # a loaded machine (a full run on 2 cores) takes longer than a fixed pause for the
-        # five charts
+        # seven charts
         await wait_until(
             pilot, lambda: isinstance(app.screen, HistoryScreen), 10, "the history charts"
         )
-        assert len(app.screen.query(PlotextPlot)) == 5  # with acceptance by position
+        # with acceptance by position, ITL p90 and TTFT p90 (issue 29)
+        assert len(app.screen.query(PlotextPlot)) == 7
         assert "launch 1: kimi-eagle3-nccl steps=3 topk=1 draft=4" in str(
             app.screen.query_one("#legend", Static).render()
         )

@@ -1,4 +1,5 @@
-"""The `?` screen: every key binding of the console, generated from the bindings themselves."""
+"""The `?` screen: every key binding of the console, generated from the bindings themselves,
+and what each header badge means."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from specmon.state.saturation import SATURATION_LEGEND
 from specmon.tui.commands import PALETTE_ACTIONS
 
 EXTRA_KEYS: tuple[tuple[str, str], ...] = (
@@ -32,6 +34,7 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll { width: 90; max-width: 95%; height: auto; max-height: 90%;
                                   border: thick $primary; background: $panel; padding: 0 1; }
+    HelpScreen #badge-legend { margin-top: 1; }
     """
 
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -60,6 +63,16 @@ class HelpScreen(ModalScreen[None]):
         self.table.add_column()
         for key, description in self.rows():
             self.table.add_row(key, description)
+        self.badges = Table(
+            box=None, show_header=False, padding=(0, 2), expand=True, title_justify="left"
+        )
+        self.badges.title = "Header badges (the server saturates; from its /metrics)"
+        self.badges.title_style = "bold"
+        self.badges.add_column(style="bold reverse", no_wrap=True)
+        self.badges.add_column()
+        for badge, meaning in SATURATION_LEGEND:
+            self.badges.add_row(f" {badge} ", meaning)
         with VerticalScroll() as scroll:
             scroll.border_title = "Keys (esc closes)"
             yield Static(self.table)
+            yield Static(self.badges, id="badge-legend")

@@ -1,5 +1,6 @@
-"""The `h` screen: whole-session charts of tok/s, accept length, verify ms, GPU util and
-acceptance by draft position (one line per position, where the server reports it).
+"""The `h` screen: whole-session charts of tok/s, accept length, verify ms, GPU util, ITL and
+TTFT p90 (from the server's /metrics) and acceptance by draft position (one line per position,
+where the server reports it).
 
 Each launch is a marked segment (its own colour and a vertical line labelled with its flags),
 so the before/after of a flag change is visible at a glance.
@@ -19,13 +20,19 @@ from textual_plotext import PlotextPlot
 
 from specmon.tui.history import LaunchMark, SessionHistory
 
+# In reading order: three to a row on a wide screen (ITL and TTFT p90 in the third column),
+# two on a narrow one (ITL and TTFT p90 side by side); the position chart spans the last row.
 CHARTS: tuple[tuple[str, str, str], ...] = (
     ("tok_s", "gen throughput (tok/s)", "tok/s"),
     ("accept_len", "accept length", "tokens"),
+    ("itl_p90_ms", "inter-token latency p90 (ms)", "ms"),
     ("verify_ms", "verify ms per cycle", "ms"),
     ("gpu_util", "mean GPU util (%)", "%"),
+    ("ttft_p90_ms", "time to first token p90 (ms)", "ms"),
     ("accept_by_position", "acceptance by position", "rate"),
 )
+POSITION_CHART = "accept_by_position"
+NARROW_BELOW = 120  # columns under which two charts share a row, not three
 POSITIONS_CHARTED = 8
 SEGMENT_COLOURS = ("cyan", "orange", "green", "magenta", "yellow", "blue", "red")
 
@@ -56,7 +63,10 @@ class HistoryScreen(Screen[None]):
     """Five plotext charts over the session, redrawn when opened and every two seconds."""
 
     DEFAULT_CSS = """
-    HistoryScreen Grid { grid-size: 2 3; grid-gutter: 0 1; }
+    HistoryScreen Grid { grid-size: 3 3; grid-gutter: 0 1; }
+    HistoryScreen #chart-accept_by_position { column-span: 3; }
+    HistoryScreen.-narrow Grid { grid-size: 2 4; }
+    HistoryScreen.-narrow #chart-accept_by_position { column-span: 2; }
     HistoryScreen #legend { height: auto; max-height: 4; padding: 0 1; background: $panel; }
     """
 
@@ -77,6 +87,7 @@ class HistoryScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.set_class(self.app.size.width < NARROW_BELOW, "-narrow")
         self.redraw()
         self.set_interval(2.0, self.redraw)
 
@@ -102,7 +113,7 @@ class HistoryScreen(Screen[None]):
             plt.title(title)
             plt.xlabel("minutes")
             plt.ylabel(unit)
-            if key == "accept_by_position":
+            if key == POSITION_CHART:
                 self._plot_positions(plt, origin)
                 for mark in launches:
                     plt.vline((mark.at - origin) / 60, "white")
@@ -134,5 +145,8 @@ class HistoryScreen(Screen[None]):
         firsts += [mark.at for mark in launches]
         return min(firsts) if firsts else 0.0
 
+    def on_resize(self) -> None:
+        self.set_class(self.app.size.width < NARROW_BELOW, "-narrow")
+
     def _series(self) -> list[list[tuple[float, float]]]:
-        return [list(getattr(self.history, key)) for key, _, _ in CHARTS[:-1]]
+        return [list(getattr(self.history, key)) for key, _, _ in CHARTS if key != POSITION_CHART]

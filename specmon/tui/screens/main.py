@@ -1,4 +1,5 @@
-"""The main screen: header, banner, loading panel (until ready), GPUs, throughput, timing, log."""
+"""The main screen: header, banner, loading panel (until ready), GPUs, throughput, timing,
+latency & capacity (where it fits, or on `c`), log."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from specmon.state.store import StateStore
 from specmon.tui.widgets.banner import Banner
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
+from specmon.tui.widgets.latency import BASE_ROWS, LatencyPanel, panel_rows
 from specmon.tui.widgets.loading import LoadingPanel
 from specmon.tui.widgets.log_pane import LogPane
 from specmon.tui.widgets.throughput import ThroughputPanel
@@ -22,6 +24,7 @@ LIVE_ROW_ROWS = 7
 LOADING_ROWS = 9
 COMPACT_LOADING_ROWS = 6  # the phase list in two columns, when the GPUs would not fit
 LOG_MIN_ROWS = 4
+MIN_GPU_ROWS = 3  # one GPU row and the border
 
 
 class MainScreen(Screen[None]):
@@ -33,6 +36,8 @@ class MainScreen(Screen[None]):
     MainScreen.-live LoadingPanel { display: none; }
     MainScreen #live-row > ThroughputPanel { width: 1fr; }
     MainScreen #live-row > TimingPanel { width: 1fr; }
+    MainScreen #latency { display: none; }
+    MainScreen.-live.-latency #latency { display: block; }
     """
 
     def __init__(self, host_label: str, *, screen_id: str = "main") -> None:
@@ -42,6 +47,9 @@ class MainScreen(Screen[None]):
         # (the demo's) and whether the followed run's profile has the probe on (None: unknown).
         self.autolaunch: str | None = None
         self.probe_on: bool | None = None
+        # The Latency & capacity panel: None shows it where it fits beside every GPU row and
+        # LOG_MIN_ROWS of log; `c` sets it shown or hidden whatever the size.
+        self.show_latency: bool | None = None
 
     def compose(self) -> ComposeResult:
         yield HeaderBar(self.host_label, id="header")
@@ -51,6 +59,7 @@ class MainScreen(Screen[None]):
         with Horizontal(id="live-row"):
             yield ThroughputPanel(id="throughput")
             yield TimingPanel(id="timing")
+        yield LatencyPanel(id="latency")
         yield LogPane(id="log-pane")
         yield Footer()
 
@@ -71,6 +80,19 @@ class MainScreen(Screen[None]):
         if live:
             self.query_one(ThroughputPanel).update_from(store)
             self.query_one(TimingPanel).update_from(store, probe_on=self.probe_on)
+            if self.latency_shown:
+                self.query_one(LatencyPanel).update_from(store)
+
+    @property
+    def latency_shown(self) -> bool:
+        return self.has_class("-latency")
+
+    def toggle_latency(self) -> bool:
+        """`c`: show the panel if hidden, hide it if shown, from now on whatever the size;
+        returns whether it is shown."""
+        self.show_latency = not self.latency_shown
+        self.set_class(self.show_latency, "-latency")
+        return self.show_latency
 
     def _fit_gpu_panel(self, store: StateStore, live: bool) -> None:
         """Give the GPU panel a row per GPU, but leave the log pane at least LOG_MIN_ROWS."""
@@ -82,8 +104,28 @@ class MainScreen(Screen[None]):
             loading_rows = COMPACT_LOADING_ROWS  # 8 GPUs while loading on an 80x24 terminal
         self.query_one(LoadingPanel).set_class(loading_rows == COMPACT_LOADING_ROWS, "-compact")
         used += LIVE_ROW_ROWS if live else loading_rows
+        if live:
+            used += self._fit_latency_panel(store, used, wanted)
         room = self.size.height - used - LOG_MIN_ROWS
-        height = max(3, min(wanted, room))
+        height = max(MIN_GPU_ROWS, min(wanted, room))
         panel = self.query_one(GpuPanel)
         if panel.styles.height is None or panel.styles.height.value != height:
             panel.styles.height = height
+
+    def _fit_latency_panel(self, store: StateStore, used: int, gpu_rows: int) -> int:
+        """Show the latency panel where the operator asked (`c`), else where its figures fit
+        beside every GPU row and LOG_MIN_ROWS of log; short of rows, its per-rank table gives
+        way first, then the GPU rows. Returns the rows it takes."""
+        panel = self.query_one(LatencyPanel)
+        left = self.size.height - used - LOG_MIN_ROWS
+        fits = left - gpu_rows >= BASE_ROWS
+        shown = fits if self.show_latency is None else self.show_latency
+        self.set_class(shown, "-latency")
+        if not shown:
+            return 0
+        width = max(20, self.size.width - 4)
+        rows = panel_rows(store.latency, width, max(BASE_ROWS, left - gpu_rows))
+        panel.rows_allowed = rows
+        if panel.styles.height is None or panel.styles.height.value != rows:
+            panel.styles.height = rows
+        return rows

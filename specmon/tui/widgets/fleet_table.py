@@ -8,7 +8,8 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from specmon.state.fleet import FleetRow
-from specmon.tui.formatting import format_duration, format_number, mini_sparkline
+from specmon.state.saturation import PREEMPT_BADGE
+from specmon.tui.formatting import format_duration, format_latency, format_number, mini_sparkline
 
 COLUMNS: tuple[str, ...] = (
     " ",
@@ -21,6 +22,8 @@ COLUMNS: tuple[str, ...] = (
     "trend",
     "accept",
     "verify ms",
+    "ITL p90",
+    "saturation",
     "GPUs busy",
     "memory GB",
     "last event",
@@ -107,7 +110,24 @@ class FleetTable(DataTable[object]):
             mini_sparkline(row.throughput_recent, SPARK_WIDTH) if row.throughput_recent else "",
             format_number(row.accept_len, 2),
             format_number(row.verify_ms, 2),
+            format_latency(row.itl_p90_s) if row.itl_p90_s is not None else "-",
+            saturation_cell(row),
             f"{row.gpus_busy}/{row.gpus_total}" if row.gpus_total else "-",
             memory,
             format_duration(row.last_event_age_s) if row.last_event_age_s is not None else "-",
         )
+
+
+def saturation_cell(row: FleetRow) -> Text:
+    """The header's saturation badges for the host; "none" when its figures say so, "-"
+    when it has none (not ready, or no /metrics)."""
+    if not row.latency_known:
+        return Text("-")
+    if not row.saturation:
+        return Text("none", style="dim")
+    text = Text()
+    for index, badge in enumerate(row.saturation):
+        if index:
+            text.append(" ")
+        text.append(badge, style="bold red" if badge == PREEMPT_BADGE else "bold yellow")
+    return text

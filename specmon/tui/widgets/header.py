@@ -1,4 +1,5 @@
-"""The one-line header: host, profile, run state, uptime and the launch's key flags."""
+"""The one-line header: host, profile, run state, saturation badges, uptime and the launch's
+key flags."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from specmon.model.terminal_text import safe_text
+from specmon.state.saturation import PREEMPT_BADGE, saturation_badges
 from specmon.state.store import StateStore
 from specmon.tui.formatting import format_duration, key_flags
 
@@ -42,6 +44,11 @@ def display_state(store: StateStore) -> str:
     return store.run_state
 
 
+def header_badges(store: StateStore, state: str) -> tuple[str, ...]:
+    """The saturation badges of a serving run (a stopped or lost one's figures are stale)."""
+    return saturation_badges(store.latency) if state == "ready" else ()
+
+
 class HeaderBar(Static):
     """Who and what is running, at a glance; rebuilt at most once a second or on change."""
 
@@ -63,7 +70,8 @@ class HeaderBar(Static):
         flags = with_live_steps(list(key_flags(run)), store.spec_steps)
         attempt = store.connection.attempt if store.connection is not None else 0
         run_id = run.run_id if run else None
-        key = (state, attempt, run_id, format_duration(uptime), paused, store.spec_steps)
+        badges = header_badges(store, state)
+        key = (state, attempt, run_id, format_duration(uptime), paused, store.spec_steps, badges)
         if key == self._last:
             return
         self._last = key
@@ -92,6 +100,10 @@ class HeaderBar(Static):
             text.append(safe_text(run.profile or "-") if run else "no run", style="italic")
         text.append("  ")
         text.append(f" {label} ", style=style + " reverse")
+        for badge in badges:  # the server saturates: said before anything else of the run
+            colour = colours["$error"] if badge == PREEMPT_BADGE else colours["$warning"]
+            text.append(" ")
+            text.append(f" {badge} ", style=f"bold reverse {colour}")
         if uptime is not None:
             text.append(f"  up {format_duration(uptime)}")
         text.append("  ")
