@@ -4,7 +4,7 @@ the demo's clients), job `server` scrapes the servers' own /metrics: the demo's 
 the vLLM simulator under a bounded load (2 clients, at most 40 requests, 40 s). Every panel's
 every query answers with data, each value in its unit's sensible range, and each query in a
 server's names answers for that server; every query variable lists values; the launch
-annotation marks the demo run's launch time to the millisecond. About 40 s."""
+annotation marks the demo run's launch time to the millisecond. About 25 s."""
 
 from __future__ import annotations
 
