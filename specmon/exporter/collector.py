@@ -5,12 +5,12 @@ their cumulative counters and histograms) in ``collect``, on the event loop's th
 scrape never races the store. Names follow Prometheus conventions (base units, ``_ratio``,
 ``_seconds``, ``_bytes``, ``_total``); every family carries a ``host`` label.
 
-Only the present is exported. The run's own gauges (ready, loading, tok/s, acceptance,
-requests, KV cache) carry its ``run_id`` and exist only while the run lives (loading, ready,
+Only the present is exported. The run's own gauges (ready, loading, tok/s, acceptance, token
+flow, requests, KV cache) carry its ``run_id`` and exist only while the run lives (loading, ready,
 stopping): when it ends they leave the scrape, so Prometheus marks them stale at once, and a
 new run's series start under its own ``run_id`` with nothing of the old run's. The run's
-state (``specmon_run_state``, one table of states below) and its info stay until another
-run is followed; the host's series (GPUs, errors, histograms, connection) carry no run.
+state (``specmon_run_state``, one table of states below), its info and its launch time stay
+until another run is followed; the host's series (GPUs, errors, histograms, connection) carry no run.
 
 A host's series are bounded whatever its server or agent sends: at most MAX_SERIES_PER_HOST
 per scrape (the fixed families take about 130, draft positions at most 64, each GPU 6), the
@@ -21,6 +21,7 @@ how many were left out.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from prometheus_client.samples import Sample
 
 from specmon.backends import RUN_INFO_LABELS, backend_for_command, get_backend
 from specmon.model.errors import UsageError
+from specmon.model.events import Decode
 from specmon.state.store import CycleHistogram, EventBus, StateStore
 
 CONNECTION_STATES = ("connecting", "connected", "reconnecting", "disconnected", "closed")
@@ -144,6 +146,11 @@ class SpecmonCollector(Collector):
                 "The server run specmon follows on the host: backend, profile, model, "
                 "speculative settings and NCCL environment",
             ),
+            run_start=g(
+                "specmon_run_start_time_seconds",
+                "When the followed run was launched (Unix time), as its run record says",
+                labels=run,
+            ),
             run_state=g(
                 "specmon_run_state",
                 "The followed run's state, or how it ended: 1 for the current one",
@@ -195,6 +202,23 @@ class SpecmonCollector(Collector):
             accept_rate=g(
                 "specmon_spec_accept_rate_ratio",
                 "Accepted share of drafted tokens (latest decode line)",
+                labels=run,
+            ),
+            drafts_rate=g(
+                "specmon_spec_drafts_per_second",
+                "Draft-verify cycles per second over the running requests (latest decode line: "
+                "tok/s over accept length)",
+                labels=run,
+            ),
+            draft_tokens_rate=g(
+                "specmon_spec_draft_tokens_per_second",
+                "Drafted tokens sent to verification per second (drafts/s x the launch's "
+                "drafted tokens per cycle)",
+                labels=run,
+            ),
+            accepted_tokens_rate=g(
+                "specmon_spec_accepted_tokens_per_second",
+                "Drafted tokens accepted per second (drafts/s x (accept length - 1))",
                 labels=run,
             ),
             position_acceptance=g(
@@ -256,9 +280,10 @@ class SpecmonCollector(Collector):
         run = store.run
         if run is None:
             return
-        self._add_run(f, name, store)
+        info = self._add_run(f, name, store)
         state = RUN_STATE_LABELS.get(store.run_state, store.run_state)
         labels = [name, run.run_id]
+        _maybe(f.run_start, labels, run.started_at)
         for option in _with_known(RUN_STATES, {state: 1}):
             f.run_state.add_metric([*labels, option], 1.0 if option == state else 0.0)
         if state not in LIVE_RUN_STATES:
@@ -282,11 +307,18 @@ class SpecmonCollector(Collector):
             f.throughput.add_metric(labels, decode.gen_throughput)
             _maybe(f.accept_length, labels, decode.accept_len)
             _maybe(f.accept_rate, labels, decode.accept_rate)
+            flow = token_flow(decode, _positive_int(info.get("spec_draft_tokens", "")))
+            if flow is not None:
+                drafts, accepted, drafted = flow
+                f.drafts_rate.add_metric(labels, drafts)
+                f.accepted_tokens_rate.add_metric(labels, accepted)
+                _maybe(f.draft_tokens_rate, labels, drafted)
             f.running.add_metric(labels, float(decode.running_req))
             f.queued.add_metric(labels, float(decode.queue_req))
             f.kv_usage.add_metric(labels, decode.token_usage)
 
-    def _add_run(self, f: _Families, name: str, store: StateStore) -> None:
+    def _add_run(self, f: _Families, name: str, store: StateStore) -> dict[str, str]:
+        """Adds the run's info series; returns its labels."""
         run = store.run
         assert run is not None
         backend = run.backend or self._backends.get(run.profile or "", "") or _backend_of(run.argv)
@@ -300,6 +332,7 @@ class SpecmonCollector(Collector):
         env = dict(run.env)
         values.update((label, env.get(variable, "")) for label, variable in RUN_INFO_ENV)
         f.run.add_metric([], values)
+        return values
 
     def _add_gpus(self, f: _Families, name: str, store: StateStore) -> None:
         for index, reading in sorted(store.gpus.items()):
@@ -344,6 +377,27 @@ def run_info_labels(backend: str, argv: Sequence[str]) -> dict[str, str]:
         return dict.fromkeys(RUN_INFO_LABELS, "")
 
 
+def token_flow(
+    decode: Decode, draft_tokens: int | None
+) -> tuple[float, float, float | None] | None:
+    """(drafts, accepted draft tokens, drafted tokens) per second from a decode line, the same
+    rule for every server: each running request's cycle emits ``accept_len`` tokens (the
+    accepted drafts and the bonus token) and verifies ``draft_tokens`` - 1 drafted tokens
+    (the run-info label: SGLang's ``--speculative-num-draft-tokens``, vLLM's k + 1). The
+    servers' accept rates are not used: SGLang's changed meaning between versions. None
+    without speculation; drafted None where the launch does not say."""
+    length = decode.accept_len
+    if length is None or not length >= 1.0 or not math.isfinite(decode.gen_throughput):
+        return None
+    drafts = max(decode.gen_throughput, 0.0) / length
+    drafted = drafts * (draft_tokens - 1) if draft_tokens is not None else None
+    return drafts, drafts * (length - 1.0), drafted
+
+
+def _positive_int(text: str) -> int | None:
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
 def _backend_of(argv: Sequence[str]) -> str:
     """The server a command line runs, for a run whose record and profile do not say."""
     try:
@@ -375,6 +429,7 @@ class _Families:
     lag: GaugeMetricFamily
     last_event: GaugeMetricFamily
     run: InfoMetricFamily
+    run_start: GaugeMetricFamily
     run_state: GaugeMetricFamily
     ready: GaugeMetricFamily
     loading_phase: GaugeMetricFamily
@@ -387,6 +442,9 @@ class _Families:
     throughput: GaugeMetricFamily
     accept_length: GaugeMetricFamily
     accept_rate: GaugeMetricFamily
+    drafts_rate: GaugeMetricFamily
+    draft_tokens_rate: GaugeMetricFamily
+    accepted_tokens_rate: GaugeMetricFamily
     position_acceptance: GaugeMetricFamily
     running: GaugeMetricFamily
     queued: GaugeMetricFamily

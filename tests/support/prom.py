@@ -1,11 +1,14 @@
 """A real Prometheus server (Debian's `prometheus`) on loopback for tests, scraping given
-targets every second, with helpers to query its HTTP API."""
+targets every second, with helpers to query its HTTP API; and `specmon export` as a real
+process for it to scrape."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,6 +18,10 @@ from typing import Any
 import httpx
 import pytest
 from support.hosts import free_port
+from support.paths import REPO
+
+# The shipped config, named: a ./specmon.toml is used only once trusted (docs/config.md).
+SHIPPED_CONFIG = ("--config", str(REPO / "specmon.toml"))
 
 
 def require_binary(name: str, package: str) -> str:
@@ -97,3 +104,26 @@ def run_prometheus(
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def start_exporter(state_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`specmon export local` on loopback ``port``, following the runs under ``state_dir``
+    (with the simulated GPU agent); its output in ``log``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SPECMON_")}
+    env["PYTHONPATH"] = str(REPO)
+    argv = [sys.executable, "-m", "specmon", *SHIPPED_CONFIG, "export", "local"]
+    argv += ["--state-dir", str(state_dir)]
+    argv += ["--gpu-agent", "sim", "--listen", f"127.0.0.1:{port}"]
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_exporter(exporter: subprocess.Popen[bytes] | None) -> None:
+    if exporter is None:
+        return
+    exporter.terminate()
+    try:
+        exporter.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        exporter.kill()
+        exporter.wait(timeout=10)

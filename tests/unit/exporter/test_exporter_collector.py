@@ -198,6 +198,8 @@ LIVE_GAUGES = (
     "specmon_loading_progress_ratio",
     "specmon_loading_elapsed_seconds",
     "specmon_spec_position_acceptance_ratio",
+    "specmon_spec_drafts_per_second",
+    "specmon_spec_accepted_tokens_per_second",
 )
 
 
@@ -345,6 +347,69 @@ def test_run_info_of_a_vllm_run_has_its_model_and_speculative_labels() -> None:
     assert info["spec_algorithm"] == "eagle3" and info["tp"] == "8"
     # k = 3 chained draft steps, the 3 drafts and the bonus token verified
     assert (info["spec_steps"], info["spec_topk"], info["spec_draft_tokens"]) == ("3", "1", "4")
+
+
+@pytest.mark.parametrize(
+    "backend, spec_args",
+    [
+        ("sglang", ("--speculative-num-steps", "3", "--speculative-num-draft-tokens", "4")),
+        ("vllm", ("--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}')),
+    ],
+)
+def test_token_flow_is_one_rule_for_every_server(backend: str, spec_args: tuple[str, ...]) -> None:
+    """500 tok/s at 2.5 tokens a cycle: 200 drafts/s, each accepting 1.5 of its 3 drafted
+    tokens (SGLang's 4 draft tokens, vLLM's k = 3, both the bonus token and 3 drafts)."""
+    argv = ("python3", "-m", "sglang.launch_server", "--model-path", "m/K", *spec_args)
+    if backend == "vllm":
+        argv = ("vllm", "serve", "m/K", *spec_args)
+    bus = EventBus()
+    bus.publish(RunInfo(run_id="r1", profile="p", backend=backend, argv=argv), at=1.0)
+    bus.publish(Ready(), at=2.0)
+    flow = Decode(
+        running_req=4, tokens=None, token_usage=0.1, accept_len=2.5, gen_throughput=500.0,
+        queue_req=0,
+    )  # fmt: skip
+    bus.publish(flow, at=3.0)
+    got = samples(bus, now=3.0)
+    run = (("host", "gpu-a"), ("run_id", "r1"))
+    assert got[("specmon_spec_drafts_per_second", run)] == 200.0
+    assert got[("specmon_spec_accepted_tokens_per_second", run)] == 300.0
+    assert got[("specmon_spec_draft_tokens_per_second", run)] == 600.0
+
+
+def test_token_flow_only_where_a_decode_line_says() -> None:
+    """No speculation (no accept length), or a launch that does not say how many tokens a
+    cycle drafts: no drafted tokens, never a made-up figure."""
+    bus = EventBus()
+    bus.publish(RunInfo(run_id="r1", profile="p"), at=1.0)  # a launch that says nothing
+    bus.publish(Ready(), at=2.0)
+    bus.publish(decode(90.0), at=3.0)  # accept length 3.0
+    got = samples(bus, now=3.0)
+    assert run_of(got, "specmon_spec_drafts_per_second") == {"r1"}
+    assert (
+        got[("specmon_spec_accepted_tokens_per_second", (("host", "gpu-a"), ("run_id", "r1")))]
+        == 60.0
+    )
+    assert not run_of(got, "specmon_spec_draft_tokens_per_second")
+    plain = Decode(running_req=1, tokens=9, token_usage=0.1, gen_throughput=50.0, queue_req=0)
+    bus.publish(plain, at=4.0)
+    got = samples(bus, now=4.0)
+    for name in ("drafts", "accepted_tokens", "draft_tokens"):
+        assert not run_of(got, f"specmon_spec_{name}_per_second"), name
+
+
+def test_run_start_time_stays_with_the_run_until_the_next() -> None:
+    """The launch time (the dashboard's launch annotations) of the followed run, kept once
+    it ended, replaced by the next run's; absent where the run record does not say."""
+    bus = EventBus()
+    serving_run(bus, "r0", 50.0)  # no start time in its record
+    assert not run_of(samples(bus, now=60.0), "specmon_run_start_time_seconds")
+    bus.publish(RunInfo(run_id="r1", profile="p", started_at=1000.0), at=1000.5)
+    bus.publish(RunState(run_id="r1", state="stopped", detail="stopped by specmon"), at=1010.0)
+    got = samples(bus, now=1011.0)
+    assert got[("specmon_run_start_time_seconds", (("host", "gpu-a"), ("run_id", "r1")))] == 1000.0
+    bus.publish(RunInfo(run_id="r2", profile="p", started_at=1020.0), at=1020.5)
+    assert run_of(samples(bus, now=1021.0), "specmon_run_start_time_seconds") == {"r2"}
 
 
 def test_run_info_labels_mean_the_same_for_every_server() -> None:

@@ -49,6 +49,11 @@ FAMILIES = [
         "The server run specmon follows on the host: backend, profile, model, speculative settings and NCCL environment",
     ),
     (
+        "specmon_run_start_time_seconds",
+        "gauge",
+        "When the followed run was launched (Unix time), as its run record says",
+    ),
+    (
         "specmon_run_state",
         "gauge",
         "The followed run's state, or how it ended: 1 for the current one",
@@ -95,6 +100,21 @@ FAMILIES = [
         "specmon_spec_accept_rate_ratio",
         "gauge",
         "Accepted share of drafted tokens (latest decode line)",
+    ),
+    (
+        "specmon_spec_drafts_per_second",
+        "gauge",
+        "Draft-verify cycles per second over the running requests (latest decode line: tok/s over accept length)",
+    ),
+    (
+        "specmon_spec_draft_tokens_per_second",
+        "gauge",
+        "Drafted tokens sent to verification per second (drafts/s x the launch's drafted tokens per cycle)",
+    ),
+    (
+        "specmon_spec_accepted_tokens_per_second",
+        "gauge",
+        "Drafted tokens accepted per second (drafts/s x (accept length - 1))",
     ),
     (
         "specmon_spec_position_acceptance_ratio",
@@ -155,6 +175,7 @@ LABELS = {
         "spec_topk",
         "tp",
     ],
+    "specmon_run_start_time_seconds": ["host", "run_id"],
     "specmon_run_state": ["host", "run_id", "state"],
     "specmon_ready": ["host", "run_id"],
     "specmon_loading_phase": ["host", "phase", "run_id"],
@@ -166,6 +187,9 @@ LABELS = {
     "specmon_generation_tokens_per_second": ["host", "run_id"],
     "specmon_spec_accept_length": ["host", "run_id"],
     "specmon_spec_accept_rate_ratio": ["host", "run_id"],
+    "specmon_spec_drafts_per_second": ["host", "run_id"],
+    "specmon_spec_draft_tokens_per_second": ["host", "run_id"],
+    "specmon_spec_accepted_tokens_per_second": ["host", "run_id"],
     "specmon_spec_position_acceptance_ratio": ["host", "position", "run_id"],
     "specmon_running_requests": ["host", "run_id"],
     "specmon_queued_requests": ["host", "run_id"],
@@ -191,8 +215,9 @@ def full_bus() -> EventBus:
     """A host with a run through start-up, a decode, a probe cycle, an error and a GPU."""
     bus = EventBus()
     argv = ("python3", "-m", "sglang.launch_server", "--model-path", "m/K", "--tp", "8")
+    argv += ("--speculative-num-draft-tokens", "4")
     bus.publish(ConnectionState(host="h", state="connected"), at=1.0)
-    bus.publish(RunInfo(run_id="r1", profile="p", argv=argv), at=1.0)
+    bus.publish(RunInfo(run_id="r1", profile="p", argv=argv, started_at=0.5), at=1.0)
     bus.publish(LoadBegin(), at=2.0)
     bus.publish(ShardProgress(done=16, total=64), at=3.0)
     bus.publish(Ready(), at=10.0)
