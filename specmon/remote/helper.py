@@ -15,8 +15,10 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
   hold-lock   take the host's flock and hold it until stdin closes (so a dropped console never
               leaves a stale lock); prints {"ok": true} or who holds it and since when
   follow      stream a run's log and probe file from byte offsets as framed JSON lines, then
-              its exit; ends when stdin closes
-  annotate    merge keys into a run's meta.json (e.g. the ready time, for later ETAs)
+              its exit; the ready time as a client notes it in meta.json (each change); ends
+              when stdin closes
+  annotate    merge keys into a run's meta.json (e.g. the ready time, for later ETAs); with
+              --unless-set KEY, nothing when meta.json already has KEY
   supervise   run a child (the GPU agent) in its own process group, writing straight to this
               stdout, and kill the group when stdin closes or the child exits; a write to
               stdin reaches the child as SIGUSR1 (the agent reads its GPUs at once)
@@ -1594,6 +1596,26 @@ def stdin_closed(timeout):
     return bool(ready) and not os.read(sys.stdin.fileno(), 4096)
 
 
+class ReadyNotes:
+    """The ready time some client noted in a run's meta.json, told on each change: a client
+    that read the ready line only in a replay (it came before the launcher's note) learns
+    the load time from the launcher's note when it lands."""
+
+    def __init__(self, path):
+        self.path = path
+        self.told = None
+
+    def changed(self):
+        meta = read_json(self.path)
+        if not isinstance(meta, dict) or meta.get("ready_at") is None:
+            return None
+        ready = {"ready_at": meta["ready_at"], "ready_late": bool(meta.get("ready_late"))}
+        if ready == self.told:
+            return None
+        self.told = ready
+        return ready
+
+
 def cmd_follow(args):
     state = state_dir(args.state_dir)
     rdir = run_dir(state, args.run_id)
@@ -1606,11 +1628,15 @@ def cmd_follow(args):
     dead_since = None
     stop_path = os.path.join(rdir, "stop.json")
     stop_told = False
+    notes = ReadyNotes(os.path.join(rdir, "meta.json"))
     while True:
         if not stop_told and os.path.exists(stop_path):
             # A stop by any client: the follower hears of it before the server's last lines.
             stop_told = True
             emit({"t": "stopping", "stop": read_json(stop_path)})
+        ready = notes.changed()
+        if ready is not None:
+            emit(dict(ready, t="ready"))
         sent = False
         for stream in ("log", "probe"):
             data = read_from(paths[stream], offsets[stream], 256 * 1024)
@@ -1886,6 +1912,10 @@ def cmd_annotate(args):
     rdir = run_dir(state, args.run_id)
     path = os.path.join(rdir, "meta.json")
     meta = read_json(path) or {}
+    if args.unless_set and meta.get(args.unless_set) is not None:
+        # A late "ready, time unknown" never overwrites a ready time another client saw live.
+        emit({"ok": True, "kept": args.unless_set})
+        return 0
     meta.update(json.loads(args.json))
     write_json(path, meta)
     emit({"ok": True})
@@ -2069,6 +2099,7 @@ def main(argv=None):
     take.add_argument("--supervisor", choices=("", "docker", "systemd"), default="")
     take.add_argument("--dry-run", action="store_true")
     sub.choices["annotate"].add_argument("--json", required=True)
+    sub.choices["annotate"].add_argument("--unless-set", default="")
     sub.choices["supervise"].add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     handler = {

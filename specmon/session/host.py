@@ -120,6 +120,9 @@ class _Follow:
     listener_warned: str | None = None  # the last problem published (said once)
     listener_confirmed: bool = False  # the port was found the run's own
     held_ready: tuple[Event, float] | None = None  # the log's ready line, until confirmed
+    # A ready line was published without a load time (read in a replay before any client
+    # noted when the run became ready): a ready time noted later gives it (_on_ready_noted).
+    untimed_ready: bool = False
     listener_recheck: bool = False  # asked again while a question was in flight
     stop: Mapping[str, Any] | None = None  # another client's stop record, once it began
     end: RunEnd | None = None  # how it ended, once it did
@@ -1023,6 +1026,8 @@ class HostSession(HostController):
                     self._on_probe_chunk(follow, int(msg["o"]), _chunk_bytes(msg))
                 elif kind == "stopping":
                     self._on_stopping(follow, msg.get("stop") or {})
+                elif kind == "ready":
+                    self._on_ready_noted(follow, msg)
                 elif kind == "exit":
                     self._on_exit(follow, msg.get("exit") or {}, msg.get("stop"))
                     return
@@ -1044,20 +1049,37 @@ class HostSession(HostController):
             if collecting:
                 gc.enable()
         if follow.log.replay_finished():
-            self._publish_replayed_times(follow.run)
+            self._publish_replayed_times(follow)
 
-    def _publish_replayed_times(self, run: RunStatus) -> None:
+    def _publish_replayed_times(self, follow: _Follow) -> None:
         """A replayed log arrives all at once: put the real start (and ready) times back, so
         elapsed time, the ETA and the load time are right after a reattach, even when the
         replay no longer holds the start-up lines. A ready time noticed late (not when the
         run became ready) is no load time: it is not sent."""
-        self._publish(
-            LoadTimes(
-                run_id=run.run_id,
-                started_at=run.started_at,
-                ready_at=None if run.ready_late else run.ready_at,
+        run = follow.run
+        ready_at = None if run.ready_late else run.ready_at
+        if ready_at is not None:
+            follow.untimed_ready = False
+        self._publish(LoadTimes(run_id=run.run_id, started_at=run.started_at, ready_at=ready_at))
+
+    def _on_ready_noted(self, follow: _Follow, note: Mapping[str, Any]) -> None:
+        """A client noted on the host when the run became ready (the helper's follow tells
+        each change of meta.json). A time seen live is the run's load time for every client:
+        one that came between the ready line reaching the log and that note read the line
+        only in its replay, with no load time, until now. A late note is no load time."""
+        at = note.get("ready_at")
+        if note.get("ready_late") or not isinstance(at, int | float) or follow.ended:
+            return
+        run = follow.run
+        if run.ready_at == at and not run.ready_late:
+            return
+        follow.run = replace(run, ready_at=float(at), ready_late=False)
+        follow.ready_known = True  # noted by another client: this one need not note it
+        if follow.untimed_ready and not follow.log.replaying:  # a replay's end tells it
+            follow.untimed_ready = False
+            self._publish(
+                LoadTimes(run_id=run.run_id, started_at=run.started_at, ready_at=float(at))
             )
-        )
 
     def _on_server_event(self, follow: _Follow, event: Event, now: float) -> None:
         if (
@@ -1073,6 +1095,7 @@ class HostSession(HostController):
             return
         if isinstance(event, Ready):
             event = self._timed_ready(follow, event, now)
+            follow.untimed_ready = event.load_seconds is None
         self._publish(event, now)
         if not isinstance(event, Ready):
             return
@@ -1203,17 +1226,29 @@ class HostSession(HostController):
         follow.run = replace(follow.run, ready_at=now, ready_late=late)
         if follow.foreign is not None:
             return  # no run dir on the host to note it in
-        task = asyncio.get_running_loop().create_task(self._annotate(follow.run.run_id, notes))
+        # A late note never overwrites a ready time another client noted (seen live).
+        keep = "ready_at" if late else None
+        task = asyncio.get_running_loop().create_task(
+            self._annotate(follow.run.run_id, notes, unless_set=keep)
+        )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _annotate(self, run_id: str, notes: dict[str, Any]) -> None:
+    async def _annotate(
+        self, run_id: str, notes: dict[str, Any], *, unless_set: str | None = None
+    ) -> None:
         with contextlib.suppress(SpecmonError):
-            await self.note_run(run_id, notes)
+            await self.note_run(run_id, notes, unless_set=unless_set)
 
-    async def note_run(self, run_id: str, notes: Mapping[str, Any]) -> None:
-        """Merge ``notes`` into the run's annotations on the host (meta.json)."""
-        await self.helper.call(["annotate", "--run-id", run_id, "--json", json.dumps(notes)])
+    async def note_run(
+        self, run_id: str, notes: Mapping[str, Any], *, unless_set: str | None = None
+    ) -> None:
+        """Merge ``notes`` into the run's annotations on the host (meta.json); with
+        ``unless_set``, nothing when they already hold that key."""
+        args = ["annotate", "--run-id", run_id, "--json", json.dumps(notes)]
+        if unless_set:
+            args += ["--unless-set", unless_set]
+        await self.helper.call(args)
 
     async def mark_nodes_launched(self, run_id: str) -> None:
         """Every node of this multi-node run is launched: noted on the host, so `status`
