@@ -119,3 +119,62 @@ def aux_layers(
 ) -> AuxLayers:
     """The auxiliary layers ``backend`` (at ``version``) would use for this draft config."""
     return backend_wiring(backend).aux_layers(config, num_target_layers, version)
+
+
+# The simulator's side (issue 31 item 4), here because specmon.sim sits below the backends:
+# when the draft path holds a config.json, the server's own rule gives the layers in effect;
+# the layers the draft "was trained with" come from SPECMON_SIM_TRAINED_AUX_LAYERS (default:
+# the server's default for the target). A mismatch sets SpecSettings.miswired (specmon.sim.perf).
+
+TRAINED_ENV = "SPECMON_SIM_TRAINED_AUX_LAYERS"
+
+
+@dataclass(frozen=True, slots=True)
+class DraftWiring:
+    """What the simulated server wires the draft to, against what the draft expects."""
+
+    in_effect: AuxLayers
+    trained: tuple[int, ...]
+    target_layers: int
+
+    @property
+    def matched(self) -> bool:
+        return tuple(self.in_effect.layer_ids) == self.trained
+
+
+def target_layer_count(target_path: str | None, default: int) -> int:
+    """``num_hidden_layers`` of the target's ``config.json`` when it is a local directory.
+
+    Multimodal checkpoints (Kimi-K2.5) keep it under ``text_config``; anything unreadable
+    falls back to the personality's own count.
+    """
+    if not target_path:
+        return default
+    try:
+        config = load_config(target_path)
+    except DraftConfigError:
+        return default
+    for section in (config or {}, (config or {}).get("text_config") or {}):
+        layers = section.get("num_hidden_layers") if isinstance(section, Mapping) else None
+        if isinstance(layers, int) and not isinstance(layers, bool) and layers > 0:
+            return layers
+    return default
+
+
+def resolve(
+    backend: str,
+    draft_path: str | None,
+    env: Mapping[str, str],
+    *,
+    target_layers: int,
+    version: str | None = None,
+) -> DraftWiring:
+    """The wiring for a launch; DraftConfigError (one line) for an unusable config or env list."""
+    config: dict[str, Any] | None = load_config(Path(draft_path)) if draft_path else None
+    in_effect = aux_layers(backend, config, target_layers, version)
+    raw = env.get(TRAINED_ENV, "").strip()
+    if raw:
+        trained = parse_layer_list(raw, TRAINED_ENV)
+    else:
+        trained = tuple(backend_wiring(backend).default_aux_layers(target_layers, version))
+    return DraftWiring(in_effect, trained, target_layers)

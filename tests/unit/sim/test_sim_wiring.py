@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from specmon.backends.draft_wiring import AUX_KEY, DraftConfigError
+from specmon.backends.draft_wiring import (
+    AUX_KEY,
+    TRAINED_ENV,
+    DraftConfigError,
+    resolve,
+    target_layer_count,
+)
 from specmon.sim import perf
-from specmon.sim.wiring import TRAINED_ENV, resolve, target_layer_count
 
 THREE_STEPS = perf.SpecSettings(num_steps=3, topk=1, num_draft_tokens=4)
 

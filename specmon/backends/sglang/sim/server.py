@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specmon.backends.draft_wiring import DraftWiring, resolve, target_layer_count
 from specmon.backends.sglang.sim.args import SimLaunch, env_true
 from specmon.backends.sglang.sim.metrics import VERSION_ENV, SimMetrics, StartupFacts, parse_version
 from specmon.sim import faults, perf, procs
@@ -33,7 +34,6 @@ from specmon.sim.rendezvous import (
     parse_init_addr,
 )
 from specmon.sim.serving import SimServerBase, probe_path, run_to_exit
-from specmon.sim.wiring import DraftWiring, resolve, target_layer_count
 
 # The HTTP stack (starlette and uvicorn, then httpx for the warm-up: ~100 ms of imports)
 # loads on a thread while the simulated start-up runs; serve() waits for it without blocking

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specmon.backends.draft_wiring import DraftWiring, resolve, target_layer_count
 from specmon.backends.vllm import draft_wiring as vllm_wiring
 from specmon.backends.vllm.sim import failures
 from specmon.backends.vllm.sim.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
@@ -31,7 +32,6 @@ from specmon.sim.engine import Engine
 from specmon.sim.gpus import TOTAL_GIB
 from specmon.sim.logwriter import default_bar
 from specmon.sim.serving import SimServerBase, probe_path, run_to_exit
-from specmon.sim.wiring import DraftWiring, resolve, target_layer_count
 
 if TYPE_CHECKING:
     from specmon.backends.vllm.sim.http import VllmApi
