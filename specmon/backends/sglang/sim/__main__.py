@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from specmon.backends.draft_wiring import DraftConfigError
 from specmon.backends.sglang.sim.args import LaunchFailure, parse_launch
 from specmon.backends.sglang.sim.metrics import VERSION_ENV, parse_version
 from specmon.sim.faults import FAULT_ENV, FaultSpecError, parse_fault
@@ -19,7 +20,13 @@ def main(argv: list[str] | None = None) -> int:
         shards = int(launch.env.get("SPECMON_SIM_SHARDS", "64") or 64)
         if scale < 0 or shards < 1:
             raise ValueError("SPECMON_SIM_TIME_SCALE must be >= 0 and SPECMON_SIM_SHARDS >= 1")
-        parse_version(launch.env.get(VERSION_ENV))
+        version = parse_version(launch.env.get(VERSION_ENV))
+        from specmon.backends.sglang.sim.server import draft_wiring
+
+        draft_wiring(launch, version)  # an unusable draft config.json: one line, no traceback
+    except DraftConfigError as error:
+        print(f"specmon.sim: draft checkpoint: {error}", file=sys.stderr)
+        return 2
     except FaultSpecError as error:
         print(f"specmon.sim: {error}", file=sys.stderr)
         return 2

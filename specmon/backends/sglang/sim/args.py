@@ -35,6 +35,9 @@ environment (simulator):
   SPECMON_SIM_PEER_LOST_S  seconds a node outlives another node's death (default 0)
   SPECMON_PROBE_FILE       write per-cycle draft/verify timing records (JSON lines) here
   SPECMON_SIM_SGLANG_VERSION  0.5.9 (default) | 0.5.18: the version /metrics and /server_info imitate
+  SPECMON_SIM_TRAINED_AUX_LAYERS  layers the EAGLE-3 draft was trained on, e.g. 2,30,58 (default:
+                           SGLang's default for the target); other ids in the draft's config.json
+                           (eagle_config.eagle_aux_hidden_state_layer_ids) lower acceptance
 """
 
 # Flags SGLang has that change nothing in the simulation: (flag, kind, default).

@@ -14,10 +14,11 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from specmon.backends.draft_wiring import DraftWiring, resolve, target_layer_count
 from specmon.backends.sglang.sim.args import SimLaunch, env_true
 from specmon.backends.sglang.sim.metrics import VERSION_ENV, SimMetrics, StartupFacts, parse_version
 from specmon.sim import faults, perf, procs
@@ -55,6 +56,7 @@ def _load_http_stack(server_loaded: threading.Event) -> None:
 
 SGLANG_VERSION = "0.5.9"  # the default; SPECMON_SIM_SGLANG_VERSION picks another (metrics)
 TARGET_CONTEXT_LEN = 262144
+TARGET_LAYERS = 61  # Kimi-K2.5 (text_config.num_hidden_layers)
 DRAFT_DERIVED_CONTEXT_LEN = 8192
 KV_BYTES_PER_TOKEN = 61 * 576 * 2  # MLA: 61 layers x (512 + 64) bf16 values
 DRAFT_KV_BYTES_PER_TOKEN = 256  # one Llama layer, 8 KV heads x 128 over TP8, bf16, K or V
@@ -100,6 +102,23 @@ class FatalStartup(Exception):
         super().__init__(text.splitlines()[-1] if text else "")
         self.text = text
         self.ranks = ranks
+
+
+def draft_wiring(launch: SimLaunch, version: str | None = None) -> DraftWiring | None:
+    """The EAGLE-3 draft's auxiliary layers against those it was trained on (None: no EAGLE-3).
+
+    DraftConfigError (one line) for an unusable draft ``config.json``.
+    """
+    args = launch.args
+    if not launch.speculative or args.speculative_algorithm != "EAGLE3":
+        return None
+    return resolve(
+        "sglang",
+        args.speculative_draft_model_path,
+        launch.env,
+        target_layers=target_layer_count(args.model_path, TARGET_LAYERS),
+        version=version,
+    )
 
 
 def model_profile(model_path: str) -> dict[str, Any]:
@@ -150,6 +169,9 @@ class SimServer(SimServerBase):
         self.status = "starting"  # starting -> ready -> shutting_down
         self.started_at = time.time()
         self.version = parse_version(env.get(VERSION_ENV))
+        self.wiring = draft_wiring(launch, self.version)
+        if self.wiring is not None and not self.wiring.matched:
+            self.settings = replace(self.settings, miswired=True)
         self.load_seconds = 0.0
         self.draft_load_seconds = 0.0
         self.kv_seconds = 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from specmon.backends.draft_wiring import DraftConfigError
 from specmon.backends.vllm.sim.args import parse_serve
 from specmon.sim.faults import FAULT_ENV, FaultSpecError, parse_fault
 from specmon.sim.gpus import state_path_from_env
@@ -23,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
                 "SPECMON_SIM_TIME_SCALE must be >= 0, SPECMON_SIM_SHARDS >= 1 and "
                 "VLLM_LOG_STATS_INTERVAL > 0"
             )
+        from specmon.backends.vllm.sim.server import draft_wiring
+
+        draft_wiring(launch)  # an unusable draft config.json: one line, no traceback
+    except DraftConfigError as error:
+        print(f"specmon.sim.vllm: draft checkpoint: {error}", file=sys.stderr)
+        return 2
     except FaultSpecError as error:
         print(f"specmon.sim.vllm: {error}", file=sys.stderr)
         return 2

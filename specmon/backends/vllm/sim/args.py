@@ -67,6 +67,9 @@ environment (simulator):
   SPECMON_SIM_FAULT        oom | oom:kv | oom:load | nccl | hang:load | hang:graphs | hang:decode
                            | crash | crash:segv
   SPECMON_PROBE_FILE       write per-cycle draft/verify timing records (JSON lines) here
+  SPECMON_SIM_TRAINED_AUX_LAYERS  layers the EAGLE-3 draft was trained on, e.g. 2,40,77 (default:
+                           vLLM's default for the target); other ids in the draft's config.json
+                           (top-level eagle_aux_hidden_state_layer_ids) lower acceptance
 """
 
 # Flags vLLM has that change nothing here: (flag, aliases, kind, default).

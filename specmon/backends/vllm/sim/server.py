@@ -16,10 +16,12 @@ import re
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specmon.backends.draft_wiring import DraftWiring, resolve, target_layer_count
+from specmon.backends.vllm import draft_wiring as vllm_wiring
 from specmon.backends.vllm.sim import failures
 from specmon.backends.vllm.sim.args import VLLM_VERSION, LaunchFailure, VllmLaunch, check_launch
 from specmon.backends.vllm.sim.logs import VllmLogWriter
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_MAX_MODEL_LEN = 131072
 DEFAULT_MAX_NUM_SEQS = 1024
 DEFAULT_SHARDS = 30
+TARGET_LAYERS = 80  # Llama-3.3-70B, the model of vllm.md's transcript: (2, 40, 77)
 NCCL_VERSION = "2.28.9"
 # A Llama-3.3-70B-shaped target: weights and KV per token split over the TP ranks.
 TARGET_WEIGHTS_TOTAL_GIB = 138.64  # 17.33 GiB per rank at TP8
@@ -96,6 +99,23 @@ class FatalStartup(Exception):
         self.worker = worker
 
 
+def draft_wiring(launch: VllmLaunch) -> DraftWiring | None:
+    """The EAGLE-3 draft's auxiliary layers against those it was trained on (None: no EAGLE-3).
+
+    DraftConfigError (one line) for an unusable draft ``config.json``.
+    """
+    spec = launch.spec
+    if spec is None or spec.get("method") != "eagle3" or not spec.get("model"):
+        return None
+    return resolve(
+        "vllm",
+        str(spec["model"]),
+        launch.env,
+        target_layers=target_layer_count(launch.model, TARGET_LAYERS),
+        version=VLLM_VERSION,
+    )
+
+
 class VllmServer(SimServerBase):
     """One simulated ``vllm serve``, from its first line to exit."""
 
@@ -129,6 +149,9 @@ class VllmServer(SimServerBase):
         self.settings = perf.SpecSettings.from_launch(
             k, 1 if k else None, k + 1 if k else None, False, env
         )
+        self.wiring = draft_wiring(launch)
+        if self.wiring is not None and not self.wiring.matched:
+            self.settings = replace(self.settings, miswired=True)
         self.status = "starting"  # starting -> ready -> shutting_down
         self.engine_dead = False  # /health answers 503 from then on
         self.started_at = time.time()
@@ -314,8 +337,8 @@ class VllmServer(SimServerBase):
             self.worker(
                 0, "weights", f"Loading weights took {time.time() - draft_started:.2f} seconds"
             )
-            if spec["method"] == "eagle3":
-                self.worker(0, "aux", "Using Eagle3 auxiliary layers from model: (2, 40, 77)")
+            if self.wiring is not None:
+                self.worker(0, "aux", vllm_wiring.startup_line(self.wiring.in_effect))
         await self.pause(d.after_load)
         self.gpus.write("weights loaded")
         self.each_worker(
