@@ -1011,7 +1011,7 @@ def resolve_model(path, env):
         revision = read_capped(os.path.join(repo, "refs", "main"), 256).decode().strip()
     except (OSError, UnicodeDecodeError):
         revision = ""
-    if not revision or not is_hex_id(revision) and not revision.isalnum():
+    if not revision or not revision.isalnum():
         raise ValueError(f"{path}: the cache {repo} has no readable refs/main")
     snapshot = os.path.join(repo, "snapshots", revision)
     if not os.path.isdir(snapshot):
