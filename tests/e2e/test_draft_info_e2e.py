@@ -112,5 +112,9 @@ def test_watch_json_carries_the_drafts_wiring_and_a_bad_one_is_refused(box: Box)
     assert info["target_layers"] == 32 and info["draft_mapped_vocab_size"] == 32000
     assert len(info["draft_config_sha256"]) == 64 and len(info["chat_template_sha256"]) == 64
     assert info["problems"] == [] and info["errors"] == []
+    status = box.run("status", "--json")
+    assert status.returncode == 0, status.stderr
+    (live,) = [r for r in json.loads(status.stdout)["runs"] if r["alive"]]
+    assert live["draft_info"]["aux_layer_ids"] == [2, 16, 29]
     stopped = box.run("stop")
     assert stopped.returncode == 0, stopped.stderr
