@@ -175,6 +175,13 @@ class LaunchRules(Named):
         ``spec_topk`` candidates per step, ``spec_draft_tokens`` tokens one request's verify
         checks, ``tp`` the target's tensor parallel size."""
 
+    def model_paths(self, argv: Sequence[str]) -> tuple[str | None, str | None]:
+        """(target, draft) model paths a command line names (a directory or a model id),
+        None where it names none: the files the draft's wiring is read from. Default: the
+        ``model`` and ``draft_model`` run-info labels."""
+        labels = self.run_info_labels(argv)
+        return labels.get("model") or None, labels.get("draft_model") or None
+
     def multinode_args(self, node: NodePlacement) -> tuple[str, ...] | None:
         """The flags that make one server process node ``node.rank`` of ``node.nnodes``,
         meeting the others at ``node.init_host:node.init_port`` (node 0's address and a port

@@ -19,6 +19,7 @@ from specmon.model.events import (
     AgentStatus,
     ConnectionState,
     Decode,
+    DraftInfo,
     Event,
     GpuSample,
     HealthStatus,
@@ -225,6 +226,11 @@ def describe_event(event: Event) -> str | None:
         return f"health      {event.status if event.status is not None else 'no answer'}"
     if isinstance(event, Notice):
         return f"notice      {event.message}"
+    if isinstance(event, DraftInfo):
+        from specmon.backends.draft_info import wiring_line
+
+        said = [wiring_line(event), *event.problems, *event.errors]
+        return "draft       " + safe_text("; ".join(said))
     if isinstance(event, (GpuSample, ProbeTiming, MetricsSnapshot, LogLine)):
         return None
     name = type(event).__name__

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 EPILOG = """\
@@ -55,10 +57,20 @@ def run(args: argparse.Namespace) -> int:
     sessions = sessions_from_args(args, config, fleet_names(names, config, every=False))
     several = len(sessions) > 1
 
+    wiring: dict[str, dict[str, Any]] = {}  # run id -> its draft_info (--json, live runs)
+
     async def runs_of(session: Any) -> list[Any]:
         await session.start(streams=False)
         try:
             runs = await session.status()
+            # --json: one more helper call per live run, its draft's config.json read
+            if args.json and hasattr(session, "read_draft_info"):
+                for r in runs:
+                    if r.alive:
+                        with contextlib.suppress(SpecmonError, OSError):
+                            info = await session.read_draft_info(r.run_id, r.backend, r.argv, r.env)
+                            if info is not None:
+                                wiring[r.run_id] = info.to_dict()
         finally:
             await session.close()
         if not args.all:
@@ -82,7 +94,13 @@ def run(args: argparse.Namespace) -> int:
                 else:
                     print(safe_text(f"== {name}: unreachable: {answer}"))
                 continue
-            print_runs(name if several else None, session.host_label, answer, as_json=args.json)
+            print_runs(
+                name if several else None,
+                session.host_label,
+                answer,
+                as_json=args.json,
+                wiring=wiring,
+            )
         if spanning is not None:
             reached = {
                 name: answer
@@ -96,14 +114,26 @@ def run(args: argparse.Namespace) -> int:
     return run_async(main)
 
 
-def print_runs(name: str | None, label: str, runs: list[Any], *, as_json: bool) -> None:
+def print_runs(
+    name: str | None,
+    label: str,
+    runs: list[Any],
+    *,
+    as_json: bool,
+    wiring: Mapping[str, Mapping[str, Any]] | None = None,
+) -> None:
     """One host's runs; ``name`` (several hosts) heads them, or tags the JSON line. Text that
-    came from the host (argv, env, profile) reaches the terminal stripped of controls."""
+    came from the host (argv, env, profile) reaches the terminal stripped of controls. A live
+    run with a draft model carries its ``draft_info`` in the JSON (``wiring``)."""
     from specmon.model.secrets import redact_argv
     from specmon.model.terminal_text import safe_text
 
     if as_json:
-        print(json.dumps({"host": name or label, "runs": [r.to_dict() for r in runs]}))
+        rows = [r.to_dict() for r in runs]
+        for row in rows:
+            if wiring and row.get("run_id") in wiring:
+                row["draft_info"] = wiring[row["run_id"]]
+        print(json.dumps({"host": name or label, "runs": rows}))
         return
     if name is not None:
         print(safe_text(f"== {name} ({label})"))

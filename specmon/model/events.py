@@ -607,6 +607,40 @@ class ServerInfo(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DraftInfo(Event):
+    """The draft's wiring, read on the host from the draft's and target's ``config.json`` at
+    launch and reattach: what the server will feed the draft, so a draft trained on other
+    layers or for another target shows before its acceptance collapses (docs/console.md).
+    ``problems``: wirings that cannot work (also refused before a launch); ``errors``: files
+    that could not be read (one line each)."""
+
+    kind: ClassVar[str] = "draft_info"
+    run_id: str
+    draft_path: str | None = None
+    target_path: str | None = None
+    draft_architecture: str | None = None
+    draft_hidden_size: int | None = None
+    draft_fc_hidden_size: int | None = None  # the target hidden size its input layer takes
+    target_hidden_size: int | None = None
+    draft_vocab_size: int | None = None  # the draft's own vocabulary (embedding rows)
+    draft_mapped_vocab_size: int | None = None  # draft_vocab_size: the d2t mapping's length
+    target_vocab_size: int | None = None
+    target_layers: int | None = None
+    aux_layer_ids: tuple[int, ...] = ()  # in the checkpoint's numbering, as config.json says
+    aux_source: str | None = None  # "checkpoint" or "default"
+    aux_rule: str | None = None  # where: the config key, or the default's formula (versions)
+    draft_dtype: str | None = None
+    target_dtype: str | None = None
+    draft_config_sha256: str | None = None
+    target_config_sha256: str | None = None
+    chat_template_sha256: str | None = None  # the target tokenizer's
+    draft_revision: str | None = None  # the Hugging Face cache's refs/main, for a model id
+    target_revision: str | None = None
+    problems: tuple[str, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Notice(Event):
     """Something a server sent that specmon left out, said once per source (not at every
     scrape): draft positions past the backend's maximum, an HTTP answer past its cap, more

@@ -40,6 +40,9 @@ Subcommands (``python3 specmon_helper.py CMD --state-dir DIR ...``):
               reused pid is refused): only a process this user may signal, not one in a
               container or unit unless --supervisor names the stop command to run; SIGTERM
               (its group if it leads one, else its process tree), grace, SIGKILL, all gone
+  model-configs  the config.json of the draft and target models (stdin: {"models": {ROLE:
+              PATH}, "env"}): a directory or a Hugging Face cache id, read (regular files,
+              size-bounded, never executed), parsed, and hashed with the chat template
 """
 
 from __future__ import annotations
@@ -964,6 +967,154 @@ def cmd_environ(args):
     except OSError:
         cwd = None
     emit({"ok": True, "pid": pid, "env": env, "truncated": truncated, "cwd": cwd})
+    return 0
+
+
+# --- model-configs: the draft's and target's config.json, read and hashed -------------------
+#
+# Nothing is executed and nothing imported from a checkpoint: config.json and the tokenizer's
+# chat template are read as bytes (regular files only, size-bounded), parsed as JSON, hashed.
+# A model id is looked up in the Hugging Face cache the server reads (HF_HUB_CACHE, HF_HOME/hub,
+# ~/.cache/huggingface/hub), at the revision refs/main names; a cache file is a symlink into
+# the repository's blobs/ and is never followed out of that repository's directory.
+
+MODEL_CONFIG_BYTES = 1024 * 1024  # of one config.json
+TOKENIZER_CONFIG_BYTES = 8 * 1024 * 1024  # of tokenizer_config.json (added tokens make it long)
+MODELS_MAX = 8  # models one request may name
+MODEL_PATH_CHARS = 4096
+
+
+def hf_hub_dir(env):
+    """The Hugging Face hub cache a process with ``env`` reads (as huggingface_hub decides)."""
+    env = env or {}
+    if env.get("HF_HUB_CACHE"):
+        return os.path.expanduser(env["HF_HUB_CACHE"])
+    if env.get("HF_HOME"):
+        return os.path.join(os.path.expanduser(env["HF_HOME"]), "hub")
+    xdg = env.get("XDG_CACHE_HOME")
+    base = os.path.expanduser(xdg) if xdg else os.path.expanduser("~/.cache")
+    return os.path.join(base, "huggingface", "hub")
+
+
+def resolve_model(path, env):
+    """(directory, source, revision, confine_root) for a model path, or raise ValueError: a
+    directory that exists is local; an ``org/name`` id is looked up in the HF cache."""
+    expanded = os.path.expanduser(path)
+    if os.path.isdir(expanded):
+        return os.path.abspath(expanded), "local", None, None
+    parts = path.split("/")
+    if path.startswith(("/", ".", "~")) or len(parts) != 2 or not all(parts):
+        raise ValueError(f"{path}: no such directory")
+    hub = hf_hub_dir(env)
+    repo = os.path.join(hub, "models--" + "--".join(parts))
+    if not os.path.isdir(repo):
+        raise ValueError(f"{path}: not a directory and not in the Hugging Face cache {hub}")
+    try:
+        revision = read_capped(os.path.join(repo, "refs", "main"), 256).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        revision = ""
+    if not revision or not revision.isalnum():
+        raise ValueError(f"{path}: the cache {repo} has no readable refs/main")
+    snapshot = os.path.join(repo, "snapshots", revision)
+    if not os.path.isdir(snapshot):
+        raise ValueError(f"{path}: the cache has no snapshot {revision}")
+    return snapshot, "hf_cache", revision, os.path.realpath(repo)
+
+
+def read_model_file(directory, name, limit, confine_root):
+    """The bytes of a regular file of a model directory (None when absent); ValueError when it
+    is not a regular file, is larger than ``limit``, or (a cache file) resolves outside the
+    cache repository."""
+    path = os.path.join(directory, name)
+    if not os.path.lexists(path):
+        return None
+    real = os.path.realpath(path)
+    if confine_root is not None and not real.startswith(confine_root + os.sep):
+        raise ValueError(f"{name} links outside the cache repository")
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ValueError(f"{name}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not S_ISREG(info.st_mode):
+            raise ValueError(f"{name} is not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{name} is {info.st_size} bytes, more than {limit}")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{name} is more than {limit} bytes")
+    return data
+
+
+def parse_json_bytes(name, data):
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name} is not JSON: {str(exc).splitlines()[0][:200]}") from None
+
+
+def chat_template_digest(directory, confine_root):
+    """sha256 of the tokenizer's chat template: chat_template.jinja's bytes, else
+    tokenizer_config.json's ``chat_template`` (a string's UTF-8, a list as canonical JSON);
+    None when the model has neither."""
+    data = read_model_file(directory, "chat_template.jinja", TOKENIZER_CONFIG_BYTES, confine_root)
+    if data is not None:
+        return hashlib.sha256(data).hexdigest()
+    data = read_model_file(directory, "tokenizer_config.json", TOKENIZER_CONFIG_BYTES, confine_root)
+    if data is None:
+        return None
+    template = parse_json_bytes("tokenizer_config.json", data)
+    template = template.get("chat_template") if isinstance(template, dict) else None
+    if template is None:
+        return None
+    if not isinstance(template, str):
+        template = json.dumps(template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+def model_config(path, env):
+    """One model's config.json, parsed, with its fingerprints; "error" (one line) instead of
+    the config when it cannot be read."""
+    out = {"path": path, "source": None, "dir": None, "revision": None, "config": None}
+    out.update(config_sha256=None, chat_template_sha256=None, error=None)
+    try:
+        directory, source, revision, confine = resolve_model(path, env)
+        out.update(source=source, dir=directory, revision=revision)
+        data = read_model_file(directory, "config.json", MODEL_CONFIG_BYTES, confine)
+        if data is None:
+            raise ValueError(f"{path}: no config.json in {directory}")
+        out["config_sha256"] = hashlib.sha256(data).hexdigest()
+        config = parse_json_bytes("config.json", data)
+        if not isinstance(config, dict):
+            raise ValueError("config.json is not a JSON object")
+        out["config"] = config
+        out["chat_template_sha256"] = chat_template_digest(directory, confine)
+    except ValueError as exc:
+        out["error"] = printable(str(exc))[:500]
+    except OSError as exc:
+        out["error"] = printable(f"{path}: {exc}")[:500]
+    return out
+
+
+def cmd_model_configs(args):
+    """The config.json of each model named on stdin ({"models": {"draft": PATH, "target":
+    PATH}, "env": {"HF_HOME": ...}}: the server's cache variables) as model_config reads it."""
+    state_dir(args.state_dir)
+    try:
+        request = json.loads(sys.stdin.read(65536) or "{}")
+    except ValueError:
+        request = {}
+    models = request.get("models") if isinstance(request, dict) else None
+    if not isinstance(models, dict) or not models:
+        return fail("model-configs: no models")
+    env = request.get("env")
+    env = {str(k): str(v) for k, v in env.items()} if isinstance(env, dict) else {}
+    out = {}
+    for role, path in list(models.items())[:MODELS_MAX]:
+        if isinstance(path, str) and path and len(path) <= MODEL_PATH_CHARS:
+            out[str(role)[:64]] = model_config(path, env)
+    emit({"ok": True, "models": out})
     return 0
 
 
@@ -2060,6 +2211,7 @@ def main(argv=None):
         "environ",
         "follow-foreign",
         "stop-foreign",
+        "model-configs",
     ):
         p = sub.add_parser(name)
         p.add_argument("--state-dir", required=True)
@@ -2119,6 +2271,7 @@ def main(argv=None):
         "environ": cmd_environ,
         "follow-foreign": cmd_follow_foreign,
         "stop-foreign": cmd_stop_foreign,
+        "model-configs": cmd_model_configs,
     }[args.cmd]
     try:
         return handler(args)

@@ -19,16 +19,18 @@ import shlex
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
+from specmon.backends.draft_info import config_request, draft_info, launch_wiring_problems
 from specmon.launch.config import profile_named
 from specmon.model.attach_target import parse_attach_target
 from specmon.model.errors import (
     ConnectionLost,
     HostKeyError,
+    LaunchSpecError,
     SpecmonError,
     TransportError,
     UsageError,
@@ -36,6 +38,7 @@ from specmon.model.errors import (
 from specmon.model.events import (
     AgentStatus,
     ConnectionState,
+    DraftInfo,
     Event,
     LoadTimes,
     LogLine,
@@ -312,6 +315,7 @@ class HostSession(HostController):
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
         """Launch a ready-made LaunchSpec (validated here), replacing this console's run."""
         spec.validate()
+        await self.check_draft_wiring(spec)
         async with self.action_lock("launch"):
             return await self.replace_run(spec, profile=profile)
 
@@ -358,6 +362,7 @@ class HostSession(HostController):
         """The confirmed take-over: ``plan``'s server stopped, then ``spec`` launched as
         profile ``plan.profile`` (the spec the confirmation showed, validated here)."""
         spec.validate()
+        await self.check_draft_wiring(spec)
         return await self._take_over(
             spec, plan.profile, plan.server, plan.ticks, command=f"{self.command_name} take-over"
         )
@@ -439,6 +444,45 @@ class HostSession(HostController):
                 )
             foreign = {"pid": server.pid, "argv": list(server.argv), "user": server.user}
             return await self.replace_run(spec, profile=profile, foreign=foreign)
+
+    async def read_draft_info(
+        self, run_id: str, backend: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> DraftInfo | None:
+        """The draft's wiring for a command line, read on the host (the helper's
+        ``model-configs``); None when it names no draft model."""
+        rules = get_backend(backend)
+        target, draft = rules.model_paths(argv)
+        request = config_request(target, draft, env)
+        if request is None:
+            return None
+        reply = await self.helper.call(["model-configs"], input=json.dumps(request).encode())
+        return draft_info(run_id, rules.name, reply.get("models") or {})
+
+    async def check_draft_wiring(self, spec: LaunchSpec) -> None:
+        """Refuse, before anything starts, a draft that cannot work with its target (hidden
+        size, auxiliary layers past the target's): LaunchSpecError, one line each. A host
+        whose files cannot be read refuses nothing here (the server says then)."""
+        try:
+            info = await self.read_draft_info("", spec.backend.name, spec.argv, spec.env_dict())
+        except RemoteCallError:
+            return
+        if info is not None and info.problems:
+            raise LaunchSpecError(launch_wiring_problems(info))
+
+    def _spawn_draft_info(self, run: RunStatus) -> None:
+        """Publish the run's DraftInfo in the background (launch and reattach)."""
+
+        async def publish() -> None:
+            try:
+                info = await self.read_draft_info(run.run_id, run.backend, run.argv, run.env)
+            except (RemoteCallError, TransportError):
+                return
+            if info is not None:
+                self._publish(info)
+
+        task = asyncio.get_running_loop().create_task(publish())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @contextlib.asynccontextmanager
     async def action_lock(self, action: str) -> AsyncIterator[None]:
@@ -930,6 +974,7 @@ class HostSession(HostController):
                 self._spawn_listener_check(follow)
         self._start_follow()
         self._restart_task("http", self.http.run)
+        self._spawn_draft_info(run)
 
     async def _attach_foreign(self, text: str) -> None:
         """Follow the server specmon did not launch that ``text`` names (``--attach``, the

@@ -20,6 +20,7 @@ from specmon.model.events import (
     CompileEnd,
     ConnectionState,
     Decode,
+    DraftInfo,
     Dropped,
     Event,
     GpuReading,
@@ -254,6 +255,7 @@ class StateStore:
         self.history = history
         self.connection: ConnectionState | None = None
         self.run: RunInfo | None = None
+        self.draft_info: DraftInfo | None = None  # the run's draft wiring (latest read)
         self.run_state: str = "stopped"
         # How the latest ended run ended (a stop, a replacement, a crash), kept after a new
         # run starts: "run A replaced by run B" stays known while B loads.
@@ -380,10 +382,15 @@ class StateStore:
     def _on_connection(self, e: ConnectionState, now: float) -> None:
         self.connection = e
 
+    def _on_draft_info(self, e: DraftInfo, now: float) -> None:
+        if self.run is None or self.run.run_id == e.run_id:  # not a replaced run's, late
+            self.draft_info = e
+
     def _on_run(self, e: RunInfo, now: float) -> None:
         fresh = self.run is None or self.run.run_id != e.run_id
         self.run = e
         if fresh:
+            self.draft_info = None
             previous = self.loading.previous_load_seconds
             self.loading = LoadingState(previous_load_seconds=previous, replayed=e.reattached)
             self.failure = None
@@ -628,6 +635,7 @@ _RANK0_ONLY = (
 _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     ConnectionState: StateStore._on_connection,
     RunInfo: StateStore._on_run,
+    DraftInfo: StateStore._on_draft_info,
     RunState: StateStore._on_run_state,
     LoadBegin: StateStore._on_load_begin,
     ShardProgress: StateStore._on_shards,

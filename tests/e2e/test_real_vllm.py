@@ -966,3 +966,34 @@ def test_startup_failure_surfaced_with_its_root_cause(failing_start: SpecmonRun)
     assert first.message == root["message"]  # type: ignore[attr-defined]
     wait_group_gone(failing_start.pgid)
     assert port_free(failing_start.port)
+
+
+def test_the_tiny_eagle3_drafts_wiring_from_its_real_config(install: RealVLLMInstall) -> None:
+    """Issue 31 item 1: the helper reads the real draft's and target's config.json (files only,
+    no server) and the wiring is vLLM's default over the 8-layer target: the draft's config
+    names no auxiliary layers."""
+    import io
+    from contextlib import redirect_stdout
+
+    from specmon.backends.draft_info import config_request, draft_info
+    from specmon.remote import helper
+
+    models = install.models
+    request = config_request(str(models.target), str(models.draft), {})
+    out = io.StringIO()
+    stdin = sys.stdin
+    try:
+        sys.stdin = io.StringIO(json.dumps(request))
+        with redirect_stdout(out):
+            helper.main(["model-configs", "--state-dir", str(install.cache_dir / "wiring-state")])
+    finally:
+        sys.stdin = stdin
+    reply = json.loads(out.getvalue().splitlines()[-1])
+    info = draft_info("real", "vllm", reply["models"])
+    assert info.errors == () and info.problems == ()
+    assert info.draft_architecture == "LlamaForCausalLMEagle3"
+    assert info.draft_hidden_size == info.target_hidden_size == 128
+    assert info.target_layers == 8 and info.draft_mapped_vocab_size == 512
+    assert info.aux_layer_ids == (2, 4, 5) and info.aux_source == "default"
+    assert info.draft_dtype == "bfloat16" and len(info.target_config_sha256 or "") == 64
+    assert info.chat_template_sha256 is None  # the tiny tokenizer has no chat template

@@ -8,6 +8,8 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from specmon.backends.draft_info import wiring_line
+from specmon.model.events import DraftInfo
 from specmon.state.store import StateStore
 from specmon.tui.formatting import amdahl_gain_percent, format_number
 
@@ -36,12 +38,38 @@ class TimingPanel(Static):
         width = max(20, self.size.width - 4)
         last = store.probe[-1] if store.probe else None
         foreign = store.run is not None and store.run.foreign
-        key = (len(store.probe), last, width, probe_on, store.last_decode is None, foreign)
+        wiring = shown_wiring(store)
+        key = (len(store.probe), last, width, probe_on, store.last_decode is None, foreign, wiring)
         if key == self._last:
             return
         self._last = key
         self.border_subtitle = timing_subtitle(store)
-        self.update(render_timing(store, width, probe_on=probe_on), layout=False)
+        height = 8 if wiring is not None else 7  # one line more for the draft's wiring
+        relayout = self.styles.height is None or self.styles.height.value != height
+        if relayout:
+            self.styles.height = height
+        body = render_timing(store, width, probe_on=probe_on)
+        if wiring is not None:
+            body = Text("\n", no_wrap=True, overflow="ellipsis").join([render_wiring(wiring), body])
+        self.update(body, layout=relayout)
+
+
+def shown_wiring(store: StateStore) -> DraftInfo | None:
+    """The run's draft wiring when there is something to show: a draft config read, or a
+    wiring that cannot work (a file that could not be read is said by `watch`, not here)."""
+    info = store.draft_info
+    if info is None or not (info.draft_config_sha256 or info.problems):
+        return None
+    return info
+
+
+def render_wiring(info: DraftInfo) -> Text:
+    """One line: the wiring, red and marked when it cannot work (the first reason after it)."""
+    if info.problems:
+        text = Text("✗ " + wiring_line(info), style="bold red", no_wrap=True, overflow="ellipsis")
+        text.append(" · " + info.problems[0], style="red")
+        return text
+    return Text(wiring_line(info), style="dim", no_wrap=True, overflow="ellipsis")
 
 
 def render_timing(store: StateStore, width: int, *, probe_on: bool | None = None) -> Text:
