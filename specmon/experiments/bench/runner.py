@@ -74,6 +74,10 @@ class RequestResult:
     accept_len: float | None = None  # the server's spec_accept_length for this request
     server_latency_s: float | None = None  # meta_info e2e_latency
     error: str | None = None
+    # (client perf_counter s, completion tokens so far) per streamed chunk that carries a
+    # running count (SGLang: every chunk; an OpenAI stream: its usage chunk only), what
+    # steady_tok_s reads; left out of to_dict.
+    stream_counts: tuple[tuple[float, int], ...] = field(default=(), repr=False)
 
     @property
     def tok_s(self) -> float:
@@ -138,6 +142,7 @@ class BenchResult:
     # The aggregate tok/s of each repeat when the same load was measured more than once
     # (merge_repeats); empty for one measurement.
     repeat_tok_s: tuple[float, ...] = ()
+    tok_s_steady: float | None = None  # see steady_tok_s
 
     @property
     def server_version(self) -> str | None:
@@ -169,6 +174,7 @@ class BenchResult:
             "started_at": self.started_at,
             "duration_s": self.duration_s,
             "tok_s": self.tok_s_overall,
+            "tok_s_steady": self.tok_s_steady,
             "tok_s_median": self.tok_s_median,
             "tok_s_p10": self.tok_s_p10,
             "tok_s_p90": self.tok_s_p90,
@@ -180,7 +186,10 @@ class BenchResult:
             "server_version": self.server_version,
             "model": self.model,
             "speculative": self.speculative,
-            "requests": [{**asdict(r), "tok_s": r.tok_s} for r in self.requests],
+            "requests": [
+                {**{k: v for k, v in asdict(r).items() if k != "stream_counts"}, "tok_s": r.tok_s}
+                for r in self.requests
+            ],
         }
         return out
 
@@ -220,6 +229,31 @@ def pooled_accept_length(results: Iterable[RequestResult]) -> float | None:
     if cycles == 0:
         return None
     return tokens / cycles
+
+
+def steady_tok_s(results: Iterable[RequestResult]) -> float | None:
+    """Aggregate output tok/s while every request was streaming, from the client's chunk times.
+
+    The window runs from the last request's first counted chunk to the first request's last;
+    each request contributes its tokens between its own first and last chunk in the window
+    (whole decode iterations, so no partial one at either edge) over that time, summed. It
+    leaves out what a short run under concurrency is largely made of, and what a busy client
+    stretches: the ramp-up (connections opened, prompts sent and prefilled) and the tail (the
+    last requests finishing alone). None without such a window: a request without running
+    counts, requests that ran one after another, or fewer than two chunks of one in it.
+    """
+    streams = [r.stream_counts for r in results if r.ok]
+    if not streams or any(len(counts) < 2 for counts in streams):
+        return None
+    start = max(counts[0][0] for counts in streams)
+    end = min(counts[-1][0] for counts in streams)
+    total = 0.0
+    for counts in streams:
+        inside = [(t, n) for t, n in counts if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        total += (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+    return total
 
 
 def phase_times_from_probe(
@@ -358,6 +392,7 @@ async def _one_request(
             return _result_from_meta(prompt, meta or {}, latency, None)
         ttft: float | None = None
         last_meta: dict[str, Any] | None = None
+        counts: list[tuple[float, int]] = []
         async with client.stream("POST", path, json=body, headers=IDENTITY) as response:
             if response.status_code != 200:
                 text = await head_text(response)
@@ -375,6 +410,9 @@ async def _one_request(
                 meta = server.generate_meta(chunk)
                 if meta is not None:
                     last_meta = meta
+                    count = _int_or_none(meta.get("completion_tokens"))
+                    if count:
+                        counts.append((time.perf_counter(), count))
                 if ttft is None and (server.generate_text(chunk) or _first_tokens(meta)):
                     ttft = time.perf_counter() - sent
         latency = time.perf_counter() - sent
@@ -385,7 +423,8 @@ async def _one_request(
                 latency_s=latency,
                 error="stream ended without any completion counts",
             )
-        return _result_from_meta(prompt, last_meta, latency, ttft)
+        result = _result_from_meta(prompt, last_meta, latency, ttft)
+        return replace(result, stream_counts=tuple(counts)) if result.ok else result
     except BodyTooLarge as exc:
         return RequestResult(
             prompt_id=prompt.id,
@@ -609,6 +648,7 @@ def summarize(
         ttft_median_ms=percentile(ttfts, 50) if ttfts else None,
         ttft_p90_ms=percentile(ttfts, 90) if ttfts else None,
         accept_len=pooled_accept_length(ok),
+        tok_s_steady=steady_tok_s(ok),
         metrics_accept_len=metrics_accept_len,
         phase_times=phase_times,
         server_info=server_info,
@@ -620,7 +660,8 @@ def summarize(
 def merge_repeats(results: Sequence[BenchResult]) -> BenchResult:
     """Repeated measurements of one load as one result: the requests pooled (their
     percentiles over all of them), the aggregate tok/s the mean of the repeats' (each kept in
-    ``repeat_tok_s``), the probe's phase times of the first repeat that has them."""
+    ``repeat_tok_s``) and so is the steady tok/s (when every repeat has one), the probe's
+    phase times of the first repeat that has them."""
     if not results:
         raise ValueError("no results to merge")
     if len(results) == 1:
@@ -639,9 +680,11 @@ def merge_repeats(results: Sequence[BenchResult]) -> BenchResult:
         server_info=first.server_info,
     )
     each = tuple(r.tok_s_overall for r in results)
+    steady = [r.tok_s_steady for r in results if r.tok_s_steady is not None]
     return replace(
         merged,
         tok_s_overall=sum(each) / len(each),
+        tok_s_steady=sum(steady) / len(steady) if len(steady) == len(results) else None,
         repeat_tok_s=each,
         metrics_speculative=first.metrics_speculative,
     )

@@ -58,6 +58,7 @@ async def test_runner_measures_the_simulator_streaming_and_concurrent(sims):
     assert 30 < result.tok_s_median < 150
     assert result.tok_s_p10 <= result.tok_s_median <= result.tok_s_p90
     assert result.tok_s_overall > result.tok_s_median * 1.2  # two streams at once
+    assert result.tok_s_steady is None  # two waves: never all four streaming at once
     assert 0 < result.ttft_median_ms < 1000
     assert 1.0 < result.accept_len <= 4.0  # steps 3: at most 4 tokens per verify
     assert result.metrics_accept_len is not None
@@ -72,6 +73,7 @@ async def test_non_streaming_requests_measure_too(sims):
     result = await run_benchmark(f"http://127.0.0.1:{sim.port}", settings)
     assert all(r.ttft_s is None and r.completion_tokens == 16 for r in result.requests)
     assert result.ttft_median_ms is None and result.accept_len is None
+    assert result.tok_s_steady is None  # no chunks to time
     assert result.speculative is False
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -12,10 +14,12 @@ from specmon.experiments.bench.runner import (
     BenchSettings,
     RequestResult,
     mean_phase_times,
+    merge_repeats,
     metrics_accept_length,
     percentile,
     pooled_accept_length,
     speculative_from_server_info,
+    steady_tok_s,
     summarize,
 )
 from specmon.model.errors import UsageError
@@ -76,6 +80,65 @@ def test_summarize_overall_and_per_request_figures():
     assert result.tok_s_p10 == pytest.approx(64 + 0.2 * 16)
     assert result.ttft_median_ms == pytest.approx(100.0)
     assert result.speculative is None  # no server info: unknown, so never a baseline
+
+
+def streamed(first: float, last: float, tokens_per_chunk: int = 2, every: float = 0.1):
+    """A request whose first chunk (1 token) came at ``first`` and then one chunk of
+    ``tokens_per_chunk`` tokens every ``every`` s up to ``last``."""
+    counts = [(first, 1)]
+    while counts[-1][0] + every <= last + 1e-9:
+        counts.append((counts[-1][0] + every, counts[-1][1] + tokens_per_chunk))
+    return replace(ok(counts[-1][1], last, ttft=0.0), stream_counts=tuple(counts))
+
+
+def test_steady_tok_s_leaves_the_ramp_up_and_the_tail_out():
+    # A streams 0.0-2.0 s, B starts at 0.5 (a late connection, a prefill) and ends at 2.3;
+    # both run at 20 tok/s. The window is 0.5-2.0: 40 tok/s, where the overall figure of the
+    # same run (tokens / 2.3 s) is ~36 and falls with every ramp-up delay.
+    early, late = streamed(0.0, 2.0), streamed(0.5, 2.3)
+    assert steady_tok_s([early, late]) == pytest.approx(40.0)
+    overall = (early.completion_tokens + late.completion_tokens) / 2.3
+    assert overall < 37
+    # A later start of B changes the window, not the figure.
+    assert steady_tok_s([early, streamed(0.9, 2.7)]) == pytest.approx(40.0)
+    # Uneven chunks (accept lengths 1-4) count whole chunks: 10 tokens in 0.4 s.
+    uneven = replace(early, stream_counts=((0.0, 1), (0.1, 2), (0.2, 6), (0.3, 8), (0.4, 11)))
+    assert steady_tok_s([uneven]) == pytest.approx(25.0)
+
+
+def test_steady_tok_s_is_none_without_a_window_all_requests_shared():
+    one_after_another = [streamed(0.0, 1.0), streamed(1.05, 2.0)]
+    assert steady_tok_s(one_after_another) is None
+    assert steady_tok_s([ok(64, 1.0)]) is None  # not streamed, or no running counts
+    assert (
+        steady_tok_s([streamed(0.0, 2.0), replace(ok(1, 1.0), stream_counts=((0.5, 1),))]) is None
+    )
+    # Overlapping by less than two chunks of one of them: no rate to read.
+    assert steady_tok_s([streamed(0.0, 1.0), streamed(0.95, 2.0)]) is None
+    # Failed requests are not part of it.
+    failed = RequestResult(prompt_id="p", ok=False, latency_s=1.0, error="x")
+    assert steady_tok_s([streamed(0.0, 2.0), failed]) == pytest.approx(20.0)
+
+
+def test_summarize_reports_steady_tok_s_and_to_dict_leaves_the_chunk_counts_out():
+    result = summarize(
+        settings=BenchSettings(requests=2, concurrency=2, max_tokens=41),
+        base_url="http://127.0.0.1:1",
+        prompt_set_version="v1",
+        prompt_set_digest="x",
+        started_at=0.0,
+        duration_s=2.3,
+        results=[streamed(0.0, 2.0), streamed(0.5, 2.3)],
+    )
+    assert result.tok_s_steady == pytest.approx(40.0)
+    out = result.to_dict()
+    assert out["tok_s_steady"] == pytest.approx(40.0)
+    assert all("stream_counts" not in r for r in out["requests"])
+    json.dumps(out)
+    # Repeats of one load: the mean of theirs, none when one repeat has none.
+    again = replace(result, tok_s_steady=50.0)
+    assert merge_repeats([result, again]).tok_s_steady == pytest.approx(45.0)
+    assert merge_repeats([result, replace(result, tok_s_steady=None)]).tok_s_steady is None
 
 
 def test_failed_request_counts_zero_and_no_success_is_an_error():
