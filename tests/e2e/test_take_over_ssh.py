@@ -60,14 +60,7 @@ def write_config(
     path = tmp_path / "specmon.toml"
     path.write_text(
         f"""
-[hosts.testbox]
-address = "127.0.0.1"
-port = {sshd.port}
-user = "{sshd.user}"
-identity_file = "{sshd.client_key}"
-known_hosts = "{sshd.known_hosts}"
-python = "{sys.executable}"
-state_dir = "{state_dir}"
+{sshd.host_toml(state_dir)}
 
 [profiles.fast]
 command = ["{{python}}", "-m", "specmon.sim"]

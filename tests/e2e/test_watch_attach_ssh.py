@@ -118,14 +118,7 @@ def write_config(tmp_path: Path, sshd: SshdServer, state_dir: Path, extra: str =
 [ui]
 http_poll_s = 0.5
 
-[hosts.testbox]
-address = "127.0.0.1"
-port = {sshd.port}
-user = "{sshd.user}"
-identity_file = "{sshd.client_key}"
-known_hosts = "{sshd.known_hosts}"
-python = "{sys.executable}"
-state_dir = "{state_dir}"
+{sshd.host_toml(state_dir)}
 """
     )
     return path

@@ -94,13 +94,7 @@ def _ssh_config(tmp_path: Path, sshd: SshdServer) -> Path:
     path = tmp_path / "specmon.toml"
     path.write_text(
         f"""
-[hosts.testbox]
-address = "127.0.0.1"
-port = {sshd.port}
-user = "{sshd.user}"
-identity_file = "{sshd.client_key}"
-known_hosts = "{sshd.known_hosts}"
-python = "{sys.executable}"
+{sshd.host_toml()}
 """
     )
     return path

@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,6 +53,22 @@ class SshdServer:
     @property
     def address(self) -> str:
         return f"{self.user}@127.0.0.1:{self.port}"
+
+    def host_toml(self, state_dir: Path | None = None, name: str = "testbox") -> str:
+        """The config's ``[hosts.NAME]`` table for this server: its key, its known host key,
+        this interpreter on the host, and ``state_dir`` where given."""
+        lines = [
+            f"[hosts.{name}]",
+            'address = "127.0.0.1"',
+            f"port = {self.port}",
+            f'user = "{self.user}"',
+            f'identity_file = "{self.client_key}"',
+            f'known_hosts = "{self.known_hosts}"',
+            f'python = "{sys.executable}"',
+        ]
+        if state_dir is not None:
+            lines.append(f'state_dir = "{state_dir}"')
+        return "\n".join(lines)
 
     def session_children(self) -> list[int]:
         """Pids of the sshd processes serving connections (the listener's sshd descendants;
