@@ -14,13 +14,11 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from support.hosts import free_port, kill_everything_under
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 WAIT_S = 30.0
 SECRET = "hf_secret123"
@@ -30,16 +28,6 @@ SERVER_ENV = {
     "NCCL_PROTO": "LL",
     "HF_TOKEN": SECRET,
 }
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 def start_by_hand(tmp_path: Path, command: str) -> int:

@@ -14,24 +14,12 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from support.by_hand import Started, kill_group, start_by_hand, wait_listening
 from support.hosts import free_port, kill_everything_under
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
+from support.sshd import SshdServer
 
 
 def write_config(tmp_path: Path, sshd: SshdServer, state_dir: Path) -> Path:

@@ -22,7 +22,7 @@ from support.console import wait_until
 from support.hosts import Recorder, free_port, kill_everything_under, sim_profiles, ssh_session
 from support.paths import REPO
 from support.profiles import SIMBENCH_PROFILE_TOML
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 from specmon.launch.config import load_config
 from specmon.model.events import Ready, RunInfo, RunState, ServerFailed
@@ -33,16 +33,6 @@ from specmon.tui.app import SpecmonApp
 from specmon.tui.widgets.banner import Banner
 
 SWITCH_S = 2.0  # every view is on the new run within this of its launch
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 @pytest.fixture

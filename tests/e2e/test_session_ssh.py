@@ -20,22 +20,12 @@ from support.hosts import (
     sim_profiles,
     ssh_session,
 )
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 from specmon.session import LockBusyError, RunConflictError
 from specmon.state.store import PHASES
 
 PHASE_KINDS = ["load_begin", "shard_progress", "load_end", "kv_cache", "graph_begin", "http_up"]
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,7 @@ from support.by_hand import Started, alive, kill_group, start_by_hand, wait_list
 from support.console import wait_until
 from support.hosts import Recorder, free_port, kill_everything_under, ssh_session
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 from textual.widgets import Button, Select, Static
 
 from specmon.launch.config import load_config
@@ -42,16 +41,6 @@ from specmon.tui.screens.confirm import ConfirmScreen
 from specmon.tui.screens.relaunch import RelaunchScreen
 from specmon.tui.widgets.loading import LoadingPanel
 from specmon.tui.widgets.timing import TimingPanel
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 def write_config(

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from support.hosts import free_port, kill_everything_under, ssh_transport
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 from specmon.model.errors import SpecmonError
 from specmon.session import HostKeyError, SessionOptions, TransportError, open_session
@@ -23,16 +23,6 @@ from specmon.session.local import LocalTransport
 from specmon.session.transport import Transport
 
 REPO_ROOT = REPO
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 async def test_unknown_host_key_is_refused_with_the_way_to_accept_it(

@@ -30,7 +30,7 @@ from support.by_hand import Started, alive, kill_group, start_by_hand, wait_list
 from support.console import wait_until
 from support.hosts import free_port, kill_everything_under, ssh_session
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 from specmon.session.host import RunConflictError
 from specmon.tui.app import SpecmonApp
@@ -42,16 +42,6 @@ SIM_FLAGS = (
     "--speculative-algorithm EAGLE3 --speculative-draft-model-path /models/eagle3 "
     "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"
 )
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 @pytest.fixture
