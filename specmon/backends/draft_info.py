@@ -137,3 +137,86 @@ def wiring_line(info: DraftInfo) -> str:
 def launch_wiring_problems(info: DraftInfo) -> list[str]:
     """The one-line refusals of a launch whose draft cannot work with its target."""
     return [f"draft {info.draft_path}: {problem}" for problem in info.problems]
+
+
+# A run's fingerprint keeps each config.json as flat "a.b.c" -> value fields, bounded: a
+# checkpoint's file never sizes what a run record or the ledger holds (docs/run-diff.md).
+FINGERPRINT_VERSION = 1
+FIELDS_MAX = 400  # per config.json; a longer one keeps its first fields and says so
+LIST_ITEMS_MAX = 64  # a longer list (or one of non-scalars) is kept as its hash
+TEXT_MAX = 200  # a longer string is kept as its hash
+DEPTH_MAX = 6
+
+
+def _digest(value: Any) -> str:
+    import hashlib
+    import json
+
+    text = json.dumps(value, sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _field_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= TEXT_MAX else _digest(value)
+    if _scalar(value):
+        return value
+    if isinstance(value, list) and len(value) <= LIST_ITEMS_MAX and all(map(_scalar, value)):
+        return [_field_value(v) for v in value]
+    return _digest(value)
+
+
+def config_fields(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``config`` flattened to "a.b" -> value (a dict nests, anything else is a value), at
+    most FIELDS_MAX fields (then "…truncated": the count left out)."""
+    fields: dict[str, Any] = {}
+    left_out = 0
+    stack: list[tuple[str, Any, int]] = [("", config or {}, 0)]
+    while stack:
+        prefix, node, depth = stack.pop()
+        items = list(node.items()) if isinstance(node, Mapping) else []
+        for key, value in reversed(items):
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping) and value and depth < DEPTH_MAX:
+                stack.append((f"{name}.", value, depth + 1))
+            elif len(fields) < FIELDS_MAX:
+                fields[name] = _field_value(value)
+            else:
+                left_out += 1
+    if left_out:
+        fields["…truncated"] = left_out
+    return dict(sorted(fields.items()))
+
+
+def run_fingerprint(
+    info: DraftInfo, models: Mapping[str, Any], backend: str | None = None
+) -> dict[str, Any]:
+    """What a run's draft and target were, kept in its record and the ledger so two runs can
+    be told apart later (``specmon diff``, the collapse banner): each config.json's hash,
+    revision and fields, the chat template's hash, and the auxiliary layers in effect."""
+    out: dict[str, Any] = {"v": FINGERPRINT_VERSION}
+    for role in ("draft", "target"):
+        entry = models.get(role) or {}
+        if not isinstance(entry, Mapping):
+            entry = {}
+        config = entry.get("config")
+        out[role] = {
+            "path": entry.get("path"),
+            "config_sha256": entry.get("config_sha256"),
+            "revision": entry.get("revision"),
+            "fields": config_fields(config if isinstance(config, Mapping) else None),
+        }
+    out["chat_template_sha256"] = info.chat_template_sha256
+    out["aux_layer_ids"] = list(info.aux_layer_ids) if info.aux_layer_ids else None
+    out["aux_source"] = info.aux_source
+    out["aux_captured"] = None  # the capture indices: what the draft is fed
+    if info.aux_layer_ids and info.aux_source in ("checkpoint", "default") and backend:
+        from specmon.backends.draft_wiring import AuxLayers, backend_wiring
+
+        wiring = AuxLayers(info.aux_layer_ids, info.aux_source, info.aux_rule or "")
+        out["aux_captured"] = list(backend_wiring(backend).captured_inputs(wiring))
+    return out

@@ -17,6 +17,7 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Any, ClassVar, Literal
 
+from specmon.model.diagnosis import Diagnosis
 from specmon.model.quantiles import WindowQuantiles
 from specmon.model.run_end import RunEnd
 from specmon.remote.agent import (
@@ -638,6 +639,26 @@ class DraftInfo(Event):
     target_revision: str | None = None
     problems: tuple[str, ...] = ()
     errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptanceCollapse(Event):
+    """A run's acceptance stays more than the threshold below the best earlier run on the
+    same host with the same draft checkpoint (docs/run-diff.md): the value, the reference and
+    what changed since, most likely cause first. ``cleared``: it recovered (or the run
+    ended), and the banner goes. ``measure``: "position_1" (the share of drafts whose first
+    token was accepted) or "accept_len" (mean accepted length, compared at equal steps)."""
+
+    kind: ClassVar[str] = "acceptance_collapse"
+    run_id: str
+    measure: str
+    value: float
+    reference_value: float
+    reference_run: str
+    cycles: int  # what the run's value comes from: drafts (position 1) or windows (accept len)
+    message: str
+    diagnoses: tuple[Diagnosis, ...] = ()
+    cleared: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

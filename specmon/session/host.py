@@ -19,12 +19,17 @@ import shlex
 import sys
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from specmon.backends import get_backend
-from specmon.backends.draft_info import config_request, draft_info, launch_wiring_problems
+from specmon.backends.draft_info import (
+    config_request,
+    draft_info,
+    launch_wiring_problems,
+    run_fingerprint,
+)
 from specmon.launch.config import profile_named
 from specmon.model.attach_target import parse_attach_target
 from specmon.model.errors import (
@@ -52,6 +57,7 @@ from specmon.model.events import (
 from specmon.model.run_end import REQUESTED_ENDS, RunEnd, run_end
 from specmon.model.secrets import redact_argv
 from specmon.session.agent_runner import GpuAgentRunner
+from specmon.session.collapse_watch import CollapseWatch
 from specmon.session.failure import failure_event, hang_reason
 from specmon.session.foreign import (
     check_take_over,
@@ -222,6 +228,7 @@ class HostSession(HostController):
         self._connected_at = 0.0
         self._load_times: dict[str, float] = {}  # profile -> start-to-ready of its last load
         self._background: set[asyncio.Task[None]] = set()  # e.g. ready-time annotations
+        self._collapse = CollapseWatch(self, self.bus.store)  # docs/run-diff.md
         self._agent_kind: GpuAgentKind = self.options.gpu_agent
         self.agent = GpuAgentRunner(self)
         self.http = HttpPoller(
@@ -290,6 +297,7 @@ class HostSession(HostController):
         if self.stop_server_on_close and self.transport.connected:
             with contextlib.suppress(SpecmonError, asyncio.TimeoutError):
                 await asyncio.wait_for(self.stop(), self.options.stop_grace_s + 30)
+        self._collapse.flush()  # the run's acceptance, for later runs' comparison
         if self._background:  # let the ready-time note reach the host (later ETAs use it)
             await asyncio.wait(list(self._background), timeout=self.options.call_timeout_s)
         self._closing = True
@@ -450,13 +458,23 @@ class HostSession(HostController):
     ) -> DraftInfo | None:
         """The draft's wiring for a command line, read on the host (the helper's
         ``model-configs``); None when it names no draft model."""
+        read = await self.read_wiring(run_id, backend, argv, env)
+        return read[0] if read is not None else None
+
+    async def read_wiring(
+        self, run_id: str, backend: str, argv: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[DraftInfo, dict[str, Any]] | None:
+        """The draft's wiring and the run's fingerprint (``run_fingerprint``), read on the
+        host in one helper call; None when the command line names no draft model."""
         rules = get_backend(backend)
         target, draft = rules.model_paths(argv)
         request = config_request(target, draft, env)
         if request is None:
             return None
         reply = await self.helper.call(["model-configs"], input=json.dumps(request).encode())
-        return draft_info(run_id, rules.name, reply.get("models") or {})
+        models = reply.get("models") or {}
+        info = draft_info(run_id, rules.name, models)
+        return info, run_fingerprint(info, models, rules.name)
 
     async def check_draft_wiring(self, spec: LaunchSpec) -> None:
         """Refuse, before anything starts, a draft that cannot work with its target (hidden
@@ -474,11 +492,12 @@ class HostSession(HostController):
 
         async def publish() -> None:
             try:
-                info = await self.read_draft_info(run.run_id, run.backend, run.argv, run.env)
+                read = await self.read_wiring(run.run_id, run.backend, run.argv, run.env)
             except (RemoteCallError, TransportError):
                 return
-            if info is not None:
-                self._publish(info)
+            if read is not None:
+                self._publish(read[0])
+                self._collapse.set_fingerprint(run.run_id, read[1])
 
         task = asyncio.get_running_loop().create_task(publish())
         self._background.add(task)
@@ -1470,6 +1489,18 @@ class HostSession(HostController):
             if previous is not None:
                 self.bus.publish(LoadTimes(previous_load_seconds=previous), at)
         self.bus.publish(event, at)
+        self._collapse.on_event(event)
+
+    def follows_own_run(self) -> bool:
+        """Whether the followed run is one of specmon's (it has a record to note things in)."""
+        follow = self._follow
+        return follow is not None and follow.foreign is None
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` in the background; the session's close waits for it (a note)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def publish(self, event: Event, at: float | None = None) -> None:
         """For the session's parts (agent runner, HTTP poller)."""

@@ -44,6 +44,12 @@ class RunStatus:
     stop: Mapping[str, Any] | None = None  # the helper's stop record (stop.json), if stopped
     replaces: tuple[str, ...] = ()  # the runs its launch stopped to make room
     client: str | None = None  # the launching session's token
+    # What a client noted on the host (meta.json) for ``specmon diff`` and the collapse
+    # banner (docs/run-diff.md): the draft's and target's fingerprint, the server's version,
+    # the run's acceptance summary (state/collapse.py).
+    fingerprint: Mapping[str, Any] | None = None
+    server_version: str | None = None
+    acceptance: Mapping[str, Any] | None = None
 
     @property
     def end(self) -> RunEnd | None:
@@ -100,6 +106,9 @@ class RunStatus:
             "node_rank": self.node_rank,
             "nnodes": self.nnodes,
             "multinode_incomplete": self.multinode_incomplete,
+            "server_version": self.server_version,
+            "acceptance": dict(self.acceptance) if self.acceptance else None,
+            "fingerprint": dict(self.fingerprint) if self.fingerprint else None,
         }
 
     @classmethod
@@ -136,7 +145,16 @@ class RunStatus:
             stop=data.get("stop") if isinstance(data.get("stop"), dict) else None,
             replaces=tuple(str(r) for r in meta.get("replaces") or ()),
             client=meta.get("client"),
+            fingerprint=_mapping(notes.get("fingerprint")),
+            server_version=(
+                str(notes["server_version"])[:80] if notes.get("server_version") else None
+            ),
+            acceptance=_mapping(notes.get("acceptance")),
         )
+
+
+def _mapping(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from specmon.model.events import (
+    AcceptanceCollapse,
     CompileBegin,
     CompileEnd,
     ConnectionState,
@@ -297,6 +298,9 @@ class StateStore:
             phase: CycleHistogram() for phase in ("draft", "verify", "extend", "cycle")
         }
         self.accept_by_position = PositionAcceptance()  # of the current run
+        self.accept_len_sum, self.accept_len_windows = 0.0, 0  # of the current run
+        # The current run's acceptance collapse against an earlier run (None: none shown).
+        self.collapse: AcceptanceCollapse | None = None
         self.last_event_at: float | None = None  # arrival time of the latest event
         # Arrival minus the source's own wall clock for the latest GPU sample or probe cycle:
         # how far behind the host the store runs (transport, parsing, queueing).
@@ -386,6 +390,11 @@ class StateStore:
         if self.run is None or self.run.run_id == e.run_id:  # not a replaced run's, late
             self.draft_info = e
 
+    def _on_collapse(self, e: AcceptanceCollapse, now: float) -> None:
+        if self._is_other_run(e.run_id):
+            return
+        self.collapse = None if e.cleared else e
+
     def _on_run(self, e: RunInfo, now: float) -> None:
         fresh = self.run is None or self.run.run_id != e.run_id
         self.run = e
@@ -400,6 +409,8 @@ class StateStore:
             self.server_info = {}
             self.throughput.clear()
             self.accept_len.clear()
+            self.accept_len_sum, self.accept_len_windows = 0.0, 0
+            self.collapse = None
             self.accept_by_position_history.clear()
             self.decode_engines.clear()
             self.latency = None
@@ -543,11 +554,18 @@ class StateStore:
             self.decode_engines[engine] = e.gen_throughput
             self.throughput.append(Point(now, sum(self.decode_engines.values())))
         if e.accept_len is not None:
-            self.accept_len.append(Point(now, e.accept_len))
+            self._note_accept_len(now, e.accept_len)
+
+    def _note_accept_len(self, now: float, value: float) -> None:
+        """One window's accept length: the series, and the run's running mean (its windows
+        all count, however long the run; state/collapse.py compares runs by it)."""
+        self.accept_len.append(Point(now, value))
+        self.accept_len_sum += value
+        self.accept_len_windows += 1
 
     def _on_spec_decode(self, e: SpecDecode, now: float) -> None:
         if e.mean_accept_len is not None:
-            self.accept_len.append(Point(now, e.mean_accept_len))
+            self._note_accept_len(now, e.mean_accept_len)
         if not e.per_position:
             return
         # The server's list, never longer than the deepest draft read (its parser cuts it
@@ -636,6 +654,7 @@ _HANDLERS: dict[type, Callable[[StateStore, Event, float], None]] = {
     ConnectionState: StateStore._on_connection,
     RunInfo: StateStore._on_run,
     DraftInfo: StateStore._on_draft_info,
+    AcceptanceCollapse: StateStore._on_collapse,
     RunState: StateStore._on_run_state,
     LoadBegin: StateStore._on_load_begin,
     ShardProgress: StateStore._on_shards,

@@ -1,0 +1,193 @@
+"""The session's part in explaining an acceptance collapse (docs/run-diff.md): note the
+followed run's acceptance summary, server version and fingerprint in its record on the host
+(for later runs, and for other clients), and compare the run with the best earlier run on
+the host with the same draft, publishing an ``acceptance_collapse`` event when it appears,
+changes or clears. The comparison itself is state/collapse.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, Protocol
+
+from specmon.model.errors import SpecmonError
+from specmon.model.events import (
+    AcceptanceCollapse,
+    Decode,
+    Event,
+    ProbeTiming,
+    RunInfo,
+    RunState,
+    ServerInfo,
+    SpecDecode,
+)
+from specmon.state.collapse import AcceptanceSummary, check, summary_of
+from specmon.state.run_status import RunStatus
+from specmon.state.store import StateStore
+
+CHECK_INTERVAL_S = 1.0  # at most one comparison a second, however fast events come
+NOTE_INTERVAL_S = 10.0  # the record's acceptance summary, at most this often (and at the end)
+ACCEPTANCE_EVENTS = (Decode, SpecDecode, ProbeTiming)
+
+
+class CollapseHost(Protocol):
+    """What the watch needs of the session (host.py's HostSession)."""
+
+    @property
+    def current_run(self) -> RunStatus | None: ...
+
+    def follows_own_run(self) -> bool: ...
+
+    async def status(self) -> list[RunStatus]: ...
+
+    async def note_run(
+        self, run_id: str, notes: Mapping[str, Any], *, unless_set: str | None = None
+    ) -> None: ...
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+
+    def publish(self, event: Event, at: float | None = None) -> None: ...
+
+
+class CollapseWatch:
+    def __init__(
+        self, host: CollapseHost, store: StateStore, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.host = host
+        self.clock = clock
+        self.store = store
+        self._run_id: str | None = None
+        self._history: list[RunStatus] | None = None  # the host's runs, read once per run
+        self._fingerprint: Mapping[str, Any] | None = None
+        self._noted: AcceptanceSummary | None = None
+        self._noted_at = float("-inf")
+        self._checked_at = float("-inf")
+        self._dirty = False
+        self._shown: tuple[str, str, float] | None = None  # (measure, reference, value) shown
+        self._version_noted = False
+
+    # --- inputs ------------------------------------------------------------------------
+
+    def on_event(self, event: Event) -> None:
+        """Called by the session after each event it publishes."""
+        if isinstance(event, AcceptanceCollapse):
+            return
+        if isinstance(event, RunInfo):
+            if event.run_id != self._run_id:
+                self._start(event.run_id)
+            return
+        if self._run_id is None:
+            return
+        if isinstance(event, ServerInfo):
+            self._note_version()
+        elif isinstance(event, RunState) and event.run_id == self._run_id and event.end:
+            self.flush()
+        elif isinstance(event, ACCEPTANCE_EVENTS):
+            self._dirty = True
+            self.tick()
+
+    def set_fingerprint(self, run_id: str, fingerprint: Mapping[str, Any]) -> None:
+        """The run's fingerprint as just read on the host: kept in its record unless a
+        client noted it already (the first reading, nearest its launch, stays)."""
+        if run_id != self._run_id:
+            return
+        self._fingerprint = fingerprint
+        if self.host.follows_own_run():
+            self._note({"fingerprint": dict(fingerprint)}, unless_set="fingerprint")
+        self._dirty = True
+
+    # --- work --------------------------------------------------------------------------
+
+    def _start(self, run_id: str) -> None:
+        self.flush()
+        self._run_id = run_id
+        self._history = None
+        self._fingerprint = None
+        self._noted = None
+        self._noted_at = self._checked_at = float("-inf")
+        self._dirty = False
+        self._shown = None
+        self._version_noted = False
+        self.host.spawn(self._load_history(run_id))
+
+    async def _load_history(self, run_id: str) -> None:
+        with contextlib.suppress(SpecmonError):
+            history = await self.host.status()
+            if run_id == self._run_id:
+                self._history = history
+                self._dirty = True
+                self.tick()
+
+    def tick(self) -> None:
+        """Compare (at most once a CHECK_INTERVAL_S) and note (once a NOTE_INTERVAL_S)."""
+        now = self.clock()
+        if not self._dirty or now - self._checked_at < CHECK_INTERVAL_S:
+            return
+        self._checked_at = now
+        self._dirty = False
+        summary = summary_of(self.store)
+        if now - self._noted_at >= NOTE_INTERVAL_S:
+            self._noted_at = now
+            self._note_summary(summary)
+        self._compare(summary)
+
+    def _compare(self, summary: AcceptanceSummary) -> None:
+        run = self.host.current_run
+        if run is None or run.run_id != self._run_id or self._history is None:
+            return
+        found = check(run, summary, self._history, self._fingerprint)
+        if found is None:
+            if self._shown is not None:
+                self._shown = None
+                self.host.publish(_cleared(run.run_id))
+            return
+        shown = (found.measure, found.reference_run, round(found.value, 2))
+        if shown != self._shown:
+            self._shown = shown
+            self.host.publish(found)
+
+    def flush(self) -> None:
+        """Note the run's latest summary now (its end, a new run followed, the session's
+        close), when it covers more than the record holds."""
+        if self._run_id is not None:
+            self._note_summary(summary_of(self.store))
+
+    def _note_summary(self, summary: AcceptanceSummary) -> None:
+        if not self.host.follows_own_run() or not (summary.drafts or summary.windows):
+            return
+        if not summary.more_than(self._noted):
+            return
+        self._noted = summary
+        self._note({"acceptance": summary.to_json()})
+
+    def _note_version(self) -> None:
+        version = self.store.server_info.get("version")
+        if version and not self._version_noted and self.host.follows_own_run():
+            self._version_noted = True
+            self._note({"server_version": str(version)[:80]}, unless_set="server_version")
+
+    def _note(self, notes: Mapping[str, Any], *, unless_set: str | None = None) -> None:
+        run_id = self._run_id
+        if run_id is None:
+            return
+        self.host.spawn(_quietly(self.host.note_run(run_id, notes, unless_set=unless_set)))
+
+
+async def _quietly(work: Awaitable[None]) -> None:
+    with contextlib.suppress(SpecmonError, asyncio.TimeoutError):
+        await work
+
+
+def _cleared(run_id: str) -> AcceptanceCollapse:
+    return AcceptanceCollapse(
+        run_id=run_id,
+        measure="",
+        value=0.0,
+        reference_value=0.0,
+        reference_run="",
+        cycles=0,
+        message="acceptance back within 30% of the best earlier run",
+        cleared=True,
+    )
