@@ -68,6 +68,11 @@ class CollapseWatch:
         self._shown: tuple[str, str, float] | None = None  # (measure, reference, value) shown
         self._version_noted = False
 
+    @property
+    def fingerprint(self) -> Mapping[str, Any] | None:
+        """The followed run's fingerprint as read on the host (None before it was read)."""
+        return self._fingerprint
+
     # --- inputs ------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:

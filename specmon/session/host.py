@@ -1491,6 +1491,11 @@ class HostSession(HostController):
         self.bus.publish(event, at)
         self._collapse.on_event(event)
 
+    @property
+    def run_fingerprint(self) -> Mapping[str, Any] | None:
+        """The followed run's draft and target fingerprint (docs/run-diff.md), once read."""
+        return self._collapse.fingerprint
+
     def follows_own_run(self) -> bool:
         """Whether the followed run is one of specmon's (it has a record to note things in)."""
         follow = self._follow
