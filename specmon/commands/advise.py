@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from specmon.experiments.advisor_inputs import advise_from_store, enough_data
     from specmon.experiments.ledger import Ledger
     from specmon.model.errors import SpecmonError, UsageError
+    from specmon.model.terminal_text import safe_text
 
     if not 0 < args.timeout <= 86400:
         raise UsageError("--timeout must be more than 0 and at most 86400 seconds")
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 if store.run is None and time.monotonic() - began > NO_RUN_WAIT_S:
                     break  # no server on the host: nothing will come, say so now
                 await asyncio.sleep(0.2)
+            collapse = await session.acceptance_collapse()
         finally:
             await session.close()
         if store.run is None:
@@ -89,8 +91,14 @@ def run(args: argparse.Namespace) -> int:
             except AdvisorError as exc:
                 raise SpecmonError(f"advise {session.host_label}: {exc}") from None
         if args.json:
-            print(json.dumps(advice.to_dict()))
+            out = advice.to_dict()
+            # The acceptance collapse's likely causes (docs/run-diff.md): [] without one.
+            out["diagnosis"] = [d.to_dict() for d in collapse.diagnoses] if collapse else []
+            out["collapse"] = collapse.to_dict() if collapse else None
+            print(json.dumps(out))
         else:
+            if collapse is not None:
+                print(f"ACCEPTANCE COLLAPSE: {safe_text(collapse.message)}\n")
             print(advice_text(advice, session.host_label, store))
         return 0
 

@@ -16,6 +16,7 @@ from typing import IO, Any, TypeVar
 
 from specmon.model.errors import UsageError
 from specmon.model.events import (
+    AcceptanceCollapse,
     AgentStatus,
     ConnectionState,
     Decode,
@@ -231,6 +232,10 @@ def describe_event(event: Event) -> str | None:
 
         said = [wiring_line(event), *event.problems, *event.errors]
         return "draft       " + safe_text("; ".join(said))
+    if isinstance(event, AcceptanceCollapse):
+        if event.cleared:
+            return f"collapse    over: {event.message}"
+        return f"COLLAPSE    {event.message}"
     if isinstance(event, (GpuSample, ProbeTiming, MetricsSnapshot, LogLine)):
         return None
     name = type(event).__name__

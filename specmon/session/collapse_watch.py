@@ -125,6 +125,19 @@ class CollapseWatch:
                 self._dirty = True
                 self.tick()
 
+    async def compare_now(self) -> AcceptanceCollapse | None:
+        """The comparison as of now, unthrottled (``advise``): the host's runs read first
+        when they were not yet; None without a collapse (or a run to compare)."""
+        run = self.host.current_run
+        if run is None or run.run_id != self._run_id:
+            return None
+        if self._history is None:
+            with contextlib.suppress(SpecmonError):
+                self._history = await self.host.status()
+        if self._history is None:
+            return None
+        return check(run, summary_of(self.store), self._history, self._fingerprint)
+
     def tick(self) -> None:
         """Compare (at most once a CHECK_INTERVAL_S) and note (once a NOTE_INTERVAL_S)."""
         now = self.clock()

@@ -41,6 +41,7 @@ from specmon.model.errors import (
     UsageError,
 )
 from specmon.model.events import (
+    AcceptanceCollapse,
     AgentStatus,
     ConnectionState,
     DraftInfo,
@@ -1495,6 +1496,11 @@ class HostSession(HostController):
     def run_fingerprint(self) -> Mapping[str, Any] | None:
         """The followed run's draft and target fingerprint (docs/run-diff.md), once read."""
         return self._collapse.fingerprint
+
+    async def acceptance_collapse(self) -> AcceptanceCollapse | None:
+        """The followed run's acceptance collapse as of now, with its diagnosis (None: its
+        acceptance is within DROP of the best earlier run, or there is none to compare)."""
+        return await self._collapse.compare_now()
 
     def follows_own_run(self) -> bool:
         """Whether the followed run is one of specmon's (it has a record to note things in)."""

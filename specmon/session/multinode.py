@@ -32,6 +32,7 @@ from specmon.backends.flag_grammar import parse_flags
 from specmon.launch.config import profile_named
 from specmon.model.errors import SpecmonError, UsageError
 from specmon.model.events import (
+    AcceptanceCollapse,
     AgentStatus,
     ConnectionState,
     Event,
@@ -230,6 +231,10 @@ class MultiNodeController(HostController):
                 for node in sorted(self.nodes, key=lambda n: n.label)
             ]
             yield _Leases(leases)
+
+    async def acceptance_collapse(self) -> AcceptanceCollapse | None:
+        """Node 0's run record speaks for the server (its rank 0 logs the acceptance)."""
+        return await self.nodes[0].session.acceptance_collapse()
 
     async def check_listener(self) -> None:
         """Node 0 serves HTTP: its port must be its run's."""

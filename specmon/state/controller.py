@@ -17,6 +17,7 @@ from specmon.state.store import EventBus
 if TYPE_CHECKING:
     from specmon.launch.config import Profile
     from specmon.launch.spec import FlagValue, LaunchSpec
+    from specmon.model.events import AcceptanceCollapse
     from specmon.state.foreign import TakeOverPlan
     from specmon.state.run_status import RunStatus, StopReport
 
@@ -137,6 +138,11 @@ class HostController(ABC):
         """The runs on the host (id, owner, alive, exit); a controller that cannot list them
         knows of none."""
         return []
+
+    async def acceptance_collapse(self) -> AcceptanceCollapse | None:
+        """The followed run's acceptance collapse against the best earlier run with the same
+        draft, as of now (docs/run-diff.md); a controller with no run records has none."""
+        return None
 
     @abstractmethod
     async def http_base_url(self) -> str | None:

@@ -10,6 +10,7 @@ from textual.widgets import Footer
 
 from specmon.state.store import StateStore
 from specmon.tui.widgets.banner import Banner
+from specmon.tui.widgets.collapse_banner import CollapseBanner
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
 from specmon.tui.widgets.latency import BASE_ROWS, LatencyPanel, panel_rows
@@ -54,6 +55,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield HeaderBar(self.host_label, id="header")
         yield Banner(id="banner")
+        yield CollapseBanner(id="collapse")
         yield LoadingPanel(id="loading")
         yield GpuPanel(id="gpus")
         with Horizontal(id="live-row"):
@@ -72,6 +74,7 @@ class MainScreen(Screen[None]):
         self._fit_gpu_panel(store, live)
         self.query_one(HeaderBar).update_from(store, now, paused)
         self.query_one(Banner).update_from(store)
+        self.query_one(CollapseBanner).update_from(store)
         if not live:
             self.query_one(LoadingPanel).update_from(store, now, autolaunch=self.autolaunch)
         if paused or not live_due:
@@ -96,8 +99,11 @@ class MainScreen(Screen[None]):
 
     def _fit_gpu_panel(self, store: StateStore, live: bool) -> None:
         """Give the GPU panel a row per GPU, but leave the log pane at least LOG_MIN_ROWS."""
-        banner = self.query_one(Banner)
-        used = 2 + (banner.outer_size.height if banner.display else 0)
+        used = 2 + sum(
+            banner.outer_size.height
+            for banner in (self.query_one(Banner), self.query_one(CollapseBanner))
+            if banner.display
+        )
         wanted = max(1, len(store.gpus)) + 2
         loading_rows = LOADING_ROWS
         if not live and self.size.height - used - LOADING_ROWS - LOG_MIN_ROWS < wanted:
