@@ -67,6 +67,7 @@ class CollapseWatch:
         self._dirty = False
         self._shown: tuple[str, str, float] | None = None  # (measure, reference, value) shown
         self._version_noted = False
+        self._latest = AcceptanceSummary()  # the run's, as of the last comparison
 
     @property
     def fingerprint(self) -> Mapping[str, Any] | None:
@@ -115,6 +116,7 @@ class CollapseWatch:
         self._dirty = False
         self._shown = None
         self._version_noted = False
+        self._latest = AcceptanceSummary()
         self.host.spawn(self._load_history(run_id))
 
     async def _load_history(self, run_id: str) -> None:
@@ -145,7 +147,7 @@ class CollapseWatch:
             return
         self._checked_at = now
         self._dirty = False
-        summary = summary_of(self.store)
+        summary = self._latest = summary_of(self.store)
         if now - self._noted_at >= NOTE_INTERVAL_S:
             self._noted_at = now
             self._note_summary(summary)
@@ -168,9 +170,13 @@ class CollapseWatch:
 
     def flush(self) -> None:
         """Note the run's latest summary now (its end, a new run followed, the session's
-        close), when it covers more than the record holds."""
-        if self._run_id is not None:
-            self._note_summary(summary_of(self.store))
+        close), when it covers more than the record holds. The store forgets a run as soon
+        as the next one is followed: its summary from the last comparison is noted then."""
+        if self._run_id is None:
+            return
+        run = self.store.run
+        ours = run is not None and run.run_id == self._run_id
+        self._note_summary(summary_of(self.store) if ours else self._latest)
 
     def _note_summary(self, summary: AcceptanceSummary) -> None:
         if not self.host.follows_own_run() or not (summary.drafts or summary.windows):

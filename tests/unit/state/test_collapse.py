@@ -216,3 +216,24 @@ async def test_a_replaced_runs_late_collapse_is_not_shown() -> None:
     assert store.collapse is None
     store.apply(replace(found, run_id="new"), 1.0)
     assert store.collapse is not None
+
+
+async def test_a_run_replaced_without_an_end_seen_keeps_its_summary() -> None:
+    """The store forgets a run when the next is followed: its last summary is noted then."""
+    store = StateStore()
+    host = FakeHost(store, [], run("old", 1.0))
+    clock = 0.0
+    watch = CollapseWatch(host, store, clock=lambda: clock)
+    for event in (
+        RunInfo(run_id="old", backend="sglang"),
+        SpecDecode(per_position=(0.6,), drafted=250, mean_accept_len=1.6),  # noted at once
+        SpecDecode(per_position=(0.6,), drafted=250, mean_accept_len=1.6),  # within 10 s
+        RunInfo(run_id="new", backend="sglang"),
+    ):
+        clock += 2.0
+        store.apply(event, clock)
+        watch.on_event(event)
+    await asyncio.gather(*host.tasks)
+    old = [n["acceptance"] for rid, n, _ in host.notes if rid == "old" and "acceptance" in n]
+    assert old and old[-1]["drafts"] == 500 and old[-1]["position_1"] == 0.6
+    assert not [n for rid, n, _ in host.notes if rid == "new" and "acceptance" in n]
