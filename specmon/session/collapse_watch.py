@@ -29,6 +29,7 @@ from specmon.state.store import StateStore
 
 CHECK_INTERVAL_S = 1.0  # at most one comparison a second, however fast events come
 NOTE_INTERVAL_S = 10.0  # the record's acceptance summary, at most this often (and at the end)
+VALUE_STEP = 0.05  # a collapse is told again when its value moves by this much
 ACCEPTANCE_EVENTS = (Decode, SpecDecode, ProbeTiming)
 
 
@@ -65,9 +66,10 @@ class CollapseWatch:
         self._noted_at = float("-inf")
         self._checked_at = float("-inf")
         self._dirty = False
-        self._shown: tuple[str, str, float] | None = None  # (measure, reference, value) shown
+        self._shown: tuple[str, str, int] | None = None  # (measure, reference, value step)
         self._version_noted = False
         self._latest = AcceptanceSummary()  # the run's, as of the last comparison
+        self._loading = False  # the host's runs are being read
 
     @property
     def fingerprint(self) -> Mapping[str, Any] | None:
@@ -117,15 +119,23 @@ class CollapseWatch:
         self._shown = None
         self._version_noted = False
         self._latest = AcceptanceSummary()
-        self.host.spawn(self._load_history(run_id))
+        self._loading = False
 
     async def _load_history(self, run_id: str) -> None:
-        with contextlib.suppress(SpecmonError):
+        """The host's runs, read once the run has enough to compare (not at its start: the
+        run it replaced may still be noting its final summary then)."""
+        try:
             history = await self.host.status()
-            if run_id == self._run_id:
-                self._history = history
-                self._dirty = True
-                self.tick()
+        except SpecmonError:
+            history = None
+        if run_id != self._run_id:
+            return
+        self._loading = False
+        if history is not None:
+            self._history = history
+            self._dirty = True
+            self._checked_at = float("-inf")
+            self.tick()
 
     async def compare_now(self) -> AcceptanceCollapse | None:
         """The comparison as of now, unthrottled (``advise``): the host's runs read first
@@ -155,7 +165,13 @@ class CollapseWatch:
 
     def _compare(self, summary: AcceptanceSummary) -> None:
         run = self.host.current_run
-        if run is None or run.run_id != self._run_id or self._history is None:
+        if run is None or run.run_id != self._run_id:
+            return
+        if self._history is None:
+            comparable = any(summary.value(m) is not None for m in ("position_1", "accept_len"))
+            if comparable and not self._loading:
+                self._loading = True
+                self.host.spawn(self._load_history(self._run_id))
             return
         found = check(run, summary, self._history, self._fingerprint)
         if found is None:
@@ -163,7 +179,9 @@ class CollapseWatch:
                 self._shown = None
                 self.host.publish(_cleared(run.run_id))
             return
-        shown = (found.measure, found.reference_run, round(found.value, 2))
+        # Told again when its reference changes or its value moves by a step of VALUE_STEP:
+        # the banner's figure stays current without an event per window.
+        shown = (found.measure, found.reference_run, round(found.value / VALUE_STEP))
         if shown != self._shown:
             self._shown = shown
             self.host.publish(found)

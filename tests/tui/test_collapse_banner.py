@@ -49,7 +49,10 @@ async def test_the_banner_shows_the_collapse_and_goes_when_it_clears() -> None:
         await pilot.pause(0.3)
         assert banner.display
         text = str(banner.render())
-        assert "Acceptance collapse: 0.19 at position 1 against 0.68 in run 20261204-101500-ab12" in text
+        assert (
+            "Acceptance collapse: 0.19 at position 1 against 0.68 in run 20261204-101500-ab12"
+            in text
+        )
         assert "640 drafts" in text
         assert "aux_layers_changed" in text and "[2, 30, 58] -> [0, 2, 30, 58]" in text
         assert "\x1b" not in text and "\x07" not in text

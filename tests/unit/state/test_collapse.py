@@ -150,11 +150,13 @@ class FakeHost:
         self.notes: list[tuple[str, dict, str | None]] = []
         self.published: list[AcceptanceCollapse] = []
         self.tasks: list[asyncio.Task[None]] = []
+        self.status_calls = 0
 
     def follows_own_run(self) -> bool:
         return True
 
     async def status(self) -> list[RunStatus]:
+        self.status_calls += 1
         return self.history
 
     async def note_run(
@@ -187,7 +189,13 @@ async def test_the_watch_notes_compares_publishes_and_clears() -> None:
     watch.set_fingerprint("now", BAD_FP)
     await asyncio.gather(*host.tasks)
     assert ("now", {"fingerprint": BAD_FP}, "fingerprint") in host.notes
+    assert host.status_calls == 0  # the runs are read once there is enough to compare
+    feed(SpecDecode(per_position=(0.19,), drafted=60, mean_accept_len=1.2))
+    await asyncio.gather(*host.tasks)
+    assert host.status_calls == 0  # 60 drafts: not yet
     feed(SpecDecode(per_position=(0.19,), drafted=300, mean_accept_len=1.2))
+    await asyncio.gather(*host.tasks)
+    assert host.status_calls == 1
     assert len(host.published) == 1 and store.collapse is host.published[0]
     assert store.collapse.diagnoses[0].code == "aux_layers_changed"
     feed(SpecDecode(per_position=(0.19,), drafted=300, mean_accept_len=1.2))  # same: once
