@@ -148,8 +148,11 @@ async def test_a_relaunch_with_the_embedding_output_wired_in_is_explained(tmp_pa
         told = [e for e in _drain(seen) if e.kind == "acceptance_collapse"]
         assert told and not any(e.cleared for e in told)
         assert len(told) <= 3, [e.value for e in told]  # once, then only when it moves 0.05
-    finally:
+    except BaseException:
         await session.close()
+        kill_everything_under(state)  # the server outlives a session: stopped here
+        raise
+    await session.close()
 
     # The console, opened on the host afterwards, shows the banner from the records alone.
     with local_console(config, state, gpu_agent="none") as app:
@@ -159,7 +162,6 @@ async def test_a_relaunch_with_the_embedding_output_wired_in_is_explained(tmp_pa
             text = str(banner.render())
             assert f"against {collapse.reference_value:.2f} in run {good}" in text
             assert "aux_layers_changed" in text and "[2, 40, 77] -> [0, 2, 40, 77]" in text
-    kill_everything_under(state)
 
 
 def _drain(queue) -> list:
