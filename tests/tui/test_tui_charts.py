@@ -73,3 +73,19 @@ def test_vllm_shows_no_extend_phase_and_sglang_does() -> None:
     assert "draft" in vllm and "verify" in vllm
     assert "extend" not in vllm
     assert "extend" in timing_of("sglang")
+
+
+async def test_acceptance_by_position_keeps_both_live_panels_whole() -> None:
+    """The positions row makes the throughput panel a row taller: the live row grows with it,
+    so neither its nor the draft/verify panel's bottom border is cut (it was at 7 rows)."""
+    from specmon.tui.widgets.timing import TimingPanel
+
+    app = sglang_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.3)
+        panel = app.main.query_one(ThroughputPanel)
+        assert panel.has_class("-positions")
+        row = app.main.query_one("#live-row").region
+        for widget in (panel, app.main.query_one(TimingPanel)):
+            assert widget.outer_size.height == 8
+            assert widget.region.bottom <= row.bottom, (widget, widget.region, row)

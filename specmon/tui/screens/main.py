@@ -83,6 +83,8 @@ class MainScreen(Screen[None]):
         if live:
             self.query_one(ThroughputPanel).update_from(store)
             self.query_one(TimingPanel).update_from(store, probe_on=self.probe_on)
+            if self._size_live_row():
+                self._fit_gpu_panel(store, live)  # a row came or went: the rest re-fit now
             if self.latency_shown:
                 self.query_one(LatencyPanel).update_from(store)
 
@@ -109,14 +111,45 @@ class MainScreen(Screen[None]):
         if not live and self.size.height - used - LOADING_ROWS - LOG_MIN_ROWS < wanted:
             loading_rows = COMPACT_LOADING_ROWS  # 8 GPUs while loading on an 80x24 terminal
         self.query_one(LoadingPanel).set_class(loading_rows == COMPACT_LOADING_ROWS, "-compact")
-        used += LIVE_ROW_ROWS if live else loading_rows
+        throughput = self.query_one(ThroughputPanel)
+        throughput.set_class(False, "-compact")
         if live:
+            fixed = used
+            used = fixed + self._live_rows()
             used += self._fit_latency_panel(store, used, wanted)
+            if self.size.height - used - LOG_MIN_ROWS < MIN_GPU_ROWS and throughput.wanted_rows > 7:
+                # Short of rows: acceptance by position gives way (it stays in the history)
+                throughput.set_class(True, "-compact")
+                used = fixed + self._live_rows()
+                used += self._fit_latency_panel(store, used, wanted)
+            self._size_live_row()
+        else:
+            used += loading_rows
         room = self.size.height - used - LOG_MIN_ROWS
         height = max(MIN_GPU_ROWS, min(wanted, room))
         panel = self.query_one(GpuPanel)
         if panel.styles.height is None or panel.styles.height.value != height:
             panel.styles.height = height
+
+    def _live_rows(self) -> int:
+        """The live row's height: its taller panel's (acceptance by position adds a row to
+        the throughput panel, the draft's wiring one to the draft/verify panel)."""
+        return max(
+            LIVE_ROW_ROWS,
+            self.query_one(ThroughputPanel).wanted_rows,
+            self.query_one(TimingPanel).wanted_rows,
+        )
+
+    def _size_live_row(self) -> bool:
+        """Size the live row and both its panels alike, so neither bottom border is cut and
+        they stay aligned; whether anything changed."""
+        rows = self._live_rows()
+        row = self.query_one("#live-row")
+        if row.styles.height is not None and row.styles.height.value == rows:
+            return False
+        for widget in (row, self.query_one(ThroughputPanel), self.query_one(TimingPanel)):
+            widget.styles.height = rows
+        return True
 
     def _fit_latency_panel(self, store: StateStore, used: int, gpu_rows: int) -> int:
         """Show the latency panel where the operator asked (`c`), else where its figures fit

@@ -81,6 +81,7 @@ class ThroughputPanel(Vertical):
     ThroughputPanel.-positions { height: 8; }
     ThroughputPanel #positions { display: none; }
     ThroughputPanel.-positions #positions { display: block; }
+    ThroughputPanel.-positions.-compact #positions { display: none; }
     """
 
     can_focus = True
@@ -89,6 +90,12 @@ class ThroughputPanel(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Throughput"
         self._last: tuple[object, ...] | None = None
+
+    @property
+    def wanted_rows(self) -> int:
+        """Its height with the border: a row more for acceptance by position, unless the
+        screen is short of rows (``-compact``: the positions stay in the history, `h`)."""
+        return 8 if self.has_class("-positions") and not self.has_class("-compact") else 7
 
     def compose(self) -> ComposeResult:
         yield Static(id="tps-stats")

@@ -32,6 +32,7 @@ class TimingPanel(Static):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.border_title = "Draft / verify"
         self._last: tuple[object, ...] | None = None
+        self.wanted_rows = 7  # border included
 
     def update_from(self, store: StateStore, *, probe_on: bool | None = None) -> None:
         """``probe_on``: whether the run's profile has the probe on (None: not known)."""
@@ -44,10 +45,9 @@ class TimingPanel(Static):
             return
         self._last = key
         self.border_subtitle = timing_subtitle(store)
-        height = 8 if wiring is not None else 7  # one line more for the draft's wiring
-        relayout = self.styles.height is None or self.styles.height.value != height
-        if relayout:
-            self.styles.height = height
+        rows = 8 if wiring is not None else 7  # one line more for the draft's wiring
+        relayout = rows != self.wanted_rows
+        self.wanted_rows = rows  # the main screen sizes its row (and this panel) to fit
         body = render_timing(store, width, probe_on=probe_on)
         if wiring is not None:
             body = Text("\n", no_wrap=True, overflow="ellipsis").join([render_wiring(wiring), body])
