@@ -286,6 +286,10 @@ class MultiNodeController(HostController):
         return out
 
     async def _launch(self, specs: Sequence[LaunchSpec], profile: str | None) -> str:
+        for node, spec in zip(self.nodes, specs, strict=True):
+            # each node reads its own disk: a draft that cannot work is refused on any node
+            # before anything is stopped or started (one-host launches: launch_spec)
+            await node.session.check_draft_wiring(spec)
         if profile in self._profiles:  # a profile's own grace for its nodes, however launched
             self.node_grace_s = self._profiles[profile].node_grace_s
         labels = [node.label for node in self.nodes]

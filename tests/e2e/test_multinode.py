@@ -32,7 +32,7 @@ from support.sshd import SshdServer, start_sshd, stop_sshd
 from specmon.backends import BACKENDS, NodePlacement, get_backend, registry
 from specmon.backends.sglang import SGLangBackend
 from specmon.launch.config import parse_config_text
-from specmon.model.errors import ConfigError, UsageError
+from specmon.model.errors import ConfigError, SpecmonError, UsageError
 from specmon.model.events import GpuReading, GpuSample, NodeStatus
 from specmon.session.host import HostSession, SessionOptions
 from specmon.session.local import LocalTransport
@@ -654,3 +654,31 @@ SPECMON_SIM_PEER_LOST_S = "600"
         f"run {run_id} over 2 nodes is incomplete: node 0 node-a: running, "
         "node 1 node-b: missing" in whole.stdout
     ), whole.stdout
+
+
+async def test_a_draft_that_cannot_work_is_refused_before_any_node_starts(
+    state_dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The pre-launch wiring check of a one-host launch holds for a multi-node one: every
+    node's files are read (each node has its own disk) before anything is stopped or started."""
+    target, draft = tmp_path / "Kimi-K2.5", tmp_path / "draft"
+    for path, config in (
+        (target, {"hidden_size": 7168, "num_hidden_layers": 61}),
+        (draft, {"hidden_size": 7168, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 61]}}),
+    ):  # fmt: skip
+        path.mkdir()
+        (path / "config.json").write_text(json.dumps(config))
+    controller = two_node_controller(state_dirs)
+    profile = dataclasses.replace(
+        sim_profiles()["fast"], tp=16, nodes=("node-a", "node-b"), probe=False,
+        model_path=str(target), draft_model_path=str(draft),
+    )  # fmt: skip
+    controller.add_profile("two", profile)
+    await controller.start()
+    try:
+        with pytest.raises(SpecmonError, match=r"\[61\].*61 layers"):
+            await controller.launch("two")
+        for node in controller.nodes:  # nothing launched on either node
+            assert await node.session.status() == []
+    finally:
+        await controller.close()
