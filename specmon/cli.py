@@ -21,6 +21,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("launch", "launch", "launch a server profile on a host (headless)"),
     ("stop", "stop", "stop the server run on a host (headless)"),
     ("status", "status", "show the runs on a host (headless)"),
+    ("diff", "diff", "every recorded difference between two runs on a host (headless)"),
     ("watch", "watch", "stream a host's events as text or JSON lines (headless)"),
     ("attach", "attach", "list the servers on a host that specmon did not launch (headless)"),
     ("adopt", "adopt", "write a server that specmon did not launch as a profile (headless)"),

@@ -400,6 +400,8 @@ async def _bench_through_session(
             profile=run.profile,
             argv=tuple(run.argv),
             env=dict(run.env),
+            fingerprint=getattr(session, "run_fingerprint", None) or run.fingerprint,
+            run_id=run.run_id,
         )
         return results, context
     finally:

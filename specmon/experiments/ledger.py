@@ -183,7 +183,17 @@ _V6 = (
     "ALTER TABLE benchmarks ADD COLUMN repeats_json TEXT",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Version 7: what tells two runs apart (docs/run-diff.md): a run's and a benchmark's draft and
+# target fingerprint (each config.json's fields, the chat template's hash, the auxiliary
+# layers in effect), and the sampling a benchmark's requests asked for.
+_V7 = (
+    "ALTER TABLE runs ADD COLUMN fingerprint_json TEXT",
+    "ALTER TABLE benchmarks ADD COLUMN fingerprint_json TEXT",
+    "ALTER TABLE benchmarks ADD COLUMN sampling_json TEXT",
+    "ALTER TABLE benchmarks ADD COLUMN run_id TEXT",  # the host's run it measured
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -236,6 +246,7 @@ class RunRecord:
     load_seconds: float | None = None
     error: str | None = None
     root_cause: tuple[str, ...] = ()
+    fingerprint: Mapping[str, Any] | None = None  # the draft's and target's (run_diff)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +257,8 @@ class BenchContext:
     profile: str | None = None
     argv: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
+    fingerprint: Mapping[str, Any] | None = None  # the run's draft and target (run_diff)
+    run_id: str | None = None  # the host's run it measured, where known
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,8 +642,8 @@ class Ledger:
     def _insert_run(conn: sqlite3.Connection, run: RunRecord) -> int:
         cursor = conn.execute(
             "INSERT INTO runs (created_at, host, profile, run_id, argv_json, env_json,"
-            " specmon_version, status, load_seconds, error, root_cause_json)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " specmon_version, status, load_seconds, error, root_cause_json, fingerprint_json)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 time.time(),
                 run.host,
@@ -643,6 +656,7 @@ class Ledger:
                 run.load_seconds,
                 run.error,
                 json.dumps(list(run.root_cause)),
+                _json_or_none(run.fingerprint),
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -661,9 +675,10 @@ class Ledger:
             " prompt_set_digest, concurrency, max_tokens, requests, warmup, duration_s, tok_s,"
             " tok_s_median, tok_s_p10, tok_s_p90, ttft_median_ms, ttft_p90_ms, accept_len,"
             " metrics_accept_len, draft_ms, verify_ms, extend_ms, timing_source,"
-            " server_args_json, request_results_json, itl_median_ms, itl_p90_ms, repeats_json)"
+            " server_args_json, request_results_json, itl_median_ms, itl_p90_ms, repeats_json,"
+            " fingerprint_json, sampling_json, run_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-            " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 result.started_at,
                 context.host,
@@ -703,6 +718,9 @@ class Ledger:
                 json.dumps(list(result.repeat_tok_s))
                 if getattr(result, "repeat_tok_s", ())
                 else None,
+                _json_or_none(context.fingerprint),
+                _json_or_none(getattr(result, "sampling", None)),
+                context.run_id,
             ),
         )
         return int(cursor.lastrowid or 0)
@@ -818,6 +836,20 @@ class Ledger:
             for row in rows
         ]
 
+    def sampling_of_run(self, run_id: str) -> dict[str, Any] | None:
+        """The sampling of the latest benchmark recorded for the host's run ``run_id`` (the
+        run its ``run_ref`` names), None when no benchmark of it recorded one."""
+        row = self._conn.execute(
+            "SELECT b.sampling_json FROM benchmarks b LEFT JOIN runs r ON b.run_ref = r.id"
+            " WHERE (b.run_id = ? OR r.run_id = ?) AND b.sampling_json IS NOT NULL"
+            " ORDER BY b.id DESC LIMIT 1",
+            (run_id, run_id),
+        ).fetchone()
+        if row is None:
+            return None
+        value = json.loads(row[0])
+        return value if isinstance(value, dict) else None
+
     def list_sweeps(self, limit: int = 50) -> list[SweepRow]:
         rows = self._conn.execute("SELECT * FROM sweeps ORDER BY id DESC LIMIT ?", (limit,))
         return [_sweep_from_row(row) for row in rows.fetchall()]
@@ -843,6 +875,10 @@ class Ledger:
             raise LedgerError(f"no ledger table {name!r}")
         rows = self._conn.execute(f"SELECT * FROM {name} ORDER BY id").fetchall()
         return [_decode(row) for row in rows]
+
+
+def _json_or_none(value: Mapping[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, sort_keys=True, default=str)
 
 
 def _decode(row: sqlite3.Row) -> dict[str, Any]:

@@ -807,6 +807,13 @@ class SweepRunner:
             await asyncio.sleep(READY_POLL_S)
         return False
 
+    def _fingerprint(self, run_id: str | None) -> Mapping[str, Any] | None:
+        """The point's run's draft and target fingerprint, as the session read it."""
+        run = self.controller.current_run
+        if run is None or run.run_id != run_id:
+            return None
+        return getattr(self.controller, "run_fingerprint", None) or run.fingerprint
+
     async def _replaced_by_someone_else(self, run_id: str | None) -> str | None:
         """How the point's server ended, when another client ended it: replaced by a newer
         live run on the host, stopped by specmon elsewhere (its stop record, run_end.py), or
@@ -896,6 +903,7 @@ class SweepRunner:
                         "the baseline server does not report speculation off in "
                         "/get_server_info; an unconfirmed baseline is not recorded as one"
                     )
+                fingerprint = self._fingerprint(run_id)
                 run = RunRecord(
                     host=self.plan.host,
                     profile=point.profile,
@@ -904,12 +912,15 @@ class SweepRunner:
                     status="ready",
                     run_id=run_id,
                     load_seconds=load_seconds,
+                    fingerprint=fingerprint,
                 )
                 context = BenchContext(
                     host=self.plan.host,
                     profile=point.profile,
                     argv=point.spec.argv,
                     env=point.spec.env_dict(),
+                    fingerprint=fingerprint,
+                    run_id=run_id,
                 )
                 point_id = self.ledger.record_sweep_point(
                     sweep_id,
@@ -962,6 +973,7 @@ class SweepRunner:
                 load_seconds=load_seconds,
                 error=message,
                 root_cause=root_cause,
+                fingerprint=self._fingerprint(run_id),
             )
             for load in pending:
                 point_id = self.ledger.record_sweep_point(

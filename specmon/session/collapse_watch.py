@@ -70,6 +70,7 @@ class CollapseWatch:
         self._version_noted = False
         self._latest = AcceptanceSummary()  # the run's, as of the last comparison
         self._loading = False  # the host's runs are being read
+        self._later: asyncio.TimerHandle | None = None  # a comparison deferred by the interval
 
     @property
     def fingerprint(self) -> Mapping[str, Any] | None:
@@ -137,6 +138,20 @@ class CollapseWatch:
             self._checked_at = float("-inf")
             self.tick()
 
+    def _check_later(self, wait: float) -> None:
+        if self._later is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): the next event compares
+            return
+
+        def due() -> None:
+            self._later = None
+            self.tick()
+
+        self._later = loop.call_later(wait, due)
+
     async def compare_now(self) -> AcceptanceCollapse | None:
         """The comparison as of now, unthrottled (``advise``): the host's runs read first
         when they were not yet; None without a collapse (or a run to compare)."""
@@ -153,7 +168,11 @@ class CollapseWatch:
     def tick(self) -> None:
         """Compare (at most once a CHECK_INTERVAL_S) and note (once a NOTE_INTERVAL_S)."""
         now = self.clock()
-        if not self._dirty or now - self._checked_at < CHECK_INTERVAL_S:
+        if not self._dirty:
+            return
+        wait = CHECK_INTERVAL_S - (now - self._checked_at)
+        if wait > 0:
+            self._check_later(wait)  # the last events of a burst (a replay) are compared too
             return
         self._checked_at = now
         self._dirty = False

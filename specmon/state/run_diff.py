@@ -231,3 +231,74 @@ def diagnose(changes: Iterable[Change]) -> list[Diagnosis]:
             )
         )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class DiffReport:
+    """Two runs' differences as ``specmon diff`` and the console's history show them: one
+    formatter for both (``lines``), and the JSON (``to_dict``)."""
+
+    a: RunFacts
+    b: RunFacts
+    changes: tuple[Change, ...]
+    diagnoses: tuple[Diagnosis, ...]
+    not_compared: tuple[str, ...]
+
+    @classmethod
+    def of(cls, a: RunFacts, b: RunFacts) -> DiffReport:
+        changes = tuple(diff_runs(a, b))
+        return cls(a, b, changes, tuple(diagnose(changes)), tuple(unknown_parts(a, b)))
+
+    def lines(self) -> list[str]:
+        """Each likely cause (its code and message) with its differences under it, then what
+        could not be compared. Raw record text: the caller passes it through safe_text."""
+        out = [f"{_run_label(self.a)} -> {_run_label(self.b)}: {_count(len(self.changes))}"]
+        for diagnosis in self.diagnoses:
+            out.append(f"  {diagnosis.code}: {diagnosis.message}")
+            for change in diagnosis.changed:
+                out.append(
+                    f"      {change.field}: {shown_value(change.before)} -> "
+                    f"{shown_value(change.after)}"
+                )
+        if self.not_compared:
+            out.append("  not compared: " + "; ".join(self.not_compared))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "runs": [self.a.run_id, self.b.run_id],
+            "changes": [c.to_dict() for c in self.changes],
+            "diagnoses": [d.to_dict() for d in self.diagnoses],
+            "not_compared": list(self.not_compared),
+        }
+
+
+def _run_label(facts: RunFacts) -> str:
+    profile = f" ({facts.profile})" if facts.profile else ""
+    return f"run {facts.run_id}{profile}"
+
+
+def _count(n: int) -> str:
+    return "no recorded difference" if n == 0 else f"{n} difference{'s' if n != 1 else ''}"
+
+
+def find_run(runs: Sequence[RunStatus], wanted: str) -> RunStatus:
+    """The run named by its id, a unique prefix of it, ``latest`` or ``latest~N`` (N runs
+    before the latest; ``runs`` in start order); UsageError naming the candidates."""
+    from specmon.model.errors import UsageError
+
+    if wanted == "latest" or wanted.startswith("latest~"):
+        back = wanted.removeprefix("latest").removeprefix("~") or "0"
+        if not back.isdigit() or int(back) >= len(runs):
+            raise UsageError(f"{wanted!r}: the host has {len(runs)} runs")
+        return runs[-1 - int(back)]
+    exact = [r for r in runs if r.run_id == wanted]
+    if exact:
+        return exact[0]
+    matches = [r for r in runs if wanted and r.run_id.startswith(wanted)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        known = ", ".join(r.run_id for r in runs[-5:]) or "none"
+        raise UsageError(f"no run {wanted!r} on this host (the latest: {known})")
+    raise UsageError(f"run {wanted!r} is ambiguous: " + ", ".join(r.run_id for r in matches[:6]))

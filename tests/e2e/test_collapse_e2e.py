@@ -145,6 +145,22 @@ async def test_a_relaunch_with_the_embedding_output_wired_in_is_explained(tmp_pa
         assert {"field": AUX_KEY.join(("draft.config.", "")), "before": TRAINED,
                 "after": [0, *TRAINED]} in diagnosis[0]["changed"]  # fmt: skip
         assert advised["collapse"]["reference_run"] == good
+        # `specmon diff`: every difference between the two runs' records, the field named.
+        ledger = ("--ledger", str(tmp_path / "ledger.sqlite3"))
+        diffed = json.loads(
+            await cli(tmp_path, state, "diff", "local", good, bad, "--json", *ledger)
+        )
+        assert diffed["runs"] == [good, bad]
+        fields = {c["field"]: c for c in diffed["changes"]}
+        assert fields[f"draft.config.{AUX_KEY}"] == {
+            "field": f"draft.config.{AUX_KEY}", "before": TRAINED, "after": [0, *TRAINED]
+        }  # fmt: skip
+        assert diffed["diagnoses"][0]["code"] == "aux_layers_changed"
+        assert not any(f.startswith(("flag ", "env ")) for f in fields)  # the same profile
+        text = await cli(tmp_path, state, "diff", "local", "latest~1", "latest", *ledger)
+        assert f"run {good} ({PROFILE}) -> run {bad} ({PROFILE}):" in text
+        assert f"draft.config.{AUX_KEY}: [2, 40, 77] -> [0, 2, 40, 77]" in text
+        assert "not compared: sampling" in text
         told = [e for e in _drain(seen) if e.kind == "acceptance_collapse"]
         assert told and not any(e.cleared for e in told)
         assert len(told) <= 3, [e.value for e in told]  # once, then only when it moves 0.05

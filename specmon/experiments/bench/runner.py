@@ -13,7 +13,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -143,6 +143,9 @@ class BenchResult:
     # (merge_repeats); empty for one measurement.
     repeat_tok_s: tuple[float, ...] = ()
     tok_s_steady: float | None = None  # see steady_tok_s
+    # What each request asked the server to sample with (the backend's body, less the prompt
+    # and streaming): two runs' benchmarks are compared by it (docs/run-diff.md).
+    sampling: dict[str, Any] | None = None
 
     @property
     def server_version(self) -> str | None:
@@ -186,6 +189,7 @@ class BenchResult:
             "server_version": self.server_version,
             "model": self.model,
             "speculative": self.speculative,
+            "sampling": self.sampling,
             "requests": [
                 {**{k: v for k, v in asdict(r).items() if k != "stream_counts"}, "tok_s": r.tok_s}
                 for r in self.requests
@@ -609,7 +613,21 @@ async def run_benchmark(
         phase_times=phase_timing(started_at, ended_at) if phase_timing else None,
         server_info=server_info,
     )
-    return replace(result, metrics_speculative=metrics_speculative)
+    sampling = sampling_params(server.generate_body("", settings.max_tokens, settings.stream))
+    return replace(result, metrics_speculative=metrics_speculative, sampling=sampling)
+
+
+# The parts of a backend's request body that are not sampling: the prompt and how it streams.
+NOT_SAMPLING = frozenset(("text", "prompt", "messages", "stream", "stream_options", "model"))
+
+
+def sampling_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The sampling a request body asks for: SGLang's ``sampling_params`` object, else the
+    OpenAI-style body's own fields less the prompt and streaming."""
+    nested = body.get("sampling_params")
+    if isinstance(nested, Mapping):
+        return dict(nested)
+    return {k: v for k, v in body.items() if k not in NOT_SAMPLING}
 
 
 def summarize(
@@ -687,4 +705,5 @@ def merge_repeats(results: Sequence[BenchResult]) -> BenchResult:
         tok_s_steady=sum(steady) / len(steady) if len(steady) == len(results) else None,
         repeat_tok_s=each,
         metrics_speculative=first.metrics_speculative,
+        sampling=first.sampling,
     )

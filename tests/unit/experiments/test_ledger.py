@@ -226,3 +226,51 @@ def test_sigkill_mid_write_loses_nothing_committed_and_leaves_no_partial_rows(tm
             assert len(counts) == round_ + 1
             for count, reported in zip(counts, committed_before_kill, strict=True):
                 assert count >= reported
+
+
+def test_version_7_keeps_fingerprints_and_sampling_and_finds_a_runs_sampling(tmp_path):
+    """A v6 ledger (from the last release) is brought to v7 with its rows; a run and its
+    benchmark then keep the draft/target fingerprint, the sampling and the host's run id,
+    and ``sampling_of_run`` finds a run's sampling through either link (docs/run-diff.md)."""
+    path = tmp_path / "v6.sqlite3"
+    conn = sqlite3.connect(path)
+    for migration in MIGRATIONS[:6]:
+        for statement in migration:
+            conn.execute(statement)
+    conn.execute("PRAGMA user_version = 6")
+    conn.commit()
+    conn.close()
+    fingerprint = {"v": 1, "aux_layer_ids": [2, 30, 58], "draft": {"path": "/m/d"}}
+    sampling = {"temperature": 0.0, "max_new_tokens": 64, "ignore_eos": True}
+    with Ledger(path) as ledger:
+        assert ledger.schema_version == SCHEMA_VERSION == 7
+        run_ref = ledger.record_run(
+            RunRecord(
+                "h", "p", ("python3",), {}, "ready", run_id="r-sweep", fingerprint=fingerprint
+            )
+        )
+        from dataclasses import replace
+
+        result = replace(bench_result(60.0, speculative=True), sampling=sampling)
+        ledger.record_benchmark(result, BenchContext("h", fingerprint=fingerprint), run_ref=run_ref)
+        other = replace(result, sampling={**sampling, "temperature": 0.7})
+        ledger.record_benchmark(other, BenchContext("h", run_id="r-bench"))
+        assert ledger.sampling_of_run("r-sweep") == sampling
+        assert ledger.sampling_of_run("r-bench")["temperature"] == 0.7
+        assert ledger.sampling_of_run("nobody") is None
+        (run,) = ledger.list_runs()
+        assert run["fingerprint"] == fingerprint
+        first = ledger.list_benchmarks()[-1]
+        assert first["fingerprint"] == fingerprint and first["sampling"] == sampling
+
+
+@pytest.mark.parametrize("backend", ["sglang", "vllm"])
+def test_a_benchmarks_sampling_is_what_its_requests_ask_for(backend):
+    from specmon.backends import get_backend
+    from specmon.experiments.bench.runner import sampling_params
+
+    body = get_backend(backend).generate_body("hello", 64, True)
+    sampling = sampling_params(body)
+    assert sampling["temperature"] == 0.0 and sampling["ignore_eos"] is True
+    assert 64 in sampling.values()  # max_new_tokens (SGLang) or max_tokens (vLLM)
+    assert not {"text", "prompt", "stream", "stream_options"} & set(sampling)

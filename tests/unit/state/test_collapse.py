@@ -245,3 +245,25 @@ async def test_a_run_replaced_without_an_end_seen_keeps_its_summary() -> None:
     old = [n["acceptance"] for rid, n, _ in host.notes if rid == "old" and "acceptance" in n]
     assert old and old[-1]["drafts"] == 500 and old[-1]["position_1"] == 0.6
     assert not [n for rid, n, _ in host.notes if rid == "new" and "acceptance" in n]
+
+
+async def test_the_last_events_of_a_burst_are_compared_too() -> None:
+    """A replayed log arrives within one check interval: the comparison it holds back is
+    made once the interval is over, not at the next event (which may never come)."""
+    store = StateStore()
+    host = FakeHost(store, [run("good", 1.0, p1(0.68))], run("now", 2.0, fp=None))
+    clock = 10.0
+    watch = CollapseWatch(host, store, clock=lambda: clock)
+    for event, at in (
+        (RunInfo(run_id="now", backend="sglang"), 10.0),
+        (SpecDecode(per_position=(0.19,), drafted=40, mean_accept_len=1.2), 10.0),  # compared
+        (SpecDecode(per_position=(0.19,), drafted=400, mean_accept_len=1.2), 10.95),  # held
+    ):
+        clock = at
+        store.apply(event, at)
+        watch.on_event(event)
+    assert host.status_calls == 0
+    clock = 11.1  # the interval is over when the deferred check runs (0.05 s later)
+    await asyncio.sleep(0.2)
+    await asyncio.gather(*host.tasks)
+    assert host.status_calls == 1 and store.collapse is not None
