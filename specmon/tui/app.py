@@ -57,6 +57,7 @@ from specmon.tui.screens.gpu_detail import GpuDetailScreen
 from specmon.tui.screens.help import HelpScreen
 from specmon.tui.screens.history_charts import HistoryScreen
 from specmon.tui.screens.main import MainScreen
+from specmon.tui.screens.run_diff import RunDiffScreen
 from specmon.tui.themes import load_themes, resolve_theme_name
 from specmon.tui.widgets.gpus import GpuPanel
 from specmon.tui.widgets.header import HeaderBar
@@ -74,6 +75,26 @@ TOAST_BATCH_S = 0.5  # how long a Ready or Reattached toast waits for the other 
 TOAST_HEADLINES = {"Ready": "{count} servers ready", "Reattached": "Reattached {count} hosts"}
 SERVER_CHANGING_ACTIONS = frozenset({"relaunch", "stop", "experiments"})
 READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not available here."
+
+
+def ledger_sampling(run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Each run's benchmark sampling from this machine's ledger (none when it cannot be
+    read: the diff then says sampling was not compared)."""
+    from specmon.experiments.ledger import Ledger, default_ledger_path
+
+    found: dict[str, dict[str, Any]] = {}
+    path = default_ledger_path()
+    if not path.is_file():  # nothing recorded on this machine: none made by looking
+        return found
+    try:
+        with Ledger(path) as ledger:
+            for run_id in run_ids:
+                sampling = ledger.sampling_of_run(run_id)
+                if sampling is not None:
+                    found[run_id] = sampling
+    except (SpecmonError, OSError):
+        return {}
+    return found
 
 
 class SpecmonApp(App[int]):
@@ -94,6 +115,7 @@ class SpecmonApp(App[int]):
         Binding("slash", "filter_log", "Filter the server log", show=False),
         Binding("g", "gpu_detail", "GPUs"),
         Binding("h", "history", "History"),
+        Binding("d", "compare_runs", "Compare two runs (what changed)", show=False),
         Binding("c", "toggle_latency", "Latency panel", show=False),
         Binding("a", "advisor", "Advisor", show=False),
         Binding("t", "cycle_theme", "Theme"),
@@ -705,6 +727,22 @@ class SpecmonApp(App[int]):
     def action_history(self) -> None:
         if self.screen is self.main:
             self.push_screen(HistoryScreen(self.session_history))
+
+    def action_compare_runs(self) -> None:
+        """`d`: the host's runs, the latest two compared (docs/run-diff.md)."""
+        if self.screen is self.main or isinstance(self.screen, HistoryScreen):
+            self.run_worker(self._compare_runs(), group="compare", exclusive=True)
+
+    async def _compare_runs(self) -> None:
+        try:
+            runs = await self.controller.status()
+        except SpecmonError as exc:
+            self.notify(f"Cannot list the host's runs: {safe_text(str(exc))}", severity="error")
+            return
+        if len(runs) < 2:
+            self.notify(f"Two runs are needed to compare; the host has {len(runs)}.", timeout=4)
+            return
+        self.push_screen(RunDiffScreen(runs, ledger_sampling([r.run_id for r in runs])))
 
     def action_toggle_latency(self) -> None:
         """Show or hide the Latency & capacity panel (shown by default where it fits)."""

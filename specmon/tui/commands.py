@@ -20,6 +20,11 @@ PALETTE_ACTIONS: tuple[tuple[str, str, str], ...] = (
         "history",
     ),
     (
+        "Compare two runs…",
+        "every recorded difference between two of the host's runs, latest two first (d)",
+        "compare_runs",
+    ),
+    (
         "Latency & capacity panel",
         "show or hide TTFT/ITL/e2e/queue quantiles, KV cache and requests (c)",
         "toggle_latency",

@@ -73,6 +73,7 @@ class HistoryScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("h", "app.pop_screen", "Back"),
+        Binding("d", "app.compare_runs", "Compare two runs"),
     ]
 
     def __init__(self, history: SessionHistory) -> None:
