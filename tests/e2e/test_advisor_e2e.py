@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from support import hosts
 from support.hosts import kill_everything_under
 from support.profiles import SIMBENCH_PROFILE_TOML
 from support.sim import free_port
+from support.waiting import until as wait_until
 
 from specmon.cli import main as cli_main
 from specmon.experiments.advisor_inputs import advise_from_store, enough_data
@@ -47,15 +47,6 @@ def five_step_config(tmp_path: Path):
     path = tmp_path / "specmon.toml"
     path.write_text(text)
     return load_config(path)
-
-
-async def wait_until(predicate, timeout: float, what: str) -> None:
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        await asyncio.sleep(0.05)
 
 
 async def test_advice_from_a_5_step_run_matches_a_real_sweep(tmp_path):

@@ -11,7 +11,6 @@ import contextlib
 import io
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from support import hosts
 from support.hosts import kill_everything_under
 from support.profiles import vllm_sim_profile_toml
 from support.sim import free_port
+from support.waiting import until as wait_until
 
 from specmon.cli import main as cli_main
 from specmon.experiments.advisor_inputs import advise_from_store, enough_data, steps_setting
@@ -45,15 +45,6 @@ def five_token_config(tmp_path: Path):
     path = tmp_path / "specmon.toml"
     path.write_text(vllm_sim_profile_toml(PROFILE, free_port(), k=5, time_scale="0.002"))
     return load_config(path)
-
-
-async def wait_until(predicate, timeout: float, what: str) -> None:
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        await asyncio.sleep(0.05)
 
 
 async def advise_cli(tmp_path: Path, state_dir: Path) -> dict:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 from support import hosts
@@ -18,6 +17,7 @@ from support.console import local_console, wait_until
 from support.hosts import kill_everything_under
 from support.profiles import vllm_sim_profile_toml
 from support.sim import free_port
+from support.waiting import until
 
 from specmon.experiments.bench.runner import BenchSettings, run_benchmark
 from specmon.experiments.sweep import session_base_url
@@ -54,13 +54,6 @@ def config_for(tmp_path: Path, target: Path, draft: Path):
     path = tmp_path / "specmon.toml"
     path.write_text(text)
     return load_config(path)
-
-
-async def until(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s"
-        await asyncio.sleep(0.05)
 
 
 async def cli(tmp_path: Path, state: Path, *args: str, timeout: float = 90) -> str:
