@@ -264,7 +264,8 @@ def latency_text(event: Latency) -> str:
         ("queue", event.queue_s),
     ):
         if figures is not None:
-            parts.append(f"{label} p50 {_seconds(figures.p50)} p90 {_seconds(figures.p90)}")
+            p50, p90 = figures.shown("p50", _seconds), figures.shown("p90", _seconds)
+            parts.append(f"{label} p50 {p50} p90 {p90}")
     if event.requests_per_s is not None:
         parts.append(f"{event.requests_per_s:.2f} req/s")
     if event.running is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Generic, TypeVar
@@ -33,20 +33,34 @@ MAX_WINDOW_SAMPLES = 512  # polls kept: 34 min at the default 4 s scrape
 MAX_WINDOW_KEYS = 4096  # series tracked at once (8 bytes each per sample: 16 MiB at most)
 
 
+BELOW, ABOVE = "below", "above"
+
+
 def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     """The ``q``-quantile of cumulative ``(upper bound, count)`` buckets in any order, as
     Prometheus's ``histogram_quantile`` computes it; None where it answers NaN (no ``+Inf``
     bucket, fewer than two buckets, no observations, q NaN). q below 0 gives -inf, above 1
     +inf, as there."""
+    return quantile_and_edge(q, buckets)[0]
+
+
+def quantile_and_edge(
+    q: float, buckets: Iterable[tuple[float, float]]
+) -> tuple[float | None, str | None, float | None]:
+    """``histogram_quantile``'s value, and where the histogram cannot place it: ``"below"``
+    when it falls in the lowest bucket (Prometheus interpolates from 0: the value is made
+    up, only "under the bucket's bound" is known), ``"above"`` when in the ``+Inf`` bucket
+    (the value is the highest finite bound: "over it" is all that is known), else None; the
+    third item is that bound."""
     if math.isnan(q):
-        return None
+        return None, None, None
     if q < 0:
-        return -math.inf
+        return -math.inf, None, None
     if q > 1:
-        return math.inf
+        return math.inf, None, None
     ordered = sorted(buckets, key=lambda bucket: bucket[0])
     if not ordered or ordered[-1][0] != math.inf:
-        return None
+        return None, None, None
     merged: list[list[float]] = []  # buckets with the same bound are one (their counts added)
     for bound, count in ordered:
         if merged and merged[-1][0] == bound:
@@ -57,21 +71,22 @@ def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> floa
     for bucket in merged[1:]:  # the envelope: counts never fall with a higher bound
         highest = bucket[1] = max(bucket[1], highest)
     if len(merged) < 2:
-        return None
+        return None, None, None
     observations = merged[-1][1]
     if observations == 0:
-        return None
+        return None, None, None
     rank = q * observations
     index = next((i for i in range(len(merged) - 1) if merged[i][1] >= rank), len(merged) - 1)
     if index == len(merged) - 1:
-        return merged[-2][0]
+        return merged[-2][0], ABOVE, merged[-2][0]
     if index == 0 and merged[0][0] <= 0:
-        return merged[0][0]
+        return merged[0][0], None, None
     start, below = (merged[index - 1][0], merged[index - 1][1]) if index > 0 else (0.0, 0.0)
     end, count = merged[index]
     if count == below:  # rank 0 in an empty lowest bucket: 0/0, NaN there
-        return None
-    return start + (end - start) * ((rank - below) / (count - below))
+        return None, None, None
+    value = start + (end - start) * ((rank - below) / (count - below))
+    return (value, BELOW, end) if index == 0 else (value, None, None)
 
 
 def counter_increase(values: Sequence[float]) -> float | None:
@@ -187,15 +202,44 @@ class WindowQuantiles:
     p50: float | None
     p90: float | None
     p99: float | None
+    # Per quantile, "below" (in the lowest bucket: under ``*_edge``, the figure interpolated
+    # from 0) or "above" (in +Inf: over ``*_edge``, the highest finite bound); None: placed.
+    p50_bound: str | None = None
+    p90_bound: str | None = None
+    p99_bound: str | None = None
+    p50_edge: float | None = None
+    p90_edge: float | None = None
+    p99_edge: float | None = None
 
-    def to_dict(self) -> dict[str, float | None]:
-        return {
+    def edge(self, name: str) -> tuple[str | None, float | None]:
+        """("below"|"above", the bucket bound) where quantile ``name`` ("p90") is only known
+        to lie under or over a bound, else (None, its value)."""
+        bound = getattr(self, f"{name}_bound")
+        if bound is None:
+            return None, getattr(self, name)
+        return bound, getattr(self, f"{name}_edge")
+
+    def shown(self, name: str, render: Callable[[float | None], str]) -> str:
+        """Quantile ``name`` as ``render`` writes a value, with "<" or ">" and the bucket
+        bound where the histogram only bounds it: ``<100 ms``, ``>30.0 s``, ``62 ms``."""
+        bound, value = self.edge(name)
+        sign = {BELOW: "<", ABOVE: ">"}.get(bound or "", "")
+        return sign + render(value)
+
+    def to_dict(self) -> dict[str, float | str | None]:
+        out: dict[str, float | str | None] = {
             "count": self.count,
             "mean": self.mean,
             "p50": self.p50,
             "p90": self.p90,
             "p99": self.p99,
         }
+        for name in ("p50", "p90", "p99"):  # only where the figure is a bound, not a value
+            bound = getattr(self, f"{name}_bound")
+            if bound is not None:
+                out[f"{name}_bound"] = bound
+                out[f"{name}_edge"] = getattr(self, f"{name}_edge")
+        return out
 
     def rounded(self, digits: int) -> WindowQuantiles:
         """The same figures rounded to ``digits`` decimals (a JSON line stays short)."""
@@ -209,6 +253,12 @@ class WindowQuantiles:
             p50=cut(self.p50),
             p90=cut(self.p90),
             p99=cut(self.p99),
+            p50_bound=self.p50_bound,
+            p90_bound=self.p90_bound,
+            p99_bound=self.p99_bound,
+            p50_edge=cut(self.p50_edge),
+            p90_edge=cut(self.p90_edge),
+            p99_edge=cut(self.p99_edge),
         )
 
 
@@ -221,12 +271,19 @@ def window_quantiles(
     pairs = list(buckets.items())
     observed = count if count is not None else buckets.get(math.inf, 0.0)
     mean = total / count if total is not None and count else None
+    p50, p90, p99 = (quantile_and_edge(q, pairs) for q in (0.5, 0.9, 0.99))
     return WindowQuantiles(
         count=observed,
         mean=mean,
-        p50=histogram_quantile(0.5, pairs),
-        p90=histogram_quantile(0.9, pairs),
-        p99=histogram_quantile(0.99, pairs),
+        p50=p50[0],
+        p90=p90[0],
+        p99=p99[0],
+        p50_bound=p50[1],
+        p90_bound=p90[1],
+        p99_bound=p99[1],
+        p50_edge=p50[2],
+        p90_edge=p90[2],
+        p99_edge=p99[2],
     )
 
 

@@ -15,6 +15,7 @@ from itertools import islice
 from typing import TYPE_CHECKING, Literal
 
 from specmon.model.errors import SpecmonError, UsageError
+from specmon.model.quantiles import WindowQuantiles
 from specmon.state.saturation import saturation_badges
 from specmon.state.store import PHASES, StateStore
 
@@ -81,6 +82,7 @@ class FleetRow:
     # seconds (None: not served, or no token in the window) and the saturation badges up;
     # ``latency_known`` says whether any figures came at all (no badge then means none is up).
     itl_p90_s: float | None = None
+    itl_window: WindowQuantiles | None = None  # the figures it comes from ("<" or ">" a bound)
     saturation: tuple[str, ...] = ()
     latency_known: bool = False
 
@@ -120,6 +122,7 @@ def fleet_row(name: str, store: StateStore, now: float, backends: Mapping[str, s
         mem_total_gb=sum(total) / 1024 if total else None,
         last_event_age_s=max(0.0, now - store.last_event_at) if store.last_event_at else None,
         itl_p90_s=itl.p90 if itl is not None else None,
+        itl_window=itl,
         saturation=saturation_badges(latency),
         latency_known=latency is not None,
     )

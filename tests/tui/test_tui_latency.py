@@ -5,6 +5,7 @@ through the store (no server); the simulator's own figures: tests/e2e/test_laten
 from __future__ import annotations
 
 import io
+import math
 import re
 
 import pytest
@@ -362,3 +363,23 @@ async def test_the_fleet_overview_shows_itl_p90_and_saturation_per_host() -> Non
         assert cells("busy")["saturation"] == "QUEUE ↑ KV 93% PREEMPT"
         assert (cells("calm")["ITL p90"], cells("calm")["saturation"]) == ("35 ms", "none")
         assert (cells("quiet")["ITL p90"], cells("quiet")["saturation"]) == ("-", "-")
+
+
+async def test_a_quantile_the_histogram_only_bounds_is_shown_as_a_bound() -> None:
+    """Every token under the lowest ITL bucket (10 ms) and every request past the highest
+    finite TTFT bucket (30 s): the panel says "<10 ms" and ">30.0 s", never the 5/9/9.9 ms
+    Prometheus interpolates from 0; `watch` says the same."""
+    from specmon.commands.printers import latency_text
+    from specmon.model.quantiles import window_quantiles
+
+    itl = window_quantiles({0.01: 900.0, 0.05: 900.0, math.inf: 900.0})
+    ttft = window_quantiles({1.0: 0.0, 30.0: 0.0, math.inf: 12.0})
+    event = sample_latency(itl_s=itl, ttft_s=ttft)
+    app = make_app(session_with_latency(event))
+    async with app.run_test(size=(160, 48)) as pilot:
+        text = await shows(pilot, app, "<10 ms")
+        assert re.search(r"ITL\s+<10 ms\s+<10 ms\s+<10 ms", text), text
+        assert re.search(r"TTFT\s+>30\.0 s\s+>30\.0 s\s+>30\.0 s", text), text
+        assert "9.0 ms" not in text and "5.0 ms" not in text
+    line = latency_text(event)
+    assert "ITL p50 <10 ms p90 <10 ms" in line and "TTFT p50 >30.00 s p90 >30.00 s" in line

@@ -110,7 +110,9 @@ class FleetTable(DataTable[object]):
             mini_sparkline(row.throughput_recent, SPARK_WIDTH) if row.throughput_recent else "",
             format_number(row.accept_len, 2),
             format_number(row.verify_ms, 2),
-            format_latency(row.itl_p90_s) if row.itl_p90_s is not None else "-",
+            row.itl_window.shown("p90", format_latency)
+            if row.itl_window is not None and row.itl_p90_s is not None
+            else "-",
             saturation_cell(row),
             f"{row.gpus_busy}/{row.gpus_total}" if row.gpus_total else "-",
             memory,

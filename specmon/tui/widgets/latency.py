@@ -209,7 +209,7 @@ def _quantile_lines(latency: Latency) -> list[Text]:
             line.append(f"  {why}", style="dim")
         else:
             for name in ("p50", "p90", "p99"):
-                value = format_latency(getattr(figures, name)).rjust(CELL_WIDTH)
+                value = figures.shown(name, format_latency).rjust(CELL_WIDTH)
                 line.append(value, style="bold" if name == "p90" else "")
         lines.append(line)
     return lines
@@ -333,7 +333,7 @@ def group_rows_below(latency: Latency, room: int | None) -> list[Text]:
 
 def _group_row(group: LatencyGroup) -> Text:
     def p90(figures: WindowQuantiles | None) -> str:
-        return format_latency(figures.p90) if figures is not None else ABSENT
+        return figures.shown("p90", format_latency) if figures is not None else ABSENT
 
     cells = (
         ABSENT if group.running is None else str(group.running),

@@ -141,3 +141,28 @@ def test_keys_invented_at_every_poll_do_not_grow_the_window() -> None:
         assert len(window._columns) <= 5
     assert window.increase() == {"steady": 49.0 - window.values("steady")[0][1]}
     assert window.values("steady")[-1] == (49.0, 49.0) and len(window.values("steady")) >= 2
+
+
+def test_a_quantile_the_histogram_only_bounds_says_so() -> None:
+    """Every request under the lowest bound (0.1 s): Prometheus interpolates p50/p90/p99 from
+    0 (50/90/99 ms), which the histogram does not know; the figures carry "below 0.1 s".
+    Past the highest finite bound (30 s): the bound itself, carried as "above 30 s"."""
+    from specmon.model.quantiles import quantile_and_edge, window_quantiles
+
+    fast = {0.1: 100.0, 0.5: 100.0, 30.0: 100.0, math.inf: 100.0}
+    figures = window_quantiles(fast)
+    assert (figures.p50, figures.p90, figures.p99) == pytest.approx((0.05, 0.09, 0.099))
+    for name in ("p50", "p90", "p99"):
+        assert figures.edge(name) == ("below", 0.1)
+    assert figures.shown("p90", lambda s: f"{s * 1000:.0f} ms") == "<100 ms"
+    assert figures.to_dict()["p90_bound"] == "below" and figures.to_dict()["p90_edge"] == 0.1
+    slow = window_quantiles({0.1: 0.0, 0.5: 0.0, 30.0: 0.0, math.inf: 10.0})
+    assert slow.p99 == 30.0 and slow.edge("p99") == ("above", 30.0)
+    assert slow.shown("p50", lambda s: f"{s:.1f} s") == ">30.0 s"
+    mixed = window_quantiles({0.1: 40.0, 0.5: 95.0, 30.0: 100.0, math.inf: 100.0})
+    assert mixed.edge("p50")[0] is None and mixed.edge("p90")[0] is None  # placed: values
+    assert mixed.edge("p99")[0] is None and "p99_bound" not in mixed.to_dict()
+    assert mixed.rounded(3).edge("p50") == (None, round(mixed.p50, 3))
+    assert figures.rounded(3).edge("p90") == ("below", 0.1)
+    # a non-positive lowest bound is Prometheus's answer itself, not a made-up one
+    assert quantile_and_edge(0.5, [(0.0, 10.0), (1.0, 10.0), (math.inf, 10.0)]) == (0.0, None, None)
