@@ -383,3 +383,18 @@ async def test_a_quantile_the_histogram_only_bounds_is_shown_as_a_bound() -> Non
         assert "9.0 ms" not in text and "5.0 ms" not in text
     line = latency_text(event)
     assert "ITL p50 <10 ms p90 <10 ms" in line and "TTFT p50 >30.00 s p90 >30.00 s" in line
+
+
+def test_a_length_the_histogram_only_bounds_is_shown_as_a_bound() -> None:
+    """The prompt and generation p50 come from the same kind of histogram: every prompt past
+    the highest finite bucket (vLLM's 1-2-5 buckets stop at 20000 under a 32k context) reads
+    ">20.0k tok", not a plain "20.0k tok"; every generation in the lowest bucket (up to 1
+    token) reads "<1 tok", not the 0.5 Prometheus interpolates from 0."""
+    from specmon.model.quantiles import window_quantiles
+
+    prompt = window_quantiles({10_000.0: 0.0, 20_000.0: 0.0, math.inf: 6.0})
+    generation = window_quantiles({1.0: 6.0, 2.0: 6.0, math.inf: 6.0})
+    assert (prompt.p50, generation.p50) == (20_000.0, 0.5)  # Prometheus's figures
+    event = sample_latency(prompt_tokens=prompt, generation_tokens=generation)
+    text = render_latency(event, 100).plain
+    assert "prompt p50 >20.0k tok" in text and "gen p50 <1 tok" in text, text

@@ -296,7 +296,7 @@ def _length(line: Text, label: str, figures: WindowQuantiles | None) -> None:
     if why is not None or figures is None:
         _absent(line, why or NOT_SERVED)
     else:
-        line.append(f"{format_tokens(figures.p50)} tok")
+        line.append(f"{figures.shown('p50', format_tokens)} tok")  # "<100", ">20.0k": a bound
 
 
 def _group_lines(latency: Latency) -> list[Text]:
