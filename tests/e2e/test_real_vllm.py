@@ -43,6 +43,7 @@ from support.hosts import free_port, group_alive, kill_everything_under
 from support.paths import REPO
 from support.real_vllm import (
     DEPRECATED_ENTRY,
+    DTYPE_ARGS,
     ENTRY,
     SERVED_NAME,
     RealVLLMInstall,
@@ -292,6 +293,7 @@ def by_hand_argv(install: RealVLLMInstall, port: int) -> list[str]:
         "--host", "127.0.0.1", "--port", str(port),
         "--speculative-config", eagle3_config(models.draft, BY_HAND_TOKENS),
         "--served-model-name", SERVED_NAME, "--max-model-len", "1024", "--enforce-eager",
+        *DTYPE_ARGS,
     ]  # fmt: skip
 
 

@@ -228,6 +228,15 @@ def eagle3_config(draft: Path, tokens: int = 3) -> str:
     )
 
 
+# The tiny models run in float32: vLLM 0.32's CPU attention takes its AMX kernels for a
+# bfloat16 model whenever torch says AMX tiles are there (``_get_attn_isa`` in
+# vllm/v1/attention/backends/cpu_attn.py), and on a VM whose CPU lists amx_tile and amx_bf16
+# the engine's worker died of SIGILL on the first request (exit -4; faulthandler: in
+# ``cpu_attention_with_kv_cache``; 2026-12-04, docs/testing.md). float32 takes the vector
+# kernels on every x86 CPU; the tiny models' answers do not depend on it.
+DTYPE_ARGS: tuple[str, ...] = ("--dtype", "float32")
+
+
 def server_argv(
     install: RealVLLMInstall,
     port: int,
@@ -258,6 +267,7 @@ def server_argv(
         "--speculative-config",
         speculative_config or eagle3_config(models.draft),
         *extra,
+        *DTYPE_ARGS,
     ]
 
 
@@ -431,7 +441,9 @@ def real_vllm_config_toml(
             'gpu_agent = "none"',
             "stop_grace_s = 30.0",
             "extra_args = "
-            + json.dumps(["--served-model-name", SERVED_NAME, "--max-model-len", "1024", *extra]),
+            + json.dumps(
+                ["--served-model-name", SERVED_NAME, "--max-model-len", "1024", *extra, *DTYPE_ARGS]
+            ),
             "",
             f"[profiles.{name}.speculative]",
             'method = "eagle3"',
