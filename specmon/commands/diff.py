@@ -12,8 +12,10 @@ examples:
   specmon diff gpu-box latest~1 latest               the run before the latest, and the latest
   specmon diff gpu-box A B --json                    {"runs", "changes", "diagnoses", "not_compared"}
 
-Run ids are those `specmon status HOST --all` lists. The exit code is 0 whether or not the
-runs differ; 2 when a run cannot be found.
+Run ids are those `specmon status HOST --all` lists. A run's sampling (temperature, max
+tokens, ignore_eos) is its latest benchmark's in the ledger (`specmon bench`, `specmon sweep`);
+without one the report ends "not compared: sampling". The exit code is 0 whether or not the
+runs differ; 2 when a run cannot be found (unknown, or a prefix of several: they are named).
 """
 """The examples that end `specmon diff --help`."""
 
@@ -28,7 +30,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_b", metavar="RUN_B", help="the later run: an id, a prefix or latest")
     parser.add_argument("--json", action="store_true", help="print the difference as JSON")
     parser.add_argument(
-        "--ledger", metavar="PATH", help="ledger file (the sampling of the runs' benchmarks)"
+        "--ledger",
+        metavar="PATH",
+        help="ledger file the runs' benchmarks' sampling is read from (default: this "
+        "machine's); one that does not exist holds none, and none is created",
     )
 
 
@@ -36,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from specmon.commands.printers import load_config_from, run_async, session_from_args
-    from specmon.experiments.ledger import Ledger
+    from specmon.experiments.ledger import recorded_sampling
     from specmon.model.terminal_text import safe_text
     from specmon.state.run_diff import DiffReport, RunFacts, find_run
 
@@ -49,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             await session.close()
         a, b = find_run(runs, args.run_a), find_run(runs, args.run_b)
-        with Ledger(args.ledger) as ledger:
-            facts = [RunFacts.from_status(r, ledger.sampling_of_run(r.run_id)) for r in (a, b)]
+        sampling = recorded_sampling((a.run_id, b.run_id), args.ledger)
+        facts = [RunFacts.from_status(r, sampling.get(r.run_id)) for r in (a, b)]
         report = DiffReport.of(*facts)
         if args.json:
             print(json.dumps(report.to_dict(), default=str))

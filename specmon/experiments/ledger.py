@@ -19,7 +19,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -875,6 +875,24 @@ class Ledger:
             raise LedgerError(f"no ledger table {name!r}")
         rows = self._conn.execute(f"SELECT * FROM {name} ORDER BY id").fetchall()
         return [_decode(row) for row in rows]
+
+
+def recorded_sampling(
+    run_ids: Iterable[str], path: str | os.PathLike[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each run's benchmark sampling (``Ledger.sampling_of_run``) from the ledger at ``path``
+    (the default one when None), for `specmon diff` and the console's `d`. A ledger file that
+    does not exist holds none: none is created by looking."""
+    where = Path(path) if path is not None else default_ledger_path()
+    if not where.is_file():
+        return {}
+    found: dict[str, dict[str, Any]] = {}
+    with Ledger(where) as ledger:
+        for run_id in run_ids:
+            sampling = ledger.sampling_of_run(run_id)
+            if sampling is not None:
+                found[run_id] = sampling
+    return found
 
 
 def _json_or_none(value: Mapping[str, Any] | None) -> str | None:

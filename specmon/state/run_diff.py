@@ -286,6 +286,10 @@ def find_run(runs: Sequence[RunStatus], wanted: str) -> RunStatus:
     """The run named by its id, a unique prefix of it, ``latest`` or ``latest~N`` (N runs
     before the latest; ``runs`` in start order); UsageError naming the candidates."""
     from specmon.model.errors import UsageError
+    from specmon.model.terminal_text import safe_text
+
+    def named(candidates: Sequence[RunStatus]) -> str:
+        return ", ".join(safe_text(r.run_id) for r in candidates) or "none"
 
     if wanted == "latest" or wanted.startswith("latest~"):
         back = wanted.removeprefix("latest").removeprefix("~") or "0"
@@ -299,6 +303,5 @@ def find_run(runs: Sequence[RunStatus], wanted: str) -> RunStatus:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        known = ", ".join(r.run_id for r in runs[-5:]) or "none"
-        raise UsageError(f"no run {wanted!r} on this host (the latest: {known})")
-    raise UsageError(f"run {wanted!r} is ambiguous: " + ", ".join(r.run_id for r in matches[:6]))
+        raise UsageError(f"no run {wanted!r} on this host (the latest: {named(runs[-5:])})")
+    raise UsageError(f"run {wanted!r} is ambiguous: {named(matches[:6])}")

@@ -80,21 +80,12 @@ READ_ONLY_REFUSAL = "Read-only console: relaunch, stop and sweeps are not availa
 def ledger_sampling(run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """Each run's benchmark sampling from this machine's ledger (none when it cannot be
     read: the diff then says sampling was not compared)."""
-    from specmon.experiments.ledger import Ledger, default_ledger_path
+    from specmon.experiments.ledger import recorded_sampling
 
-    found: dict[str, dict[str, Any]] = {}
-    path = default_ledger_path()
-    if not path.is_file():  # nothing recorded on this machine: none made by looking
-        return found
     try:
-        with Ledger(path) as ledger:
-            for run_id in run_ids:
-                sampling = ledger.sampling_of_run(run_id)
-                if sampling is not None:
-                    found[run_id] = sampling
+        return recorded_sampling(run_ids)
     except (SpecmonError, OSError):
         return {}
-    return found
 
 
 class SpecmonApp(App[int]):
