@@ -12,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from support import hosts
 from support.console import local_console, wait_until
 from support.hosts import kill_everything_under
@@ -104,7 +105,8 @@ async def test_a_relaunch_with_the_embedding_output_wired_in_is_explained(tmp_pa
         collapse = store.collapse
         assert (collapse.run_id, collapse.reference_run) == (bad, good)
         assert collapse.measure == "position_1" and collapse.cycles >= MIN_DRAFTS
-        assert collapse.reference_value == round(good_p1, 4) and good_p1 > 0.55
+        # the good run as its record holds it: its final summary (a few drafts more than read here)
+        assert collapse.reference_value == pytest.approx(good_p1, abs=0.02) and good_p1 > 0.55
         assert collapse.value < 0.3 < 0.7 * collapse.reference_value
         print(f"\nposition 1: {collapse.reference_value:.3f} (run {good}) -> {collapse.value:.3f} "
               f"(run {bad}, {collapse.cycles} drafts)")  # fmt: skip
