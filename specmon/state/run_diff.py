@@ -13,6 +13,8 @@ from specmon.backends.flag_grammar import parse_flags
 from specmon.model.diagnosis import Change, Diagnosis, shown_value
 from specmon.state.run_status import RunStatus
 
+# The flags that only say where a server listens.
+ADDRESS_FLAGS = ("flag --port", "flag --host")
 # The config.json fields that name the layers an EAGLE-3 draft reads (each server's key).
 AUX_FIELD_WORDS = ("aux_hidden_state_layer_ids", "layer_ids")
 
@@ -196,8 +198,15 @@ GROUPS: tuple[tuple[str, Callable[[Change], bool], str], ...] = (
     ),
     ("sampling_changed", _prefixed("sampling."), "the benchmark's sampling changed"),
     ("server_changed", _named("server_version", "backend", "command"), "the server changed"),
-    ("flags_changed", _prefixed("flag "), "launch flags changed"),
+    (
+        "flags_changed",
+        lambda c: c.field.startswith("flag ") and c.field not in ADDRESS_FLAGS,
+        "launch flags changed",
+    ),
     ("env_changed", _prefixed("env "), "the environment changed"),
+    # last: where a server listens never changes what it computes (an "auto" port differs
+    # at every launch)
+    ("address_changed", _named(*ADDRESS_FLAGS), "where it listens changed (not a cause)"),
 )
 
 

@@ -152,6 +152,15 @@ def test_every_kind_of_difference_in_the_order_of_likely_cause() -> None:
     assert unknown_parts(a, b) == []
 
 
+def test_where_it_listens_comes_last_as_no_cause() -> None:
+    moved = facts("b", None, argv=[*ARGV, "--port", "30001", "--mem-fraction-static", "0.8"])
+    codes = [
+        d.code
+        for d in diagnose(diff_runs(facts("a", None, argv=[*ARGV, "--port", "30000"]), moved))
+    ]
+    assert codes == ["flags_changed", "address_changed"]
+
+
 def test_nothing_recorded_changed_says_so_and_what_was_not_compared() -> None:
     a = facts("a", fingerprint(draft(TRAINED)))
     assert diff_runs(a, a) == []
