@@ -22,6 +22,11 @@ from specmon.state.run_diff import DiffReport, RunFacts
 from specmon.state.run_status import RunStatus
 
 MARK = "●"
+STATE_WIDTH = 36  # "replaced by run … (profile …, by …)" is cut here: the diff is the point
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class RunDiffScreen(Screen[None]):
@@ -70,7 +75,7 @@ class RunDiffScreen(Screen[None]):
             safe_text(run.run_id),
             safe_text(run.profile or "-"),
             started,
-            safe_text(run.state),
+            _cut(safe_text(run.state), STATE_WIDTH),
             safe_text(str(aux)) if aux else "-",
         ]
 
