@@ -53,24 +53,17 @@ class CollapseHost(Protocol):
 
 
 class CollapseWatch:
+    """One per session: fed every event the session publishes, it notes the followed run's
+    summary in its record and compares it with the host's earlier runs (module docstring)."""
+
     def __init__(
         self, host: CollapseHost, store: StateStore, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.host = host
         self.clock = clock
         self.store = store
-        self._run_id: str | None = None
-        self._history: list[RunStatus] | None = None  # the host's runs, read once per run
-        self._fingerprint: Mapping[str, Any] | None = None
-        self._noted: AcceptanceSummary | None = None
-        self._noted_at = float("-inf")
-        self._checked_at = float("-inf")
-        self._dirty = False
-        self._shown: tuple[str, str, int] | None = None  # (measure, reference, value step)
-        self._version_noted = False
-        self._latest = AcceptanceSummary()  # the run's, as of the last comparison
-        self._loading = False  # the host's runs are being read
         self._later: asyncio.TimerHandle | None = None  # a comparison deferred by the interval
+        self._reset(None)
 
     @property
     def fingerprint(self) -> Mapping[str, Any] | None:
@@ -110,17 +103,22 @@ class CollapseWatch:
     # --- work --------------------------------------------------------------------------
 
     def _start(self, run_id: str) -> None:
-        self.flush()
+        self.flush()  # the run followed until now: its last summary
+        self._reset(run_id)
+
+    def _reset(self, run_id: str | None) -> None:
+        """Forget the run followed until now; ``run_id`` is followed from here."""
         self._run_id = run_id
-        self._history = None
-        self._fingerprint = None
-        self._noted = None
-        self._noted_at = self._checked_at = float("-inf")
-        self._dirty = False
-        self._shown = None
+        self._history: list[RunStatus] | None = None  # the host's runs, read once per run
+        self._fingerprint: Mapping[str, Any] | None = None
+        self._noted: AcceptanceSummary | None = None  # the summary last noted in its record
+        self._noted_at = float("-inf")
+        self._checked_at = float("-inf")
+        self._dirty = False  # acceptance arrived since the last comparison
+        self._shown: tuple[str, str, int] | None = None  # (measure, reference, value step)
         self._version_noted = False
-        self._latest = AcceptanceSummary()
-        self._loading = False
+        self._latest = AcceptanceSummary()  # the run's, as of the last comparison
+        self._loading = False  # the host's runs are being read
 
     async def _load_history(self, run_id: str) -> None:
         """The host's runs, read once the run has enough to compare (not at its start: the

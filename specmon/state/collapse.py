@@ -10,7 +10,7 @@ run_diff.py) are the diagnosis, most likely cause first. Pure: the session feeds
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specmon.backends import get_backend
@@ -172,7 +172,7 @@ def check(
         return None
     now = RunFacts.from_status(current)
     if fingerprint is not None and now.fingerprint is None:
-        now = RunFacts(**{**_fields(now), "fingerprint": fingerprint})
+        now = replace(now, fingerprint=fingerprint)
     diagnoses = tuple(diagnose(diff_runs(RunFacts.from_status(reference.run), now)))
     return AcceptanceCollapse(
         run_id=current.run_id,
@@ -184,10 +184,6 @@ def check(
         message=banner_text(reference.measure, value, reference, diagnoses),
         diagnoses=diagnoses,
     )
-
-
-def _fields(facts: RunFacts) -> dict[str, Any]:
-    return {name: getattr(facts, name) for name in RunFacts.__slots__}  # type: ignore[attr-defined]
 
 
 def banner_text(measure: str, value: float, reference: Reference, diagnoses: Iterable[Any]) -> str:
