@@ -27,16 +27,7 @@ TRAINED = [2, 30, 58]  # SGLang's default for a 61-layer target: what the draft 
 TARGET = {"architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168,
           "num_hidden_layers": 61, "vocab_size": 163840}  # fmt: skip
 
-CONFIG = """\
-[hosts.testbox]
-address = "127.0.0.1"
-port = {port}
-user = "{user}"
-identity_file = "{key}"
-known_hosts = "{known_hosts}"
-python = "{python}"
-state_dir = "{state}"
-
+PROFILE = """\
 [profiles.sim]
 command = ["{{python}}", "-m", "specmon.sim"]
 model_path = "{target}"
@@ -79,13 +70,13 @@ class Box:
         draft = {"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 7168,
                  "eagle_config": {AUX_KEY: aux_ids, "use_aux_hidden_state": True}}  # fmt: skip
         (self.draft / "config.json").write_text(json.dumps(draft))
-        values = {
-            "port": self.sshd.port, "user": self.sshd.user, "key": self.sshd.client_key,
-            "known_hosts": self.sshd.known_hosts, "python": sys.executable, "state": self.state,
-            "target": self.target, "draft": self.draft, "server_port": self.server_port,
-            "nccl_proto": nccl_proto,
-        }  # fmt: skip
-        self.config.write_text(CONFIG.format(**values))
+        profile = PROFILE.format(
+            target=self.target,
+            draft=self.draft,
+            server_port=self.server_port,
+            nccl_proto=nccl_proto,
+        )
+        self.config.write_text(self.sshd.host_toml(self.state) + "\n\n" + profile)
 
     def specmon(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
