@@ -86,7 +86,8 @@ def quantile_and_edge(
     if count == below:  # rank 0 in an empty lowest bucket: 0/0, NaN there
         return None, None, None
     value = start + (end - start) * ((rank - below) / (count - below))
-    return (value, BELOW, end) if index == 0 else (value, None, None)
+    # From 0 (the lowest bucket, or one above empty buckets bounded at 0): made up below end
+    return (value, BELOW, end) if start <= 0 else (value, None, None)
 
 
 def counter_increase(values: Sequence[float]) -> float | None:

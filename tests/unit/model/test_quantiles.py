@@ -164,5 +164,8 @@ def test_a_quantile_the_histogram_only_bounds_says_so() -> None:
     assert mixed.edge("p99")[0] is None and "p99_bound" not in mixed.to_dict()
     assert mixed.rounded(3).edge("p50") == (None, round(mixed.p50, 3))
     assert figures.rounded(3).edge("p90") == ("below", 0.1)
+    # a bucket bounded at 0 below the first populated one: the same figure interpolated from 0
+    zero_first = window_quantiles({0.0: 0.0, 0.1: 20.0, 0.5: 20.0, math.inf: 20.0})
+    assert zero_first.p90 == pytest.approx(0.09) and zero_first.edge("p90") == ("below", 0.1)
     # a non-positive lowest bound is Prometheus's answer itself, not a made-up one
     assert quantile_and_edge(0.5, [(0.0, 10.0), (1.0, 10.0), (math.inf, 10.0)]) == (0.0, None, None)
