@@ -1,5 +1,6 @@
 """Suite-wide set-up: the Hypothesis profile (tests/support/hypothesis_profiles.py), loaded
-before any test module is imported, so that every property test's own settings inherit it."""
+before any test module is imported, so that every property test's own settings inherit it; and
+the order test files reach the xdist workers in (tests/support/file_order.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import os
 
 import pytest
 from hypothesis import settings
+from support import file_order
+
+# Longest test file first under --dist loadfile (the README's command): tests/file_seconds.txt.
+from support.file_order import pytest_xdist_make_scheduler  # noqa: F401
 from support.hypothesis_profiles import (
     CI,
     PROFILE_VARIABLE,
@@ -24,13 +29,20 @@ from support.process_groups import started  # noqa: F401
 
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's own: its options build on this profile
 def pytest_configure(config: pytest.Config) -> None:
-    """Load the profile SPECMON_HYPOTHESIS names (``--hypothesis-profile`` wins)."""
+    """Load the profile SPECMON_HYPOTHESIS names (``--hypothesis-profile`` wins); record each
+    file's seconds where ``--file-seconds-out`` asks."""
     chosen = config.getoption("--hypothesis-profile", default=None)
     try:
         name = profile_name({PROFILE_VARIABLE: chosen} if chosen else os.environ)
     except ProfileError as error:
         raise pytest.UsageError(str(error)) from None
     load(name)
+    file_order.register_recorder(config)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """``--file-seconds-out PATH``: the table tests/file_seconds.txt is rewritten from."""
+    file_order.add_option(parser)
 
 
 def pytest_report_header() -> str:
