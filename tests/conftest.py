@@ -5,6 +5,7 @@ the order test files reach the xdist workers in (tests/support/file_order.py).""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import settings
@@ -25,6 +26,7 @@ from support.hypothesis_profiles import (
 
 # A fixture shared by the stop tests (the process groups a test starts, killed at its end).
 from support.process_groups import started  # noqa: F401
+from support.sshd import SshdServer, start_sshd, stop_sshd
 
 
 @pytest.hookimpl(tryfirst=True)  # before Hypothesis's own: its options build on this profile
@@ -65,3 +67,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 "property test derandomized (docs/testing.md)"
             )
         setattr(function, SETTINGS_ATTRIBUTE, scaled(test_settings, loaded()))
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
+    """One test sshd per module (throw-away keys, on 127.0.0.1), its connections dropped and
+    the daemon stopped when the module ends; a module that needs one per test defines its own."""
+    server = start_sshd(tmp_path_factory.mktemp("sshd"))
+    try:
+        yield server
+    finally:
+        server.drop_connections()
+        stop_sshd(server.proc)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from support.hosts import kill_everything_under
 from support.paths import REPO
-from support.sshd import SshdServer, start_sshd, stop_sshd
+from support.sshd import SshdServer
 
 from specmon.session.agent_runner import AGENT_SOURCE
 from specmon.session.helper_client import HELPER_SOURCE, HelperClient
@@ -78,16 +78,6 @@ def shared(tmp_path: Path) -> Iterator[Path]:
     finally:
         kill_everything_under(path)
         shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 def _ssh_config(tmp_path: Path, sshd: SshdServer) -> Path:

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from support.hostile import HOSTILE_SERVER, hostile_profile_toml
 from support.hosts import Recorder, kill_everything_under, local_session, ssh_session
-from support.sshd import SshdServer, start_sshd, stop_sshd
 
 from specmon.launch.config import parse_config_text
 from specmon.model.run_end import SIGKILL
@@ -37,16 +36,6 @@ MODE = "ignore-term,fork,ready,serve"
 # busy two-core machine).
 HELPER_SLACK_S = 0.5
 OBSERVED_SLACK_S = 3.0
-
-
-@pytest.fixture(scope="module")
-def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshdServer]:
-    server = start_sshd(tmp_path_factory.mktemp("sshd"))
-    try:
-        yield server
-    finally:
-        server.drop_connections()
-        stop_sshd(server.proc)
 
 
 @pytest.fixture
