@@ -23,7 +23,7 @@ from specmon.model.events import (
     ServerInfo,
     SpecDecode,
 )
-from specmon.state.collapse import AcceptanceSummary, check, summary_of
+from specmon.state.collapse import DROP, AcceptanceSummary, check, summary_of
 from specmon.state.run_status import RunStatus
 from specmon.state.store import StateStore
 
@@ -247,6 +247,6 @@ def _cleared(run_id: str) -> AcceptanceCollapse:
         reference_value=0.0,
         reference_run="",
         cycles=0,
-        message="acceptance back within 30% of the best earlier run",
+        message=f"acceptance back within {DROP:.0%} of the best earlier run",
         cleared=True,
     )
