@@ -3,7 +3,14 @@ the xdist workers, and xdist's own order (most tests first) can leave a long fil
 such as the real vLLM's, to start last and run on alone while the other workers idle. Ordering
 the files by their measured seconds (``tests/file_seconds.txt``) puts the long ones first; a file
 the table does not know yet is given first of all, as a new e2e module usually is long and a
-short one costs nothing there. ``--file-seconds-out PATH`` writes the table from a run."""
+short one costs nothing there. ``--file-seconds-out PATH`` writes the table from a run.
+
+Some files measure throughput against a tolerance and must not run beside the real vLLM build,
+the suite's one CPU hog: while it starts, this 2-core machine stalls every process for up to
+0.65 s at a time (an asyncio loop sleeping 20 ms woke 0.1-0.65 s late 17 times in 25 s, and
+never otherwise), and one stall at a request's end cost a sweep point 10-28% (CI of 40c7097:
+3 steps measured 67.4 tok/s where it measures 74.5 alone). ``SAME_WORKER`` makes such files one
+scope with the vLLM module: one worker runs them one after the other."""
 
 from __future__ import annotations
 
@@ -19,6 +26,28 @@ HEADER = (
     "# order xdist's workers get files in (tests/support/file_order.py; docs/testing.md).\n"
     "# Rewrite: .venv/bin/python -m pytest -q -n 3 --dist loadfile --file-seconds-out PATH\n"
 )
+
+
+HEAVY = "tests/e2e/test_real_vllm.py"
+SAME_WORKER = {  # file -> the file whose worker runs it (never beside it)
+    "tests/e2e/test_advisor_e2e.py": HEAVY,
+    "tests/e2e/test_advisor_e2e_vllm.py": HEAVY,
+}
+
+
+def scope_of(nodeid: str) -> str:
+    """The file a test belongs to, or the file it must share a worker with."""
+    path = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(path, path)
+
+
+def group_seconds(table: Mapping[str, float]) -> dict[str, float]:
+    """The table with each shared scope's seconds summed into it (what its worker runs)."""
+    out = {path: value for path, value in table.items() if path not in SAME_WORKER}
+    for path, scope in SAME_WORKER.items():
+        if path in table and scope in out:
+            out[scope] += table[path]
+    return out
 
 
 def read_table(text: str) -> dict[str, float]:
@@ -56,12 +85,16 @@ def longest_first(files: Iterable[str], table: Mapping[str, float]) -> list[str]
 def _scheduler(config: pytest.Config, log: object) -> object:
     from xdist.scheduler import LoadFileScheduling
 
-    table = read_table(TABLE.read_text()) if TABLE.exists() else {}
+    table = group_seconds(read_table(TABLE.read_text()) if TABLE.exists() else {})
 
     class LongestFileFirst(LoadFileScheduling):
-        """xdist's file scheduling with its queue put longest first before the first hand-out."""
+        """xdist's file scheduling with its queue put longest first before the first hand-out,
+        and the ``SAME_WORKER`` files in their heavy file's scope."""
 
         ordered = False
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
 
         def _assign_work_unit(self, node: object) -> None:
             if not self.ordered:

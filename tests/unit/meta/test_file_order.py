@@ -61,3 +61,50 @@ def test_an_xdist_worker_gets_the_files_longest_first_and_the_unknown_before(tmp
     assert done.returncode == 0, done.stdout + done.stderr
     order = (tmp_path / "order.log").read_text().split()
     assert order == ["test_new.py"] * 3 + ["test_long.py"] + ["test_many.py"] * 5
+
+
+def test_a_measuring_file_shares_the_heavy_files_worker_and_never_runs_beside_it(tmp_path: Path):
+    """Two workers, the heavy file longest: xdist alone gives the measuring file to the other,
+    idle worker, where it ran beside the heavy one (the CI failure of 40c7097)."""
+    for name, count in (("test_heavy.py", 2), ("test_measure.py", 2), ("test_other.py", 4)):
+        body = "".join(
+            f"def test_{i}():\n"
+            f"    import os, time\n"
+            f"    start = time.time(); time.sleep(0.3)\n"
+            f"    open(LOG, 'a').write(f\"{name} {{os.environ['PYTEST_XDIST_WORKER']}} "
+            f'{{start}} {{time.time()}}\\n")\n\n'
+            for i in range(count)
+        )
+        (tmp_path / name).write_text(f"LOG = {str(tmp_path / 'order.log')!r}\n\n" + body)
+    (tmp_path / "seconds.txt").write_text(
+        "100.0 test_heavy.py\n30.0 test_measure.py\n50.0 test_other.py\n"
+    )
+    (tmp_path / "conftest.py").write_text(
+        "from pathlib import Path\n"
+        "import support.file_order as file_order\n"
+        "from support.file_order import pytest_xdist_make_scheduler  # noqa: F401\n"
+        f"file_order.TABLE = Path({str(tmp_path / 'seconds.txt')!r})\n"
+        "file_order.SAME_WORKER = {'test_measure.py': 'test_heavy.py'}\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadfile",
+         "-p", "no:cacheprovider", "-p", "no:randomly", str(tmp_path)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(TESTS), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in (tmp_path / "order.log").read_text().splitlines()]
+    workers = {name: {worker for n, worker, *_ in rows if n == name} for name, *_ in rows}
+    assert workers["test_measure.py"] == workers["test_heavy.py"] != workers["test_other.py"]
+    heavy = [(float(s), float(e)) for n, _, s, e in rows if n == "test_heavy.py"]
+    for name, _, start, end in rows:
+        if name == "test_measure.py":
+            assert all(float(end) <= s or float(start) >= e for s, e in heavy), rows
+
+
+def test_a_shared_scope_is_ordered_by_the_seconds_of_all_its_files():
+    from support.file_order import SAME_WORKER, group_seconds
+
+    table = {path: 10.0 for path in SAME_WORKER} | {"tests/e2e/test_real_vllm.py": 300.0}
+    assert group_seconds(table) == {"tests/e2e/test_real_vllm.py": 300.0 + 10.0 * len(SAME_WORKER)}
