@@ -95,6 +95,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             build_parser().print_help()
             return 2
+        from specmon.commands.arguments import reclaim_swallowed_host
+
+        reclaim_swallowed_host(args)
         return int(importlib.import_module(f"specmon.commands.{args._module}").run(args) or 0)
     except SpecmonError as exc:
         print(

@@ -25,9 +25,10 @@ def add_hosts_arguments(parser: argparse.ArgumentParser, *, every: bool = False)
     parser.add_argument(
         "hosts",
         metavar="HOST",
-        nargs="*" if every else "+",
+        nargs="*",  # "+" without --all, checked by reclaim_swallowed_host after the parse
         help=HOST_HELP + "; several hosts are connected in parallel",
     )
+    parser.set_defaults(_hosts_required=not every)
     if every:
         parser.add_argument(
             "--all", dest="all_hosts", action="store_true", help="every host in specmon.toml"
@@ -65,3 +66,42 @@ def add_attach_argument(parser: argparse.ArgumentParser) -> None:
         metavar="auto|PID|unit:NAME|container:NAME",
         help="watch a server specmon did not launch (alone: the only one on the host)",
     )
+
+
+# The options whose value is optional, and what they mean alone.
+_OPTIONAL_TARGETS = (("attach", "--attach", "auto"), ("take_over", "--take-over", ""))
+
+
+def reclaim_swallowed_host(args: argparse.Namespace) -> None:
+    """``--attach root@gpu1`` or ``--take-over root@gpu1``: argparse gives the next word to the
+    option, whose value is optional, and then asked for a HOST or named the wrong thing. A value
+    that is no attach target, where no host was named, is the host, and the option stands alone.
+    A mistyped target (``pid:``, ``unit:``, ``container:``, digits) is left for the option's
+    own error. Then a command that needs a host and has none is told so in one line."""
+    from specmon.model.attach_target import parse_attach_target
+    from specmon.model.errors import UsageError
+
+    for dest, _option, alone in _OPTIONAL_TARGETS:
+        value = getattr(args, dest, None)
+        if not value or _looks_like_a_target(value):
+            continue
+        try:
+            parse_attach_target(value)
+        except ValueError:
+            pass
+        else:
+            continue
+        if "host" in vars(args) and args.host is None:
+            args.host = value
+        elif getattr(args, "hosts", None) == [] and not getattr(args, "all_hosts", False):
+            args.hosts = [value]
+        else:
+            continue
+        setattr(args, dest, alone)
+    if getattr(args, "_hosts_required", False) and not args.hosts:
+        raise UsageError(f"{args.command}: name the HOST (e.g. root@gpu-box, or local)")
+
+
+def _looks_like_a_target(value: str) -> bool:
+    text = value.strip()
+    return text.isdigit() or text.partition(":")[0] in ("pid", "unit", "container")
