@@ -119,8 +119,13 @@ def state_line(wall: float, readings: list[GpuReading]) -> str:
     )
 
 
-def message_line(kind: str, message: str) -> str:
-    return json.dumps({"type": kind, "message": message})
+def message_line(kind: str, message: str, *, retry: bool = True) -> str:
+    """A notice or error line; an error after which a restart cannot help says ``"retry":
+    false`` (the console then stops restarting the agent)."""
+    data: dict[str, object] = {"type": kind, "message": message}
+    if not retry:
+        data["retry"] = False
+    return json.dumps(data)
 
 
 # --- the sampler: NVML first, nvidia-smi's loop mode when pynvml is missing -----------------
@@ -194,6 +199,11 @@ def throttle_reason_names(mask: int) -> tuple[str, ...]:
 
 class AgentFatal(Exception):
     """A condition the agent cannot stream through: reported as one error line, then exit 1."""
+
+
+class AgentAbsent(AgentFatal):
+    """The host has nothing to read (no NVIDIA driver, no GPU, no way to ask): restarting the
+    agent cannot change that, so its error line says ``"retry": false``."""
 
 
 class _Utilization(ctypes.Structure):
@@ -351,7 +361,9 @@ class NvmlSampler:
         try:
             self.nvml.nvmlInit()
         except Exception as exc:
-            raise AgentFatal(self._init_failure(host, exc)) from None
+            code = getattr(exc, "value", None)
+            absent = code in (NVML_ERROR_LIBRARY_NOT_FOUND, NVML_ERROR_DRIVER_NOT_LOADED)
+            raise (AgentAbsent if absent else AgentFatal)(self._init_failure(host, exc)) from None
         self.driver = self._system("driver", "nvmlSystemGetDriverVersion")
         self.nvml_version = self._system("nvml", "nvmlSystemGetNVMLVersion")
         cuda = self._system_raw("nvmlSystemGetCudaDriverVersion_v2")
@@ -365,7 +377,7 @@ class NvmlSampler:
             raise AgentFatal(f"NVML cannot count the GPUs on host {host}: {exc}") from None
         if count <= 0:
             driver = self.driver or "unknown"
-            raise AgentFatal(
+            raise AgentAbsent(
                 f"no NVIDIA GPU on host {host}: NVML found 0 devices (driver {driver})"
             )
         for index in range(count):
@@ -1229,7 +1241,7 @@ class SmiSampler:
                     ["--query-gpu=driver_version," + ",".join(columns), SMI_FORMAT]
                 )
             except FileNotFoundError:
-                raise AgentFatal(
+                raise AgentAbsent(
                     f"no NVIDIA driver on host {host}: python3 ({sys.executable}) has no pynvml module "
                     "(nvidia-ml-py) and nvidia-smi is not on PATH"
                 ) from None
@@ -1244,14 +1256,14 @@ class SmiSampler:
         if probe.returncode != 0:
             message = _first_line(probe.stdout)
             if "no devices" in message.lower():
-                raise AgentFatal(f"no NVIDIA GPU on host {host}: nvidia-smi: {message}")
+                raise AgentAbsent(f"no NVIDIA GPU on host {host}: nvidia-smi: {message}")
             raise AgentFatal(
                 f"no NVIDIA driver on host {host}: nvidia-smi failed "
                 f"(exit {probe.returncode}): {message}"
             )
         rows = [line for line in probe.stdout.splitlines() if line.strip()]
         if not rows:
-            raise AgentFatal(f"no NVIDIA GPU on host {host}: nvidia-smi lists no GPUs")
+            raise AgentAbsent(f"no NVIDIA GPU on host {host}: nvidia-smi lists no GPUs")
         self.gpu_count = len(rows)
         self.driver = _smi_value(_smi_cells(rows[0])[0])
         if self.columns[-1] not in SMI_REASON_COLUMNS:
@@ -1785,7 +1797,7 @@ def _open_sampler(options: argparse.Namespace, host: str, notices: NoticeLog) ->
             import pynvml
         except ImportError:
             if options.source == "nvml":
-                raise AgentFatal(
+                raise AgentAbsent(
                     f"pynvml (nvidia-ml-py) is not installed for {sys.executable} on host {host}"
                 ) from None
         else:
@@ -2048,7 +2060,7 @@ def run_agent(options: argparse.Namespace) -> int:
         try:
             sampler = _open_sampler(options, host, notices)
         except AgentFatal as exc:
-            _write(message_line("error", str(exc)))
+            _write(message_line("error", str(exc), retry=not isinstance(exc, AgentAbsent)))
             return 1
         gpus = sampler.gpu_count if isinstance(sampler, SmiSampler) else len(sampler.gpus)
         rows = _tick_rows(options, sampler, notices, count)
@@ -2107,7 +2119,7 @@ def run_agent(options: argparse.Namespace) -> int:
             except AgentFatal as exc:
                 for message in notices.drain():
                     _write(message_line("notice", message))
-                _write(message_line("error", str(exc)))
+                _write(message_line("error", str(exc), retry=not isinstance(exc, AgentAbsent)))
                 return 1
             if line is None:
                 break

@@ -98,6 +98,9 @@ class GpuAgentRunner:
                     if not line:
                         break
                     for event in parse_agent_message(line, stream):
+                        if stream.final_error is not None:
+                            self.last_error = stream.final_error.message
+                            continue  # told once the agent has ended, as not restarted
                         if isinstance(event, GpuSample):
                             ticked = True
                             self.state = "started"
@@ -113,6 +116,16 @@ class GpuAgentRunner:
             if not s.transport.connected:
                 raise ConnectionLost("connection dropped while the GPU agent ran")
             self.state = "stopped"
+            if stream.final_error is not None and not ticked:
+                self.state = "error"
+                s.publish(
+                    AgentStatus(
+                        state="error",
+                        detail=f"{stream.final_error.message}; GPU agent not restarted "
+                        "(nothing on this host for it to read)",
+                    )
+                )
+                return
             failures = 0 if ticked else failures + 1
             if failures >= s.options.agent_max_failures:
                 s.publish(

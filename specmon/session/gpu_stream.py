@@ -69,9 +69,11 @@ class AgentHeader:
 
 @dataclass(frozen=True)
 class AgentError:
-    """A fatal agent message, to be shown verbatim (e.g. 'no NVIDIA driver on host X: ...')."""
+    """A fatal agent message, to be shown verbatim (e.g. 'no NVIDIA driver on host X: ...');
+    ``retry`` False: the host has nothing for an agent to read, so it is not restarted."""
 
     message: str
+    retry: bool = True
 
     def to_status(self) -> AgentStatus:
         return AgentStatus(state="error", detail=self.message)
@@ -233,7 +235,9 @@ def parse_agent_line(line: str) -> AgentLine:
         message = data.get("message")
         if not isinstance(message, str):
             return AgentUnreadable(line, f"{kind} without a message")
-        return AgentError(message) if kind == "error" else AgentNotice(message)
+        if kind == "notice":
+            return AgentNotice(message)
+        return AgentError(message, retry=data.get("retry") is not False)
     return AgentUnreadable(line, f"unknown line type {kind!r}")
 
 
@@ -270,8 +274,16 @@ class AgentStream:
         self._state: dict[int, GpuReading] = {}
         self._rows: list[dict[str, Any]] = []
         self._fragment = ""  # the start of a row that one of the agent's writes cut off
+        self.final_error: AgentError | None = None  # an error after which a restart won't help
 
     def feed(self, line: str) -> list[AgentLine]:
+        parsed = self._feed(line)
+        for item in parsed:
+            if isinstance(item, AgentError) and not item.retry:
+                self.final_error = item
+        return parsed
+
+    def _feed(self, line: str) -> list[AgentLine]:
         text = line.strip()
         rows = self.header.tick_rows if self.header is not None else None
         if rows is None:

@@ -263,7 +263,8 @@ def test_a_gpu_lost_before_start_is_reported_from_the_first_tick():
 def test_no_driver_or_no_gpu_is_one_clear_error_line(scenario: str, message: str):
     code, lines, _ = run_agent(["--rate", "4"], nvml_env(scenario))
     assert code == 1
-    assert lines == [{"type": "error", "message": message}]
+    # nothing to read on this host: the console is told not to restart the agent
+    assert lines == [{"type": "error", "message": message, "retry": False}]
 
 
 def test_the_real_pynvml_on_a_host_without_a_driver_says_so():
@@ -283,6 +284,7 @@ def test_the_real_pynvml_on_a_host_without_a_driver_says_so():
     code, lines, _ = run_agent(["--once"], env)
     assert code == 1 and len(lines) == 1 and lines[0]["type"] == "error"
     assert lines[0]["message"].startswith(f"no NVIDIA driver on host {HOST}: ")
+    assert lines[0]["retry"] is False
 
 
 def test_the_tick_keeps_time_with_eight_gpus_whose_pcie_query_blocks():
@@ -348,21 +350,28 @@ def test_the_fallback_uses_the_new_clock_reason_name_when_the_old_is_refused():
 
 
 @pytest.mark.parametrize(
-    ("scenario", "message"),
+    ("scenario", "message", "final"),
     [
-        (
+        (  # a driver mid-reload says this too: retried
             "no-driver",
             f"no NVIDIA driver on host {HOST}: nvidia-smi failed (exit 9): NVIDIA-SMI has "
             "failed because it couldn't communicate with the NVIDIA driver. Make sure that "
             "the latest NVIDIA driver is installed and running.",
+            {},
         ),
-        ("no-devices", f"no NVIDIA GPU on host {HOST}: nvidia-smi: No devices were found"),
+        (
+            "no-devices",
+            f"no NVIDIA GPU on host {HOST}: nvidia-smi: No devices were found",
+            {"retry": False},
+        ),
     ],
 )
-def test_the_fallback_reports_nvidia_smi_failures_in_one_line(scenario: str, message: str):
+def test_the_fallback_reports_nvidia_smi_failures_in_one_line(
+    scenario: str, message: str, final: dict
+):
     code, lines, _ = run_agent(["--once"], smi_env(scenario), no_site=True)
     assert code == 1
-    assert lines == [{"type": "error", "message": message}]
+    assert lines == [{"type": "error", "message": message, **final}]
 
 
 def test_neither_pynvml_nor_nvidia_smi_is_one_error_line():
@@ -371,6 +380,7 @@ def test_neither_pynvml_nor_nvidia_smi_is_one_error_line():
     message = lines[0]["message"]
     assert message.startswith(f"no NVIDIA driver on host {HOST}: python3 (")
     assert message.endswith("has no pynvml module (nvidia-ml-py) and nvidia-smi is not on PATH")
+    assert lines[0]["retry"] is False
 
 
 def test_nvidia_smi_dying_mid_run_ends_the_agent_with_its_message():

@@ -69,6 +69,9 @@ def test_errors_and_notices_keep_their_message_verbatim():
     error = parse_agent_line(message_line("error", message))
     assert error == AgentError(message)
     assert error.to_status() == AgentStatus(state="error", detail=message)
+    assert parse_agent_line(message_line("error", message, retry=False)) == AgentError(
+        message, retry=False
+    )
     assert parse_agent_line(message_line("notice", "power_limit: not supported")) == AgentNotice(
         "power_limit: not supported"
     )

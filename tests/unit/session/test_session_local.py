@@ -145,16 +145,16 @@ async def test_gpu_agent_without_nvidia_driver_reports_an_error_not_a_crash(
 ) -> None:
     if Path("/dev/nvidiactl").exists():
         pytest.skip("this machine has an NVIDIA driver")
-    session = local_session(state_dir, {}, gpu_agent="nvml", agent_max_failures=2)
+    session = local_session(state_dir, {}, gpu_agent="nvml")
     recorder = Recorder(session)
     await session.start()
     try:
         deadline = time.monotonic() + 30
-        while not any("gave up" in (e.detail or "") for e in recorder.kinds("agent")):
+        while not any("not restarted" in (e.detail or "") for e in recorder.kinds("agent")):
             assert time.monotonic() < deadline, [e.detail for e in recorder.kinds("agent")]
             await asyncio.sleep(0.05)
-        states = [e.state for e in recorder.kinds("agent")]
-        assert "error" in states and "restarting" in states
+        # told once, never restarted: nothing on this host for an agent to read
+        assert [e.state for e in recorder.kinds("agent")] == ["error"]
         errors = [e.detail for e in recorder.kinds("agent") if e.state == "error"]
         assert any("no NVIDIA" in (d or "") for d in errors), errors
         assert session.bus.store.connection.state == "connected"
