@@ -122,9 +122,14 @@ async def probe_answers(
     return answers, (None if answered else failure or "no answer")
 
 
+_NAME_ERRORS = ("name or service not known", "nodename nor servname", "no address associated")
+
+
 def _why(exc: httpx.HTTPError) -> str:
     """An HTTP failure in a few words (the server's own text left out)."""
     if isinstance(exc, httpx.ConnectError):
+        if any(text in str(exc).lower() for text in _NAME_ERRORS):
+            return NO_SUCH_HOST
         return "connection refused or host unreachable"
     if isinstance(exc, httpx.TimeoutException):
         return "timed out"
@@ -145,9 +150,22 @@ def pick_backend(answers: Mapping[str, Any], backends: list[Backend]) -> Backend
     return scores[0][2]
 
 
+NO_SUCH_HOST = "no such host name"
+
+
+class NoAnswer(SpecmonError):
+    """Nothing answered at the URL: a server still loading (its HTTP comes up last) looks
+    like this, so a watch waits; ``failure`` says why in a few words."""
+
+    def __init__(self, message: str, failure: str) -> None:
+        super().__init__(message)
+        self.failure = failure
+
+
 async def detect_backend(base_url: str, *, timeout_s: float) -> Backend:
     """Ask the server the paths every registered backend names and let the backends rate
-    its answers; a SpecmonError naming what was tried when none is sure."""
+    its answers; NoAnswer when nothing answered, a SpecmonError naming what was tried when
+    none is sure."""
     from specmon.backends import all_backends
 
     backends = all_backends()
@@ -156,9 +174,8 @@ async def detect_backend(base_url: str, *, timeout_s: float) -> Backend:
         answers, failure = await probe_answers(client, base_url, paths)
     tried = "; ".join(f"{b.name}: {', '.join(b.probe_paths)}" for b in backends)
     if failure is not None:
-        raise SpecmonError(
-            f"{base_url}: {failure} (tried {', '.join(paths)}); is the server up? "
-            "With --backend NAME the watch waits for one still starting"
+        raise NoAnswer(
+            f"{base_url}: {failure} (tried {', '.join(paths)}); is the server up?", failure
         )
     backend = pick_backend(answers, backends)
     if backend is None:
@@ -243,15 +260,60 @@ class UrlController(HostController):
     # --- HostController ----------------------------------------------------------------------
 
     async def start(self) -> None:
+        """Detect the server, then poll it. A server that answers is known before this
+        returns, and one no backend recognises (or a host name that does not resolve) is an
+        error here; one that does not answer yet (loading: its HTTP comes up last) is waited
+        for, asked again every health interval, with a ``connecting`` line saying so."""
         self.publish(ConnectionState(host=self.url, state="connecting"))
-        self.backend = self.forced_backend or await detect_backend(
-            self.url, timeout_s=self.options.http_timeout_s
-        )
+        if self.forced_backend is not None:
+            self._begin(self.forced_backend)
+            return
+        try:
+            backend = await detect_backend(self.url, timeout_s=self.options.http_timeout_s)
+        except NoAnswer as exc:
+            if exc.failure == NO_SUCH_HOST:
+                raise
+            self.publish(
+                ConnectionState(
+                    host=self.url,
+                    state="connecting",
+                    detail=f"no answer yet ({exc.failure}): waiting for the server, asking "
+                    f"every {self.options.health_interval_s:g} s (--backend NAME says which)",
+                )
+            )
+            self._task = asyncio.get_running_loop().create_task(
+                self._wait_then_poll(), name="specmon-url-wait"
+            )
+            return
+        self._begin(backend)
+
+    async def _wait_then_poll(self) -> None:
+        """Ask until the server answers, then poll it; one that answers but is no known
+        server ends the watch as a disconnect saying so."""
+        while not self._closing:
+            await asyncio.sleep(self.options.health_interval_s)
+            try:
+                backend = await detect_backend(self.url, timeout_s=self.options.http_timeout_s)
+            except NoAnswer:
+                continue
+            except SpecmonError as exc:
+                self.publish(ConnectionState(host=self.url, state="disconnected", detail=str(exc)))
+                return
+            self._begin(backend)
+            await self._poll()
+            return
+
+    def _begin(self, backend: Backend) -> None:
+        """Known: say so and start the poller (unless already waiting in its own task)."""
+        self.backend = backend
         self._connected = True
         self.publish(ConnectionState(host=self.url, state="connected", detail="HTTP only"))
         self.publish(RunInfo(run_id=self.url, backend=self.backend.name, reattached=True))
         self.publish(AgentStatus(state="stopped", detail=GPUS_NOT_VISIBLE))
-        self._task = asyncio.get_running_loop().create_task(self._poll(), name="specmon-url-poll")
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._poll(), name="specmon-url-poll"
+            )
 
     async def _poll(self) -> None:
         """The poller, restarted after an error it did not expect (a server's answers are

@@ -54,6 +54,19 @@ async def test_an_unreachable_host_says_why_and_does_not_offer_a_launch() -> Non
         assert "No server is running" not in words and "Press r" not in words
 
 
+async def test_a_url_whose_server_is_not_up_yet_says_the_console_waits_for_it() -> None:
+    """`connect http://...` on a loading server: the watch waits, and the panel says why it is
+    still connecting, where it said only "Connecting to the host…"."""
+    detail = "no answer yet (connection refused or host unreachable): waiting for the server"
+    app = app_over([(T0, ConnectionState(host=HOST, state="connecting", detail=detail))])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.2)
+        title, words = loading_words(app)
+        assert title == "Connecting"
+        assert "Connecting: no answer yet (connection refused" in words
+        assert "Press r" not in words
+
+
 async def test_a_connected_host_without_a_run_still_offers_a_launch() -> None:
     app = app_over([(T0, ConnectionState(host=HOST, state="connected"))])
     async with app.run_test(size=(120, 40)) as pilot:

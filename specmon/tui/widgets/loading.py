@@ -156,6 +156,8 @@ def idle_words(store: StateStore, autolaunch: str | None = None) -> str | None:
         why = safe_text(connection.detail or "no answer")
         return f"Cannot reach the host: {why}. Whether a server runs there is not known yet."
     if connection is None or connection.state == "connecting":
+        if connection is not None and connection.detail:  # e.g. a URL whose server is loading
+            return f"Connecting: {safe_text(connection.detail)}"
         then = f", then launching profile {autolaunch}" if autolaunch else ""
         return f"Connecting to the host{then}…"
     if autolaunch:

@@ -267,3 +267,35 @@ def test_only_a_url_watch_reads_sglang_metrics_into_events() -> None:
     assert isinstance(sglang.new_http_only_metrics_reader(), SGLangMetricsReader)
     vllm = get_backend("vllm")
     assert type(vllm.new_http_only_metrics_reader()) is type(vllm.new_metrics_reader())
+
+
+def test_a_host_name_that_does_not_resolve_is_refused_at_once_not_waited_for(monkeypatch) -> None:
+    """Waiting suits a server whose HTTP is not up yet; a name that resolves to nothing will
+    not start answering, so the watch ends in one line instead."""
+    import httpx
+
+    from specmon.session import url
+
+    assert url._why(httpx.ConnectError("[Errno -2] Name or service not known")) == url.NO_SUCH_HOST
+    refused = url._why(httpx.ConnectError("[Errno 111] Connection refused"))
+    assert refused == "connection refused or host unreachable"
+
+    async def no_such_host(base_url: str, *, timeout_s: float):
+        raise url.NoAnswer(f"{base_url}: {url.NO_SUCH_HOST}", url.NO_SUCH_HOST)
+
+    async def refused_now(base_url: str, *, timeout_s: float):
+        raise url.NoAnswer(f"{base_url}: {refused}", refused)
+
+    async def start(detect) -> url.UrlController:
+        monkeypatch.setattr(url, "detect_backend", detect)
+        controller = url.url_controller_from_args("http://gpu-box.example:8000", None)
+        try:
+            await controller.start()
+        finally:
+            await controller.close()
+        return controller
+
+    with pytest.raises(url.NoAnswer, match="no such host name"):
+        asyncio.run(start(no_such_host))
+    waited = asyncio.run(start(refused_now))  # returns at once, asking again in the background
+    assert waited.backend is None
