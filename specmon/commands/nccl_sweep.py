@@ -22,9 +22,10 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.commands.arguments import HOST_HELP
+    from specmon.commands.arguments import HOST_HELP, add_connection_arguments
 
     parser.add_argument("host", metavar="HOST", help=HOST_HELP)
+    add_connection_arguments(parser)  # the SSH knobs and --state-dir, as launch has them
     parser.add_argument(
         "--profile", required=True, metavar="P", help="profile whose command is the benchmark"
     )

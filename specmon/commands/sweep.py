@@ -27,13 +27,14 @@ examples:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from specmon.commands.arguments import HOST_HELP
+    from specmon.commands.arguments import HOST_HELP, add_connection_arguments
 
     parser.add_argument(
         "host",
         metavar="HOST",
         help=HOST_HELP,
     )
+    add_connection_arguments(parser)  # the SSH knobs and --state-dir, as launch has them
     parser.add_argument("--profile", required=True, metavar="P", help="launch profile to vary")
     parser.add_argument(
         "--grid",

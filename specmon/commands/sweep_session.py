@@ -37,21 +37,20 @@ def sweep_host(config: Any, host: str) -> tuple[str, str]:
 
 
 @asynccontextmanager
-async def sweep_session(
-    host: str, config: Any, ledger_path: str | None
-) -> AsyncIterator[tuple[Any, Any]]:
-    """(session, ledger) for one sweep. SIGTERM (kill, tmux/nohup teardown) cancels the
-    current task, so the sweep ends as on Ctrl-C; on the way out the session is closed
+async def sweep_session(args: argparse.Namespace, config: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """(session, ledger) for one sweep, the session opened as every command opens one (its
+    SSH knobs, ``--state-dir``, ``--gpu-agent``). SIGTERM (kill, tmux/nohup teardown) cancels
+    the current task, so the sweep ends as on Ctrl-C; on the way out the session is closed
     (shielded from that cancellation) and the ledger too."""
     import asyncio
     import contextlib
     import signal
 
+    from specmon.commands.printers import session_from_args
     from specmon.experiments.ledger import Ledger
-    from specmon.session import open_session
 
-    ledger = Ledger(ledger_path)
-    session = open_session(host, config)
+    session = session_from_args(args, config)
+    ledger = Ledger(args.ledger)
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -83,7 +82,7 @@ async def run_sweep(
     from dataclasses import replace
 
     runner: Any = None
-    async with sweep_session(args.host, config, args.ledger) as (session, ledger):
+    async with sweep_session(args, config) as (session, ledger):
         try:
             await session.start()
             if session.host_label != plan.host:
