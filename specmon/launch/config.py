@@ -317,6 +317,42 @@ def placeholder_keys(profile: Profile) -> list[tuple[str, ...]]:
     return keys
 
 
+def secrets_as_placeholders(profile: Profile, source: Profile) -> tuple[Profile, list[str]]:
+    """``profile`` as "Save as profile" may write it, and the names it masked: a secret value
+    stays only where ``source`` (the profile it was made from, already in the user's file)
+    holds the same one; any other (the running server's, typed into the form) becomes the
+    placeholder ``***``, as `specmon adopt` writes a secret it never reads. specmon does not
+    store a secret in clear that it was not given in clear in that file."""
+    from specmon.backends.flag_grammar import parse_flags
+    from specmon.model.secrets import MASK, is_secret_env, is_secret_setting, redact_argv
+
+    masked: list[str] = []
+    env = dict(profile.env)
+    for name, value in env.items():
+        if is_secret_env(name) and value != MASK and source.env.get(name) != value:
+            env[name] = MASK
+            masked.append(name)
+
+    def secret_flags(args: Sequence[str]) -> dict[str, str | None]:
+        return {
+            item.name: item.value
+            for item in parse_flags(args)[0]
+            if item.value and is_secret_setting(item.name)
+        }
+
+    before = secret_flags(source.extra_args)
+    new_flags = [
+        name
+        for name, value in secret_flags(profile.extra_args).items()
+        if value != MASK and before.get(name) != value
+    ]
+    extra_args = redact_argv(profile.extra_args, only=set(new_flags))
+    masked += [f"--{name}" for name in new_flags]
+    if not masked:
+        return profile, []
+    return dataclasses.replace(profile, env=env, extra_args=extra_args), masked
+
+
 def profile_named(profiles: Mapping[str, Profile], name: str) -> Profile:
     """The named profile of a host session's own table, or a UsageError naming the known ones
     (with a "did you mean" hint): one lookup for the single-host and multi-node launch. A
@@ -1193,7 +1229,17 @@ def render_profile_toml(profile: Profile) -> str:
         ("nodes", list(profile.nodes) if profile.nodes else None),
         ("node_grace_s", profile.node_grace_s if profile.nodes else None),
     ]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in fields if value is not None]
+    masked_flag = ("extra_args",) in placeholder_keys(profile)
+    lines += [
+        f"{key} = {_toml_value(value)}"
+        + (
+            "  # fill in the secret (a flag's value is ***)"
+            if key == "extra_args" and masked_flag
+            else ""
+        )
+        for key, value in fields
+        if value is not None
+    ]
     if profile.speculative is not None:
         from specmon.backends import get_backend
 
@@ -1204,12 +1250,23 @@ def render_profile_toml(profile: Profile) -> str:
                 lines.append(f"{key} = {_toml_value(value)}")
     if profile.env:
         lines += ["", f"[profiles.{table}.env]"]
-        lines += [f"{_toml_key(k)} = {_toml_string(v)}" for k, v in profile.env.items()]
+        lines += [
+            f"{_toml_key(k)} = {_toml_string(v)}" + _fill_in(k, v) for k, v in profile.env.items()
+        ]
     return "\n".join(lines) + "\n"
 
 
-def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
-    """Append ``profile`` to a config file (created if missing), keeping its text intact.
+def _fill_in(name: str, value: str) -> str:
+    """The comment a secret placeholder carries, as `specmon adopt` writes it."""
+    from specmon.model.secrets import MASK, is_secret_env
+
+    return "  # fill in the secret" if value == MASK and is_secret_env(name) else ""
+
+
+def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> Profile:
+    """Append ``profile`` to a config file (created if missing), keeping its text intact, and
+    give it back as the file now reads (a secret placeholder there is ``unfilled``: refused at
+    launch, as every profile read from a file).
 
     The result is checked as a whole before it replaces the file (atomically); a name that
     is already taken or a profile that would not load is a ConfigError and nothing changes.
@@ -1238,7 +1295,7 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
     if existing and not existing.endswith("\n"):
         separator = "\n\n"
     combined = existing + separator + render_profile_toml(profile)
-    parse_config_text(combined, path)
+    saved = parse_config_text(combined, path).profiles[profile.name]
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         make_private_dirs(path.parent)
@@ -1251,3 +1308,4 @@ def save_profile(config_path: str | os.PathLike[str], profile: Profile) -> None:
         raise ConfigError(f"cannot write: {exc.strerror}", path=str(path)) from None
     if was_trusted:
         trust(path, combined.encode("utf-8"))
+    return saved

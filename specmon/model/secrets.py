@@ -12,7 +12,7 @@ so every command honours them without passing them through each call.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -75,11 +75,19 @@ def redact_settings(settings: Any) -> Any:
 _ENV_WORD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.+)", re.DOTALL)
 
 
-def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
+def redact_argv(argv: Iterable[str], only: Container[str] | None = None) -> tuple[str, ...]:
     """``argv`` as specmon shows and records it: the value of every secret flag
     (``--api-key X``, ``--hf-token=X``, by whole word as ``is_secret_setting``) and of every
     secret ``NAME=value`` word before the command (``env HF_TOKEN=x python ...``) as ``***``.
-    The process itself gets the real values; a relaunch takes them from where they came."""
+    The process itself gets the real values; a relaunch takes them from where they came.
+    ``only``: mask just the flags and names it holds (secrets still)."""
+
+    def is_secret_setting_here(name: str) -> bool:
+        return is_secret_setting(name) and (only is None or name in only)
+
+    def is_secret_env_here(name: str) -> bool:
+        return is_secret_env(name) and (only is None or name in only)
+
     words = list(argv)
     shown: list[str] = []
     index = 0
@@ -88,7 +96,7 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
         index += 1
         if word.startswith("--") and len(word) > 2:
             name, equals, value = word[2:].partition("=")
-            if not is_secret_setting(name):
+            if not is_secret_setting_here(name):
                 shown.append(word)
             elif equals:
                 shown.append(f"--{name}={MASK}" if value else word)
@@ -99,7 +107,7 @@ def redact_argv(argv: Iterable[str]) -> tuple[str, ...]:
                     index += 1
             continue
         assignment = _ENV_WORD.fullmatch(word) if not word.startswith("-") else None
-        if assignment is not None and is_secret_env(assignment.group(1)):
+        if assignment is not None and is_secret_env_here(assignment.group(1)):
             shown.append(f"{assignment.group(1)}={MASK}")
         else:
             shown.append(word)

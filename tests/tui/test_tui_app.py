@@ -354,6 +354,39 @@ async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
     assert spec.flag("model-path") == "moonshotai/Kimi-K2.5"
 
 
+async def test_a_secret_typed_into_the_form_is_saved_as_a_placeholder_never_in_clear(
+    tmp_path: Path,
+):
+    """ "Save as profile" wrote the form's secrets, restored to their real values, into the
+    config file in clear. A secret the source profile did not hold in that file is now written
+    as *** with "# fill in the secret", and the saved profile refuses to launch until filled."""
+    config_path = tmp_path / "specmon.toml"
+    config_path.write_text((REPO / "specmon.toml").read_text())
+    controller = ReplayController(recorded_session(ready=True))
+    app = SpecmonApp(controller, load_config(config_path), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        await pilot.pause(0.2)
+        await pilot.press("r")
+        await pilot.pause(0.2)
+        form = app.screen
+        env = form.query_one("#" + field_id("extra-env"), Input)
+        env.value = (env.value + " HF_TOKEN=hf_sEcReT123").strip()
+        args = form.query_one("#" + field_id("extra-args"), Input)
+        args.value = (args.value + " --api-key sk-live-999").strip()
+        form.query_one("#save-name", Input).value = "with-token"
+        await pilot.pause(0.1)
+        form.query_one("#save", Button).press()
+        await pilot.pause(0.2)
+        assert "with-token" in app.config.profiles
+        assert app.config.profiles["with-token"].unfilled  # refused at launch, like adopt's
+    text = config_path.read_text()
+    assert "hf_sEcReT123" not in text and "sk-live-999" not in text
+    assert 'HF_TOKEN = "***"  # fill in the secret' in text
+    saved = load_config(config_path).profiles["with-token"]
+    assert saved.env["HF_TOKEN"] == "***" and "***" in saved.extra_args
+    assert saved.unfilled
+
+
 async def test_a_profile_saved_without_a_config_file_in_use_goes_to_the_users_own_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

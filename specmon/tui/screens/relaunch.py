@@ -440,7 +440,7 @@ class RelaunchScreen(ModalScreen[None]):
 
     @on(Button.Pressed, "#save")
     def _save(self) -> None:
-        from specmon.launch.config import save_profile, user_config_path
+        from specmon.launch.config import save_profile, secrets_as_placeholders, user_config_path
 
         name = self.query_one("#save-name", Input).value.strip()
         if not name:
@@ -451,10 +451,11 @@ class RelaunchScreen(ModalScreen[None]):
         try:
             values = restore_form_secrets(self.values(), self.secret_values)
             new_profile = profile_from_form(profile, name, values, self.backend)
+            new_profile, masked = secrets_as_placeholders(new_profile, profile)
             # Without a config file in use (built-in profiles only, or ./specmon.toml passed over
             # as untrusted) the profile goes to the user's own file, never to an ignored one.
             path = self.config.source if self.config.source is not None else user_config_path()
-            save_profile(path, new_profile)
+            new_profile = save_profile(path, new_profile)
         except SpecmonError as exc:
             self.notify(str(exc), title="Not saved", severity="error", timeout=15)
             return
@@ -466,7 +467,17 @@ class RelaunchScreen(ModalScreen[None]):
             with self.prevent(Select.Changed):
                 select.set_options([(p, p) for p in self.profile_names])
                 select.value = self.profile_name
-        self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
+        if masked:  # not launchable until filled in: the file says where
+            self.notify(
+                f"Saved profile {name!r} to {path}. {', '.join(masked)} written as *** (specmon "
+                "stores no secret it was not given in that file): fill in the secret there "
+                "before launching it",
+                title="Saved",
+                severity="warning",
+                timeout=15,
+            )
+        else:
+            self.notify(f"Saved profile {name!r} to {path}; it can be launched now", title="Saved")
 
 
 def form_diff(

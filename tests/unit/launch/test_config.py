@@ -516,3 +516,38 @@ def test_profile_attach_key_is_the_attach_grammar_and_is_written_back(tmp_path):
         save_profile(saved, profile)
         assert load_config(saved, environ=NO_USER_DIR).profile(name) == profile
     assert "attach" not in render_profile_toml(config.profile("g"))
+
+
+def test_save_as_profile_keeps_only_the_secrets_the_source_profile_held_in_clear(tmp_path):
+    """A secret the user wrote into the file stays as written in the copy; one from anywhere
+    else (the running server, the form) is saved as the placeholder, listed by name."""
+    from specmon.launch.config import secrets_as_placeholders
+
+    path = tmp_path / "specmon.toml"
+    path.write_text(SHIPPED.read_text(encoding="utf-8"), encoding="utf-8")
+    base = load_config(path, environ=NO_USER_DIR).profiles["kimi-eagle3"]
+    source = dataclasses.replace(
+        base, env={**base.env, "HF_TOKEN": "hf_in_file"}, extra_args=("--api-key", "k-in-file")
+    )
+    same, masked = secrets_as_placeholders(dataclasses.replace(source, name="copy"), source)
+    assert masked == [] and same.env["HF_TOKEN"] == "hf_in_file"
+    changed = dataclasses.replace(
+        source,
+        name="copy2",
+        env={**source.env, "HF_TOKEN": "hf_from_server", "HF_API_KEY": "w1", "NCCL_PROTO": "LL"},
+        extra_args=("--api-key", "k-in-file", "--admin-api-key=t-typed"),
+    )
+    placed, masked = secrets_as_placeholders(changed, source)
+    assert masked == ["HF_TOKEN", "HF_API_KEY", "--admin-api-key"]
+    assert placed.env["HF_TOKEN"] == placed.env["HF_API_KEY"] == "***"
+    assert placed.env["NCCL_PROTO"] == "LL"
+    assert placed.extra_args == ("--api-key", "k-in-file", "--admin-api-key=***")
+    saved = save_profile(path, placed)
+    text = path.read_text(encoding="utf-8")
+    assert "hf_from_server" not in text and "t-typed" not in text and "w1" not in text
+    assert "# fill in the secret (a flag's value is ***)" in text
+    assert [key for key, _path, _line in saved.unfilled] == [
+        "profiles.copy2.env.HF_TOKEN",
+        "profiles.copy2.env.HF_API_KEY",
+        "profiles.copy2.extra_args",
+    ]
