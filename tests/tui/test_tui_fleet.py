@@ -292,3 +292,45 @@ async def test_a_fleet_relaunch_launches_the_very_specs_it_confirmed() -> None:
         assert launched.argv[0] == controller.python
         assert listed[name] == launched.shown().shell_command()
         assert "--speculative-num-steps 2" in listed[name]
+
+
+async def test_a_secret_known_only_from_one_hosts_run_is_asked_for_not_sent_to_every_host() -> None:
+    """Host a's run was launched with `--api-key` beyond its profile: the form shows it as ***.
+    The fleet form built each host's spec without the secrets it knew, so ctrl+s raised out of
+    the screen; and host a's secret must not go to host b either. The form now marks the field
+    (type the value) and nothing is confirmed or launched."""
+    config = load_config(REPO / "specmon.toml")
+    base = config.profiles["demo"].to_launch_spec()
+    run = RunInfo(run_id="r1", profile="demo", argv=(*base.argv, "--api-key", "k-of-host-a"))
+    hosts = {
+        "a": SpecRecordingController("/opt/a/bin/python"),
+        "b": SpecRecordingController("/opt/b/bin/python"),
+    }
+    hosts["a"].events = [(FROZEN_NOW, run)]
+    app = FleetApp(list(hosts.items()), config, clock=lambda: FROZEN_NOW)  # type: ignore[arg-type]
+    async with app.run_test(size=(200, 40)) as pilot:
+        await pilot.pause(0.3)
+        table = app.overview.query_one(FleetTable)
+        for name in hosts:
+            table.move_cursor(row=table.host_order.index(name), animate=False)
+            await pilot.press("space")
+        await pilot.press("r")
+        await pilot.pause(0.3)
+        form = app.screen
+        assert isinstance(form, FleetRelaunchScreen)
+        extra = form.query_one("#" + field_id("extra-args"), Input)
+        assert "--api-key '***'" in extra.value and "k-of-host-a" not in extra.value
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        assert app.screen is form  # not confirmed
+        problem = str(form.query_one("#spec-problems", Static).render())
+        assert "api-key" in problem and "***" in problem
+        # typed in, the same value goes to every host
+        extra.value = extra.value.replace("--api-key '***'", "--api-key typed-for-all")
+        await pilot.pause(0.2)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        confirm = app.screen
+        assert isinstance(confirm, FleetConfirmScreen)
+        assert all("typed-for-all" not in command for _, command in confirm.commands)
+        assert all(spec.flag("api-key") == "typed-for-all" for spec in confirm.specs.values())

@@ -15,7 +15,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
 from specmon.launch.config import Config
-from specmon.launch.spec import LaunchSpec, form_overrides
+from specmon.launch.spec import LaunchSpec, SecretValues, form_overrides
+from specmon.model.errors import SpecmonError
 from specmon.state.fleet import FleetHost, unreachable_why
 from specmon.tui.messages import FleetRelaunchRequested
 from specmon.tui.screens.relaunch import RelaunchScreen
@@ -35,10 +36,20 @@ class FleetRelaunchScreen(RelaunchScreen):
             t.name for t in self.targets
         )
 
+    def load_profile(self, name: str) -> None:
+        """As the one-host form, but a ``***`` is given back only from the profile's own
+        secrets: one read from the first host's run is that host's, never sent to the others,
+        so the form asks for it (a spec problem) where the first host's run alone knew it."""
+        super().load_profile(name)
+        self.secret_values = SecretValues.of(self.config.profiles[name].to_launch_spec())
+        self.revalidate()
+
     def host_specs(self) -> dict[str, LaunchSpec]:
         """Each host's exact launch, from the form as it stands (with that host's python)."""
         profile = self.config.profiles[self.profile_name]
-        flags, env = form_overrides(self.values(), profile.to_launch_spec(), profile.extra_args)
+        flags, env = form_overrides(
+            self.values(), profile.to_launch_spec(), profile.extra_args, self.secret_values
+        )
         return {
             t.name: profile.to_launch_spec(flags=flags, env=env, python=t.controller.host_python)
             for t in self.targets
@@ -49,7 +60,11 @@ class FleetRelaunchScreen(RelaunchScreen):
         if not self.valid or self.spec is None:
             self.notify("The form has problems; fix the fields marked in red.", severity="error")
             return
-        specs = self.host_specs()
+        try:
+            specs = self.host_specs()
+        except SpecmonError as exc:  # the form changed under the check: say so, stay here
+            self.notify(str(exc), title="Not launched", severity="error", timeout=15)
+            return
         self.app.push_screen(
             FleetConfirmScreen(specs, self.unreachable(), self.change_summary()),
             lambda answer: self._fleet_confirmed(answer, specs),
