@@ -207,8 +207,16 @@ class MultiNodeController(HostController):
         return await self._launch(specs, profile)
 
     async def launch_spec(self, spec: LaunchSpec, *, profile: str | None = None) -> str:
-        """The same spec on every node, each with its own multi-node flags."""
-        return await self._launch([spec] * len(self.nodes), profile)
+        """The same spec on every node, each with its own multi-node flags and its own python
+        where the spec runs node 0's (as ``launch`` builds each node's from the profile):
+        a node whose interpreter lives elsewhere was handed node 0's path."""
+        return await self._launch([self._for_node(spec, node) for node in self.nodes], profile)
+
+    def _for_node(self, spec: LaunchSpec, node: _Node) -> LaunchSpec:
+        python = node.session.host_python
+        if spec.command and spec.command[0] == self.host_python and python != self.host_python:
+            return replace(spec, command=(python, *spec.command[1:]))
+        return spec
 
     async def stop(self) -> StopReport | None:
         """Stop every node's run (SIGTERM, then SIGKILL, GPU memory released on each)."""
