@@ -88,3 +88,20 @@ async def test_with_the_probe_on_and_no_traffic_the_timing_panel_waits() -> None
         words = str(app.main.query_one(TimingPanel).render())
         assert "Waiting for traffic" in words
         assert "Set probe = true" not in words
+
+
+async def test_the_shard_count_sits_beside_its_bar_not_on_the_kv_cache_row() -> None:
+    """ "shards 64/64" led the stats text, whose first line is level with the phase list's
+    second row, so it read as the KV cache's. It now ends the bar's own row."""
+    app = app_over(recorded_session(ready=False))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.5)
+        panel = app.main.query_one(LoadingPanel)
+        loading = app.controller.bus.store.loading
+        assert loading.shards_total
+        count = str(panel.query_one("#shard-count", Static).render())
+        assert count.strip() == f"{loading.shards_done}/{loading.shards_total} shards"
+        _title, words = loading_words(app)
+        assert "shards" not in words.splitlines()[0]
+        bar = panel.query_one("#shards")
+        assert bar.region.y == panel.query_one("#shard-count").region.y

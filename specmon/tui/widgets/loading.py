@@ -29,7 +29,9 @@ class LoadingPanel(Vertical):
     LoadingPanel > Horizontal { height: 1fr; }
     LoadingPanel #phases { width: 24; height: 1fr; }
     LoadingPanel #progress-side { width: 1fr; height: 1fr; }
-    LoadingPanel ProgressBar { height: 1; }
+    LoadingPanel #shard-row { height: 1; }
+    LoadingPanel ProgressBar { height: 1; width: auto; }
+    LoadingPanel #shard-count { width: 1fr; height: 1; }
     LoadingPanel #load-stats { height: 1fr; }
     LoadingPanel.-compact { height: 6; }
     LoadingPanel.-compact #phases { width: 42; }
@@ -48,7 +50,11 @@ class LoadingPanel(Vertical):
         with Horizontal():
             yield Static(id="phases")
             with Vertical(id="progress-side"):
-                yield ProgressBar(total=None, show_eta=False, id="shards")
+                # the shard count beside its bar: on the line below it sat level with the
+                # KV cache row and read as that phase's ("KV cache ... shards 64/64")
+                with Horizontal(id="shard-row"):
+                    yield ProgressBar(total=None, show_eta=False, id="shards")
+                    yield Static(id="shard-count")
                 yield Static(id="load-stats")
 
     def note_stop(self, event: StopProgress) -> None:
@@ -90,10 +96,13 @@ class LoadingPanel(Vertical):
         columns = 2 if self.has_class("-compact") else 1
         self.query_one("#phases", Static).update(_phase_list(store, columns), layout=False)
         progress = self.query_one("#shards", ProgressBar)
+        count = self.query_one("#shard-count", Static)
         if loading.shards_total:
             progress.update(total=loading.shards_total, progress=loading.shards_done)
+            count.update(f" {loading.shards_done}/{loading.shards_total} shards", layout=False)
         else:
             progress.update(total=None)
+            count.update("", layout=False)
         self.query_one("#load-stats", Static).update(
             self._stats(store, elapsed, eta, last_line), layout=False
         )
@@ -103,8 +112,6 @@ class LoadingPanel(Vertical):
     ) -> Text:
         loading = store.loading
         text = Text(no_wrap=True, overflow="ellipsis")
-        if loading.shards_total:
-            text.append(f"shards {loading.shards_done}/{loading.shards_total}  ")
         if store.run_state == "loading":
             text.append(f"elapsed {format_duration(elapsed)}  ")
             text.append(f"ETA {format_duration(eta)}" if eta is not None else "ETA estimating")
