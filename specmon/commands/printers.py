@@ -248,9 +248,10 @@ def describe_event(event: Event) -> str | None:
 
 
 def _seconds(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+    """As the console's latency panel says it (a bound of 0.5 ms read "<0 ms" here)."""
+    from specmon.model.durations import format_latency
+
+    return "-" if value is None else format_latency(value)
 
 
 def latency_text(event: Latency) -> str:

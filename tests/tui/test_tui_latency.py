@@ -382,7 +382,10 @@ async def test_a_quantile_the_histogram_only_bounds_is_shown_as_a_bound() -> Non
         assert re.search(r"TTFT\s+>30\.0 s\s+>30\.0 s\s+>30\.0 s", text), text
         assert "9.0 ms" not in text and "5.0 ms" not in text
     line = latency_text(event)
-    assert "ITL p50 <10 ms p90 <10 ms" in line and "TTFT p50 >30.00 s p90 >30.00 s" in line
+    assert "ITL p50 <10 ms p90 <10 ms" in line and "TTFT p50 >30.0 s p90 >30.0 s" in line
+    # a bound under 1 ms: watch rounded it to whole ms and said "<0 ms"
+    fine = window_quantiles({0.0005: 900.0, 0.005: 900.0, math.inf: 900.0})
+    assert "ITL p50 <500 µs p90 <500 µs" in latency_text(sample_latency(itl_s=fine))
 
 
 def test_a_length_the_histogram_only_bounds_is_shown_as_a_bound() -> None:
