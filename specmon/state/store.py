@@ -432,6 +432,17 @@ class StateStore:
         if self._is_other_run(e.run_id):
             return  # an earlier run's end, told after the next run began
         self.run_state = e.state
+        loading = self.loading
+        if e.state == "ready" and loading.ready_at is None and loading.started_at is not None:
+            # Health said ready before the log's ready line (or a server that writes none):
+            # the load is over now, or its elapsed time counted on under "ready".
+            self._enter("ready")
+            loading.done_phases.append("ready")
+            loading.ready_at = now
+            if loading.replayed:
+                loading.load_seconds = None  # a replay's arrival times say nothing
+            else:
+                self._loaded_in(now - loading.started_at)
 
     def _enter(self, phase: str | None) -> None:
         if phase is None:
@@ -506,8 +517,11 @@ class StateStore:
 
     def _on_ready(self, e: Ready, now: float) -> None:
         loading = self.loading
+        if loading.ready_at is not None and loading.phase == "ready" and e.load_seconds is None:
+            return  # health said so first: the earlier time stands (the log line comes late)
         self._enter("ready")
-        loading.done_phases.append("ready")
+        if "ready" not in loading.done_phases:
+            loading.done_phases.append("ready")
         loading.ready_at = now
         if e.load_seconds is not None:
             self._loaded_in(e.load_seconds)

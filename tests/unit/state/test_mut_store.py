@@ -406,3 +406,30 @@ def test_the_drafts_load_end_does_not_complete_the_targets_shards() -> None:
     store.apply(LoadBegin(), at=3.0)  # the draft's load, the target's shards still short
     store.apply(LoadEnd(), at=4.0)
     assert (store.loading.shards_done, store.loading.shards_total) == (4, 8)
+
+
+def test_health_saying_ready_before_the_log_ends_the_load_and_its_elapsed_time() -> None:
+    """A server whose health endpoint answers before its ready line is read (or that writes
+    none) was ready with no ready time: loading's elapsed counted on for as long as it ran."""
+    store = StateStore()
+    store.apply(RunInfo(run_id="r"), at=0.0)
+    store.apply(LoadBegin(), at=10.0)
+    store.apply(RunState(run_id="r", state="ready"), at=40.0)
+    loading = store.loading
+    assert store.run_state == "ready" and loading.phase == "ready"
+    assert loading.elapsed(500.0) == 30.0 and loading.eta_seconds(500.0) == 0.0
+    assert store.last_load_seconds == 30.0
+    store.apply(Ready(), at=41.5)  # the log's line, read late: the earlier time stands
+    assert (loading.ready_at, loading.load_seconds) == (40.0, 30.0)
+    assert loading.done_phases.count("ready") == 1
+    store.apply(Ready(load_seconds=29.0), at=42.0)  # the server's own figure wins
+    assert loading.load_seconds == 29.0
+    replay = StateStore()
+    replay.apply(RunInfo(run_id="r", reattached=True), at=0.0)
+    replay.apply(LoadBegin(), at=1.0)
+    replay.loading.replayed = True
+    replay.apply(RunState(run_id="r", state="ready"), at=2.0)
+    assert replay.loading.ready_at == 2.0 and replay.loading.load_seconds is None
+    stopped = StateStore()  # health of a run never seen loading sets nothing
+    stopped.apply(RunState(run_id="r", state="ready"), at=5.0)
+    assert stopped.loading.ready_at is None
