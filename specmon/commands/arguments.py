@@ -25,10 +25,9 @@ def add_hosts_arguments(parser: argparse.ArgumentParser, *, every: bool = False)
     parser.add_argument(
         "hosts",
         metavar="HOST",
-        nargs="*",  # "+" without --all, checked by reclaim_swallowed_host after the parse
+        nargs="*",  # none is refused by the command (fleet_names): after reclaim_swallowed_host
         help=HOST_HELP + "; several hosts are connected in parallel",
     )
-    parser.set_defaults(_hosts_required=not every)
     if every:
         parser.add_argument(
             "--all", dest="all_hosts", action="store_true", help="every host in specmon.toml"
@@ -77,9 +76,8 @@ def reclaim_swallowed_host(args: argparse.Namespace) -> None:
     option, whose value is optional, and then asked for a HOST or named the wrong thing. A value
     that is no attach target, where no host was named, is the host, and the option stands alone.
     A mistyped target (``pid:``, ``unit:``, ``container:``, digits) is left for the option's
-    own error. Then a command that needs a host and has none is told so in one line."""
+    own error."""
     from specmon.model.attach_target import parse_attach_target
-    from specmon.model.errors import UsageError
 
     for dest, _option, alone in _OPTIONAL_TARGETS:
         value = getattr(args, dest, None)
@@ -98,8 +96,6 @@ def reclaim_swallowed_host(args: argparse.Namespace) -> None:
         else:
             continue
         setattr(args, dest, alone)
-    if getattr(args, "_hosts_required", False) and not args.hosts:
-        raise UsageError(f"{args.command}: name the HOST (e.g. root@gpu-box, or local)")
 
 
 def _looks_like_a_target(value: str) -> bool:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     spanning = nodes_profile(args, config)
     if spanning is not None:  # one server over several nodes, watched as one run
         return watch_headless(controller_from_args(args, config, spanning), args)
-    names = fleet_names(args.hosts, config, every=False)
+    names = fleet_names(args.hosts, config, every=False, offers_all=False)
     sessions = sessions_from_args(args, config, names, attach_profile=attach_profile(args, config))
     if len(sessions) == 1:
         return watch_headless(sessions[0][1], args)

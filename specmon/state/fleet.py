@@ -237,8 +237,11 @@ def filter_rows(rows: Sequence[FleetRow], text: str) -> list[FleetRow]:
     return [row for row in rows if all(word in haystack(row) for word in words)]
 
 
-def fleet_names(given: Sequence[str], config: Config | None, *, every: bool) -> list[str]:
-    """The hosts a fleet command names: those given, or with ``every`` all of specmon.toml's;
+def fleet_names(
+    given: Sequence[str], config: Config | None, *, every: bool, offers_all: bool = True
+) -> list[str]:
+    """The hosts a fleet command names: those given, or with ``every`` all of specmon.toml's
+    (``offers_all``: the command has ``--all``, and the message for none says so);
     a clear UsageError for none or a host named twice."""
     names = list(given)
     if every:
@@ -252,7 +255,11 @@ def fleet_names(given: Sequence[str], config: Config | None, *, every: bool) -> 
         if not names:
             raise UsageError("--all: specmon.toml names no hosts ([hosts.NAME] tables)")
     if not names:
-        raise UsageError("name at least one host (or --all for every host in specmon.toml)")
+        raise UsageError(
+            "name at least one host (or --all for every host in specmon.toml)"
+            if offers_all
+            else "name at least one HOST (e.g. root@gpu-box, or local)"
+        )
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise UsageError(f"host named more than once: {', '.join(twice)}")

@@ -8,7 +8,6 @@ import pytest
 
 from specmon.cli import build_parser
 from specmon.commands.arguments import reclaim_swallowed_host
-from specmon.model.errors import UsageError
 
 
 def parsed(*argv: str):
@@ -51,7 +50,13 @@ def test_a_mistyped_take_over_target_is_not_made_a_host():
     assert args.host is None and args.take_over == "container:"
 
 
-@pytest.mark.parametrize("command", ["watch", "status"])
-def test_no_host_at_all_is_one_line(command):
-    with pytest.raises(UsageError, match=f"^{command}: name the HOST"):
-        parsed(command)
+def test_watch_without_a_host_is_one_line_naming_the_host(capsys, monkeypatch, tmp_path):
+    from specmon.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECMON_CONFIG_DIR", str(tmp_path / "config"))
+
+    assert main(["watch", "--duration", "1"]) == 2
+    assert capsys.readouterr().err == (
+        "specmon: name at least one HOST (e.g. root@gpu-box, or local)\n"
+    )
