@@ -116,7 +116,7 @@ async def _generate_load(port: int, stop: asyncio.Event) -> int:
     return done
 
 
-async def test_twenty_dropped_connections_lose_and_repeat_no_line(
+async def test_dropped_connections_under_load_lose_and_repeat_no_line(
     sshd: SshdServer, state_dir: Path
 ) -> None:
     profiles = sim_profiles(extra_args=("--decode-log-interval", "1"))
@@ -134,7 +134,9 @@ async def test_twenty_dropped_connections_lose_and_repeat_no_line(
             _generate_load(profiles["fast"].port, stop_load)
         )
         await recorder.wait_kind("decode", 30)
-        for drop in range(20):
+        # five drops under HTTP load (each ~1.3 s): the drop count is the reliability suite's
+        # (tests/reliability/test_rel_ssh_drops.py: 10, or 100 with SPECMON_RELIABILITY_FULL=1)
+        for drop in range(5):
             before = len(recorder.kinds("connection"))
             assert sshd.drop_connections() >= 1, f"drop {drop}: no sshd session to kill"
             deadline = time.monotonic() + 30
@@ -143,7 +145,7 @@ async def test_twenty_dropped_connections_lose_and_repeat_no_line(
                 await asyncio.sleep(0.02)
             await asyncio.sleep(0.15)
         reconnecting = [e for e in recorder.kinds("connection") if e.state == "reconnecting"]
-        assert len({e.attempt for e in reconnecting}) >= 1 and len(reconnecting) >= 20
+        assert len({e.attempt for e in reconnecting}) >= 1 and len(reconnecting) >= 5
         stop_load.set()
         load.cancel()
         await session.stop()  # drains the tail to the server's exit
@@ -157,7 +159,7 @@ async def test_twenty_dropped_connections_lose_and_repeat_no_line(
         assert seen == expected
         offsets = [e.offset for e in recorder.kinds("log")]
         assert offsets == sorted(set(offsets))
-        assert sum(1 for line in expected if "Decode batch" in line) > 100
+        assert sum(1 for line in expected if "Decode batch" in line) > 40  # logged across drops
         runs = recorder.kinds("run")
         assert [r.run_id for r in runs] == [run_id] and runs[0].pid == pid
         assert sum("Load weight begin" in line and "TP0" in line for line in expected) == 2
