@@ -35,6 +35,7 @@ from specmon.model.events import (
     RunState,
     ServerError,
     ServerFailed,
+    ServerInfo,
     ShardProgress,
     StopProgress,
 )
@@ -227,6 +228,8 @@ def describe_event(event: Event) -> str | None:
         return f"health      {event.status if event.status is not None else 'no answer'}"
     if isinstance(event, Notice):
         return f"notice      {event.message}"
+    if isinstance(event, ServerInfo):  # the server's own words: made safe by print_event
+        return "server info " + ", ".join(f"{name} {value}" for name, value in event.values)
     if isinstance(event, DraftInfo):
         from specmon.backends.draft_info import wiring_line
 

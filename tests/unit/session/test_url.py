@@ -209,6 +209,20 @@ def test_the_text_watch_names_the_url_and_http_only() -> None:
     assert describe_event(event) == "run         watching http://h:1 (vllm, HTTP only)"
 
 
+def test_server_info_reads_as_names_and_values_and_its_text_is_made_safe() -> None:
+    """It printed as a Python tuple list: values=[('version', '0.5.9'), ...]."""
+    import io
+
+    from specmon.commands.printers import print_event
+    from specmon.model.events import ServerInfo
+
+    info = ServerInfo(values=(("version", "0.5.9"), ("tp_size", "8"), ("model_path", "m\x1b[2Jx")))
+    assert describe_event(info) == "server info version 0.5.9, tp_size 8, model_path m\x1b[2Jx"
+    out = io.StringIO()
+    print_event(0.0, info, as_json=False, with_log=False, out=out)
+    assert "\x1b" not in out.getvalue() and "version 0.5.9, tp_size 8" in out.getvalue()
+
+
 SGLANG_PAGE = """\
 # TYPE sglang:gen_throughput gauge
 sglang:gen_throughput{model_name="m",tp_rank="0"} 250.5
