@@ -4,6 +4,7 @@ probe cycles, and recommend one (a prediction, labelled as such; `specmon sweep`
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -76,9 +77,14 @@ def run(args: argparse.Namespace) -> int:
             store = session.bus.store
             began = time.monotonic()
             deadline = began + args.timeout
+            told = began  # the last progress line (none in the first seconds: usually enough)
             while not enough_data(store, args.cycles) and time.monotonic() < deadline:
                 if store.run is None and time.monotonic() - began > NO_RUN_WAIT_S:
                     break  # no server on the host: nothing will come, say so now
+                if time.monotonic() - told >= PROGRESS_EVERY_S:
+                    told = time.monotonic()
+                    wait = waiting_text(store, args, deadline - told)
+                    print(safe_text(f"advise {session.host_label}: {wait}"), file=sys.stderr)
                 await asyncio.sleep(0.2)
             collapse = await session.acceptance_collapse()
         finally:
@@ -103,6 +109,32 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     return run_async(main)
+
+
+PROGRESS_EVERY_S = 10.0  # a line on stderr while the cycles gather (silent for 2 min before)
+
+
+def waiting_text(store: Any, args: argparse.Namespace, left_s: float) -> str:
+    """Where the wait stands: probe cycles and drafts counted against those asked for, and,
+    while none come, why (a server decodes only while requests come)."""
+    import shlex
+
+    from specmon.experiments.advisor import MIN_CYCLES
+
+    wanted = max(MIN_CYCLES, args.cycles)
+    cycles = sum(1 for r in store.probe if r.source == "probe")
+    drafts = store.accept_by_position.drafts
+    text = (
+        f"waiting for probe cycles: {cycles} of {wanted}, {min(drafts, wanted)} of {wanted} "
+        f"drafts ({left_s:.0f} s left of --timeout {args.timeout:g})"
+    )
+    if cycles == 0:
+        bench = shlex.join(["specmon", "bench", args.host])
+        text += (
+            "; none yet: the probe times a cycle only while the server decodes, so send it "
+            f"requests (`{bench}` sends some), and the profile needs probe = true"
+        )
+    return text
 
 
 def no_server_text(host: str, label: str) -> str:
