@@ -67,8 +67,8 @@ def add_attach_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-# The options whose value is optional, and what they mean alone.
-_OPTIONAL_TARGETS = (("attach", "--attach", "auto"), ("take_over", "--take-over", ""))
+# The options whose value is optional (their dest), and the value they mean alone.
+_OPTIONAL_TARGETS = (("attach", "auto"), ("take_over", ""))
 
 
 def reclaim_swallowed_host(args: argparse.Namespace) -> None:
@@ -79,7 +79,7 @@ def reclaim_swallowed_host(args: argparse.Namespace) -> None:
     own error."""
     from specmon.model.attach_target import parse_attach_target
 
-    for dest, _option, alone in _OPTIONAL_TARGETS:
+    for dest, alone in _OPTIONAL_TARGETS:
         value = getattr(args, dest, None)
         if not value or _looks_like_a_target(value):
             continue
