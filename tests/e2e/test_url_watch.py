@@ -161,12 +161,14 @@ def test_text_watch_says_http_only(vllm) -> None:
     assert "gpu agent   stopped: GPUs: not visible over HTTP" in result.stdout
 
 
-def test_until_ready_with_backend_waits_for_a_server_that_starts_later(tmp_path) -> None:
+def watch_a_late_server(tmp_path: Path, *options: str, early_s: float) -> list[dict]:
+    """`watch http://... --json --until ready OPTIONS` on a port nobody listens on for
+    ``early_s`` seconds, then the vLLM simulator there: the JSON events (exit code 0)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "specmon", "watch", f"http://127.0.0.1:{port}"]
     watch = subprocess.Popen(
-        [*command, "--backend", "vllm", "--json", "--until", "ready", "--duration", "90"],
+        [*command, *options, "--json", "--until", "ready", "--duration", "90"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -174,7 +176,7 @@ def test_until_ready_with_backend_waits_for_a_server_that_starts_later(tmp_path)
         cwd=REPO,
     )
     try:
-        time.sleep(2.0)  # the watch is polling a port nobody listens on yet
+        time.sleep(early_s)  # the watch is asking a port nobody listens on yet
         assert watch.poll() is None, watch.communicate()
         with start_vllm(tmp_path / "late", port=port):
             out, err = watch.communicate(timeout=90)
@@ -183,7 +185,11 @@ def test_until_ready_with_backend_waits_for_a_server_that_starts_later(tmp_path)
             watch.kill()
             watch.wait()
     assert watch.returncode == 0, err[-2000:]
-    events = [json.loads(line) for line in out.splitlines()]
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_until_ready_with_backend_waits_for_a_server_that_starts_later(tmp_path) -> None:
+    events = watch_a_late_server(tmp_path, "--backend", "vllm", early_s=2.0)
     health = [e["status"] for e in events if e["kind"] == "health"]
     assert health[0] is None and health[-1] == 200
     assert any(e["kind"] == "run_state" and e["state"] == "ready" for e in events)
@@ -222,28 +228,7 @@ def test_a_watch_waits_for_a_server_whose_http_is_not_up_yet_and_then_tells_whic
     """Nothing listening is what a loading server looks like (its HTTP comes up last): the
     watch, with no --backend, says it waits, asks again, and detects the server once it
     answers. It used to refuse at once ("connection refused ... is the server up?")."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "specmon", "watch", f"http://127.0.0.1:{port}"]
-    watch = subprocess.Popen(
-        [*command, "--json", "--until", "ready", "--duration", "90"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-    try:
-        time.sleep(3.0)  # a first answer refused, and at least one more asked
-        assert watch.poll() is None, watch.communicate()
-        with start_vllm(tmp_path / "late", port=port):
-            out, err = watch.communicate(timeout=90)
-    finally:
-        if watch.poll() is None:
-            watch.kill()
-            watch.wait()
-    assert watch.returncode == 0, err[-2000:]
-    events = [json.loads(line) for line in out.splitlines()]
+    events = watch_a_late_server(tmp_path, early_s=3.0)  # refused, and asked again
     waiting = [e for e in events if e["kind"] == "connection" and e["state"] == "connecting"]
     assert any("no answer yet (connection refused" in (e["detail"] or "") for e in waiting)
     assert any(e["kind"] == "run" and e["backend"] == "vllm" for e in events), events[:5]

@@ -327,11 +327,24 @@ async def test_agent_error_shows_in_the_gpu_panel_and_l_focuses_the_log():
         assert isinstance(app.focused, RichLog)
 
 
-async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
+def app_with_config_copy(tmp_path: Path) -> tuple[SpecmonApp, Path]:
+    """A console over the recorded session with the shipped specmon.toml copied to tmp_path
+    as its config (what "Save as profile" writes to)."""
     config_path = tmp_path / "specmon.toml"
     config_path.write_text((REPO / "specmon.toml").read_text())
     controller = ReplayController(recorded_session(ready=True))
-    app = SpecmonApp(controller, load_config(config_path), clock=lambda: FROZEN_NOW)
+    return SpecmonApp(controller, load_config(config_path), clock=lambda: FROZEN_NOW), config_path
+
+
+async def save_form(pilot, form, name: str) -> None:
+    form.query_one("#save-name", Input).value = name
+    await pilot.pause(0.1)
+    form.query_one("#save", Button).press()
+    await pilot.pause(0.2)
+
+
+async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
+    app, config_path = app_with_config_copy(tmp_path)
     async with app.run_test(size=(120, 48)) as pilot:
         await pilot.pause(0.2)
         await pilot.press("r")
@@ -340,10 +353,7 @@ async def test_the_edited_form_is_saved_as_a_new_profile(tmp_path: Path):
         form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
         form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
         form.query_one("#" + field_id("NCCL_PROTO"), Select).value = "LL128"
-        form.query_one("#save-name", Input).value = "kimi-steps2"
-        await pilot.pause(0.1)
-        form.query_one("#save", Button).press()
-        await pilot.pause(0.2)
+        await save_form(pilot, form, "kimi-steps2")
     saved = load_config(config_path).profiles["kimi-steps2"]
     assert saved.speculative is not None
     assert (saved.speculative.num_steps, saved.speculative.num_draft_tokens) == (2, 3)
@@ -360,10 +370,7 @@ async def test_a_secret_typed_into_the_form_is_saved_as_a_placeholder_never_in_c
     """ "Save as profile" wrote the form's secrets, restored to their real values, into the
     config file in clear. A secret the source profile did not hold in that file is now written
     as *** with "# fill in the secret", and the saved profile refuses to launch until filled."""
-    config_path = tmp_path / "specmon.toml"
-    config_path.write_text((REPO / "specmon.toml").read_text())
-    controller = ReplayController(recorded_session(ready=True))
-    app = SpecmonApp(controller, load_config(config_path), clock=lambda: FROZEN_NOW)
+    app, config_path = app_with_config_copy(tmp_path)
     async with app.run_test(size=(120, 48)) as pilot:
         await pilot.pause(0.2)
         await pilot.press("r")
@@ -373,10 +380,7 @@ async def test_a_secret_typed_into_the_form_is_saved_as_a_placeholder_never_in_c
         env.value = (env.value + " HF_TOKEN=hf_sEcReT123").strip()
         args = form.query_one("#" + field_id("extra-args"), Input)
         args.value = (args.value + " --api-key sk-live-999").strip()
-        form.query_one("#save-name", Input).value = "with-token"
-        await pilot.pause(0.1)
-        form.query_one("#save", Button).press()
-        await pilot.pause(0.2)
+        await save_form(pilot, form, "with-token")
         assert "with-token" in app.config.profiles
         assert app.config.profiles["with-token"].unfilled  # refused at launch, like adopt's
     text = config_path.read_text()

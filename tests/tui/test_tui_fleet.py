@@ -197,20 +197,26 @@ async def test_a_fleet_reattach_gives_one_toast_per_kind_not_one_per_host() -> N
         assert ready.startswith("3 servers ready: ")
 
 
+async def open_fleet_form(pilot, app: FleetApp, names) -> FleetRelaunchScreen:
+    """Mark ``names`` on the overview and press `r`: the fleet relaunch form."""
+    await pilot.pause(0.3)
+    table = app.overview.query_one(FleetTable)
+    for name in names:
+        table.move_cursor(row=table.host_order.index(name), animate=False)
+        await pilot.press("space")
+    await pilot.press("r")
+    await pilot.pause(0.3)
+    form = app.screen
+    assert isinstance(form, FleetRelaunchScreen)
+    return form
+
+
 async def test_fleet_relaunch_warns_of_unreachable_hosts_and_can_leave_them_out() -> None:
     """Issue 26 item 4: an unreachable host among the selected is named, with why, before
     the confirmation, and `x` leaves it out (the confirmation then lists the others only)."""
     app = make_fleet()
     async with app.run_test(size=(200, 40)) as pilot:
-        await pilot.pause(0.3)
-        table = app.overview.query_one(FleetTable)
-        for name in ("alpha", "gone"):
-            table.move_cursor(row=table.host_order.index(name), animate=False)
-            await pilot.press("space")
-        await pilot.press("r")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, FleetRelaunchScreen)
-        form = app.screen
+        form = await open_fleet_form(pilot, app, ("alpha", "gone"))
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         confirm = app.screen
@@ -262,15 +268,7 @@ async def test_a_fleet_relaunch_launches_the_very_specs_it_confirmed() -> None:
     config = load_config(REPO / "specmon.toml")
     app = FleetApp(list(hosts.items()), config, clock=lambda: FROZEN_NOW)  # type: ignore[arg-type]
     async with app.run_test(size=(200, 40)) as pilot:
-        await pilot.pause(0.3)
-        table = app.overview.query_one(FleetTable)
-        for name in hosts:
-            table.move_cursor(row=table.host_order.index(name), animate=False)
-            await pilot.press("space")
-        await pilot.press("r")
-        await pilot.pause(0.3)
-        form = app.screen
-        assert isinstance(form, FleetRelaunchScreen)
+        form = await open_fleet_form(pilot, app, hosts)
         form.query_one("#" + field_id("speculative-num-steps"), Input).value = "2"
         form.query_one("#" + field_id("speculative-num-draft-tokens"), Input).value = "3"
         await pilot.pause(0.2)
@@ -309,15 +307,7 @@ async def test_a_secret_known_only_from_one_hosts_run_is_asked_for_not_sent_to_e
     hosts["a"].events = [(FROZEN_NOW, run)]
     app = FleetApp(list(hosts.items()), config, clock=lambda: FROZEN_NOW)  # type: ignore[arg-type]
     async with app.run_test(size=(200, 40)) as pilot:
-        await pilot.pause(0.3)
-        table = app.overview.query_one(FleetTable)
-        for name in hosts:
-            table.move_cursor(row=table.host_order.index(name), animate=False)
-            await pilot.press("space")
-        await pilot.press("r")
-        await pilot.pause(0.3)
-        form = app.screen
-        assert isinstance(form, FleetRelaunchScreen)
+        form = await open_fleet_form(pilot, app, hosts)
         extra = form.query_one("#" + field_id("extra-args"), Input)
         assert "--api-key '***'" in extra.value and "k-of-host-a" not in extra.value
         await pilot.press("ctrl+s")
