@@ -299,6 +299,8 @@ class UrlController(HostController):
             except SpecmonError as exc:
                 self.publish(ConnectionState(host=self.url, state="disconnected", detail=str(exc)))
                 return
+            except (httpx.HTTPError, OSError, ValueError):
+                continue  # a half-started server's odd answer: asked again, as the poller does
             self._begin(backend)
             await self._poll()
             return
