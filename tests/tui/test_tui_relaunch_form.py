@@ -149,4 +149,9 @@ async def test_a_take_over_form_starts_on_the_profile_whose_attach_key_is_follow
             form = await open_form(app, pilot)
             assert form.take_over
             chosen.append((form.profile_name, form.query_one("#profile", Select).value))
+            intro = form.take_over_intro()
+            # without a profile of its own, the form says how to get one (it started on
+            # another profile with no word about it)
+            hint = "No profile describes this server: `specmon adopt HOST -p NAME` writes one"
+            assert (hint in intro) == (attach_profile is None), intro
     assert chosen == [("kimi-baseline", "kimi-baseline"), ("kimi-eagle3", "kimi-eagle3")]

@@ -119,6 +119,8 @@ class RelaunchScreen(ModalScreen[None]):
             self.profile_name = config.default_profile
         else:
             self.profile_name = self.profile_names[0] if self.profile_names else ""
+        # a take-over's server named by a profile's attach key: the form starts on that profile
+        self.described = preselect in self.profile_names
         self.problems: dict[str, str] = {}
         self.loaded_values: dict[str, str] = {}
         self.secret_values = SecretValues()  # the real values behind the form's ***
@@ -200,11 +202,17 @@ class RelaunchScreen(ModalScreen[None]):
         """What the take-over form does, above its fields (the host's text made safe)."""
         run = self.controller.bus.store.run
         who = f"{run.backend}, run by {run.owner or '?'}" if run is not None else "?"
-        return safe_text(
+        text = (
             f"{self.attached()} ({who}) was not launched by specmon. Choose a profile and its "
             "settings: the host is asked first, then you confirm the process it stops; then "
             "the profile is launched in its place as a specmon run."
         )
+        if not self.described:  # the form starts on some other profile: say how to get its own
+            text += (
+                " No profile describes this server: `specmon adopt HOST -p NAME` writes one "
+                "from its command line and environment (then this form starts on it)."
+            )
+        return safe_text(text)
 
     def on_mount(self) -> None:
         if not self.profile_names:
