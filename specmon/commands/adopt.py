@@ -134,13 +134,9 @@ def whole_command(survey: Any, server: Any) -> Any:
     it would launch something else)."""
     from specmon.model.errors import UsageError
     from specmon.model.terminal_text import safe_text
+    from specmon.session.foreign import argv_cut_refusal
 
-    for candidate in survey.candidates:
-        if candidate.get("pid") == server.pid and candidate.get("argv_truncated"):
-            raise UsageError(
-                safe_text(
-                    f"pid {server.pid} on {survey.host}: its command line is longer than the "
-                    "host reads (16 KiB); write this profile by hand"
-                )
-            )
+    cut = argv_cut_refusal(survey, server)
+    if cut is not None:
+        raise UsageError(safe_text(cut))
     return server

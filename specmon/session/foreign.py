@@ -70,6 +70,47 @@ async def read_environ(helper: HelperClient, pid: int) -> tuple[dict[str, str], 
     return redact_env(env), bool(reply.get("truncated")), cwd if isinstance(cwd, str) else None
 
 
+def argv_cut_refusal(survey: HostSurvey, server: ForeignServer) -> str | None:
+    """Why ``server`` cannot become a profile when the host read only part of its command
+    line (a profile of part of it would launch something else); None when it read it whole."""
+    for candidate in survey.candidates:
+        if candidate.get("pid") == server.pid and candidate.get("argv_truncated"):
+            return (
+                f"pid {server.pid} on {survey.host}: its command line is longer than the host "
+                "reads (16 KiB); write this profile by hand"
+            )
+    return None
+
+
+async def running_profile(helper: HelperClient, pid: int, name: str, *, host: str) -> Profile:
+    """Process ``pid`` (a server specmon did not launch) as the launch profile ``name``, read
+    as `specmon adopt` reads it (its argv, its working directory, the environment names a
+    profile may set, every secret already ``***``) and kept in memory only: what the
+    console's take-over form starts from. Its secret placeholders are not marked unfilled:
+    the form refuses a ``***`` until the operator types the value. A UsageError in one line
+    when the process is gone or its command line was cut."""
+    import dataclasses
+
+    from specmon.backends import get_backend
+    from specmon.launch.adopt import adopted_table, render_fragment
+    from specmon.launch.config import parse_config_text
+
+    survey = await survey_host(helper, pid=pid, host=host)
+    server = survey.server(pid)
+    if server is None:
+        raise UsageError(safe_text(survey.refusal(pid)))
+    cut = argv_cut_refusal(survey, server)
+    if cut is not None:
+        raise UsageError(safe_text(cut))
+    env, _truncated, cwd = await read_environ(helper, pid)
+    argv = absolute_program(tuple(server.argv), cwd)
+    table = adopted_table(
+        get_backend(server.backend), argv, env, description=f"pid {pid} on {host}, as it runs"
+    )
+    profile = parse_config_text(render_fragment(name, table), None, environ={}).profiles[name]
+    return dataclasses.replace(profile, unfilled=())
+
+
 def absolute_program(argv: tuple[str, ...], cwd: str | None) -> tuple[str, ...]:
     """``argv`` with a program named by a relative path (``.venv/bin/python``, run from the
     server's own directory) made absolute against the server's working directory ``cwd``, so

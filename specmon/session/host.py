@@ -63,6 +63,7 @@ from specmon.session.failure import failure_event, hang_reason
 from specmon.session.foreign import (
     check_take_over,
     follow_foreign_args,
+    running_profile,
     stop_foreign,
     survey_host,
 )
@@ -366,6 +367,14 @@ class HostSession(HostController):
             profile_name=profile,
             profile=profile_named(self._profiles, profile),
         )
+
+    async def running_profile(self, name: str) -> Profile:
+        """The attached server's command line and environment as profile ``name`` (in memory;
+        session.foreign.running_profile)."""
+        follow = self._follow
+        if follow is None or follow.foreign is None or follow.ended or follow.foreign.pid is None:
+            raise UsageError(f"no server specmon did not launch is attached on {self.host_label}")
+        return await running_profile(self.helper, follow.foreign.pid, name, host=self.host_label)
 
     async def take_over_spec(self, plan: TakeOverPlan, spec: LaunchSpec) -> str:
         """The confirmed take-over: ``plan``'s server stopped, then ``spec`` launched as

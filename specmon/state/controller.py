@@ -91,6 +91,13 @@ class HostController(ABC):
         over refuses."""
         raise UsageError(f"{self.host_label}: this console cannot take over a server")
 
+    async def running_profile(self, name: str) -> Profile:
+        """The attached server specmon did not launch as an in-memory profile ``name`` (its
+        command line and environment as `specmon adopt` reads them): what the take-over form
+        starts from when no profile names the server. A controller that cannot read one
+        refuses."""
+        raise UsageError(f"{self.host_label}: this console cannot read a server's command line")
+
     async def take_over_spec(self, plan: TakeOverPlan, spec: LaunchSpec) -> str:
         """Stop ``plan``'s server (told as taken over, never as a crash), wait for its GPU
         memory, then launch ``spec`` (the one confirmed) as profile ``plan.profile``;

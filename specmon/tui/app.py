@@ -491,8 +491,54 @@ class SpecmonApp(App[int]):
             self.notify("No launch profiles: this console has no config.", severity="warning")
             return
         preselect = self.attach_profile if take_over else None
+        if take_over and preselect not in self.config.profiles:
+            self.run_worker(self._take_over_from_running(), exclusive=True, group="take-over")
+            return
         self.push_screen(
             RelaunchScreen(self.controller, self.config, take_over=take_over, preselect=preselect)
+        )
+
+    async def _take_over_from_running(self) -> None:
+        """The take-over form when no profile names the attached server: it starts from the
+        server's own command line and environment (an in-memory profile, as `specmon adopt`
+        reads them), so a take-over changes only what the operator edits. If they cannot be
+        read, the form starts on a profile of the config, saying why."""
+        from specmon.tui.screens.relaunch import RelaunchScreen
+
+        run = self.controller.bus.store.run
+        name = f"running-pid-{run.pid}" if run is not None and run.pid is not None else ""
+        preselect = None
+        if name and self.config is not None:
+            self.notify(
+                safe_text(f"Reading pid {name.rsplit('-', 1)[-1]}'s command line on the host…"),
+                title="Take over",
+                timeout=3,
+            )
+            try:
+                profile = await self.controller.running_profile(name)
+            except SpecmonError as exc:
+                self.notify(
+                    safe_text(
+                        f"Its command line could not be read ({exc}); the form starts on "
+                        "a profile of the config."
+                    ),
+                    title="Take over",
+                    severity="warning",
+                )
+            else:
+                self.config.profiles[name] = profile
+                self.controller.add_profile(name, profile)  # the session keeps its own copy
+                preselect = name
+        if self.config is None or isinstance(self.screen, RelaunchScreen):
+            return
+        self.push_screen(
+            RelaunchScreen(
+                self.controller,
+                self.config,
+                take_over=True,
+                preselect=preselect,
+                from_running=preselect is not None,
+            )
         )
 
     def _attached_foreign(self) -> bool:

@@ -225,7 +225,14 @@ def said(app: SpecmonApp) -> list[str]:
 
 async def open_take_over_form(pilot: object, app: SpecmonApp, profile: str) -> RelaunchScreen:
     await pilot.press("r")  # type: ignore[attr-defined]
-    await wait_until(pilot, lambda: isinstance(app.screen, RelaunchScreen), 10, "the form")
+    # the form opens once the host has read the server's own command line, filled in once
+    # mounted (its loaded values set)
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, RelaunchScreen) and bool(app.screen.loaded_values),
+        15,
+        "the form",
+    )
     form = app.screen
     assert isinstance(form, RelaunchScreen) and form.take_over
     form.query_one("#profile", Select).value = profile

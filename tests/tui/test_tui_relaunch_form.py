@@ -4,6 +4,7 @@ label on one line, and shows the change as a diff above the exact command."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 
 from support.paths import REPO
@@ -155,3 +156,50 @@ async def test_a_take_over_form_starts_on_the_profile_whose_attach_key_is_follow
             hint = "No profile describes this server: `specmon adopt HOST -p NAME` writes one"
             assert (hint in intro) == (attach_profile is None), intro
     assert chosen == [("kimi-baseline", "kimi-baseline"), ("kimi-eagle3", "kimi-eagle3")]
+
+
+class ReadsItsCommandLine(ReplayController):
+    """An attached server whose command line the host reads (or, with ``refuse``, cannot)."""
+
+    def __init__(self, events: list, profile: object = None, refuse: str | None = None) -> None:
+        super().__init__(events)
+        self.profile, self.refuse, self.asked = profile, refuse, []
+
+    async def running_profile(self, name: str):  # type: ignore[override]
+        from specmon.model.errors import UsageError
+
+        self.asked.append(name)
+        if self.refuse is not None:
+            raise UsageError(self.refuse)
+        return dataclasses.replace(self.profile, name=name)  # type: ignore[arg-type]
+
+
+async def test_a_take_over_form_without_a_profile_starts_from_the_servers_own_settings() -> None:
+    """With no profile naming the attached server, the form started on the config's default
+    (another model, another port): a take-over meant to change the step count would have
+    replaced the server with something else. It now starts from the server's command line
+    and environment, read on the host as adopt reads them; when they cannot be read, on the
+    default as before, saying why."""
+    from specmon.model.events import RunInfo, RunState
+
+    foreign = RunInfo(
+        run_id="pid-4242", backend="sglang", pid=4242, reattached=True, owner="ops",
+        foreign=True, log_source="file: /srv/server.log",
+    )  # fmt: skip
+    events = [(FROZEN_NOW, foreign), (FROZEN_NOW, RunState(run_id="pid-4242", state="ready"))]
+    config = load_config(REPO / "specmon.toml")
+    own = dataclasses.replace(config.profiles["kimi-eagle3"], port=30123, extra_args=())
+    controller = ReadsItsCommandLine(events, profile=own)
+    app = SpecmonApp(controller, config, clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        assert controller.asked == ["running-pid-4242"]
+        assert form.take_over and form.profile_name == "running-pid-4242"
+        assert "--port 30123" in str(form.query_one("#preview", Static).render())
+        assert "starts from its own command line and environment" in form.take_over_intro()
+    refusing = ReadsItsCommandLine(events, refuse="pid 4242 on gpu-box: no such process")
+    app = SpecmonApp(refusing, load_config(REPO / "specmon.toml"), clock=lambda: FROZEN_NOW)
+    async with app.run_test(size=(120, 48)) as pilot:
+        form = await open_form(app, pilot)
+        assert form.profile_name == "kimi-eagle3"  # the config's default, as before
+        assert "No profile describes this server" in form.take_over_intro()

@@ -101,8 +101,10 @@ class RelaunchScreen(ModalScreen[None]):
         *,
         take_over: bool = False,
         preselect: str | None = None,
+        from_running: bool = False,
     ) -> None:
         super().__init__()
+        self.from_running = from_running  # preselect: the attached server's own settings
         self.controller = controller
         self.config = config
         self.take_over = take_over
@@ -207,7 +209,13 @@ class RelaunchScreen(ModalScreen[None]):
             "settings: the host is asked first, then you confirm the process it stops; then "
             "the profile is launched in its place as a specmon run."
         )
-        if not self.described:  # the form starts on some other profile: say how to get its own
+        if self.from_running and self.described:
+            text += (
+                f" The form starts from its own command line and environment (profile "
+                f"{self.profile_name}, in memory, as `specmon adopt` reads them: a secret "
+                "shows as *** until you type it)."
+            )
+        elif not self.described:  # the form starts on some other profile: say how to get its own
             text += (
                 " No profile describes this server: `specmon adopt HOST -p NAME` writes one "
                 "from its command line and environment (then this form starts on it)."

@@ -15,6 +15,7 @@ from support.by_hand import alive, kill_group, start_by_hand, wait_listening
 from support.hosts import Recorder, free_port, kill_everything_under, local_session
 
 from specmon.backends import get_backend
+from specmon.model.errors import UsageError
 from specmon.model.events import LogLine
 from specmon.session.foreign import follow_foreign_args
 from specmon.session.host import RunConflictError
@@ -128,3 +129,37 @@ async def test_attached_sim_rotation_truncation_refusals_and_its_end(tmp_path: P
     deadline = time.monotonic() + 5
     while alive(started.pid) and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+
+
+async def test_the_attached_servers_own_profile_is_read_as_adopt_reads_it(tmp_path: Path) -> None:
+    """What the console's take-over form starts from when no profile names the server: its
+    argv and allowed environment as a profile in memory, a secret as *** (never read)."""
+    state_dir = tmp_path / "state"
+    port = free_port()
+    started = start_by_hand(
+        tmp_path, "sim", f"{sys.executable} -m specmon.sim {SIM} --port {port}", port,
+        env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "HF_TOKEN": "hf_never_read"},
+    )  # fmt: skip
+    session = local_session(state_dir, {}, attach=str(started.pid), gpu_agent="none")
+    try:
+        wait_listening(port)
+        await session.start()
+        await session.wait_for(lambda s: s.run is not None, 30)
+        name = f"running-pid-{started.pid}"
+        profile = await session.running_profile(name)
+        assert profile.name == name and profile.backend == "sglang"
+        assert profile.port == port and profile.tp == 2
+        assert profile.command == (sys.executable, "-m", "specmon.sim")
+        assert profile.env["HF_TOKEN"] == "***" and "hf_never_read" not in repr(profile)
+        assert profile.env["SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"] == "1"
+        assert profile.unfilled == ()  # the form asks for the *** (not refused at the plan)
+        spec = profile.to_launch_spec()
+        assert spec.flag("port") == str(port) and spec.flag("model-path") == profile.model_path
+        kill_group(started.pgid)
+        await session.wait_for(lambda s: s.run_state == "stopped", 15)
+        with pytest.raises(UsageError, match="no server specmon did not launch is attached"):
+            await session.running_profile(name)
+    finally:
+        await session.close()
+        kill_group(started.pgid)
+        kill_everything_under(state_dir)
