@@ -120,9 +120,10 @@ def waiting_text(store: Any, args: argparse.Namespace, left_s: float) -> str:
     import shlex
 
     from specmon.experiments.advisor import MIN_CYCLES
+    from specmon.experiments.advisor_inputs import probe_cycles
 
     wanted = max(MIN_CYCLES, args.cycles)
-    cycles = sum(1 for r in store.probe if r.source == "probe")
+    cycles = probe_cycles(store)
     drafts = store.accept_by_position.drafts
     text = (
         f"waiting for probe cycles: {cycles} of {wanted}, {min(drafts, wanted)} of {wanted} "

@@ -209,12 +209,16 @@ def advise_from_store(
     return advice, model
 
 
+def probe_cycles(store: StateStore) -> int:
+    """The probe's own cycle records the store holds (not the step-time stand-ins)."""
+    return sum(1 for r in store.probe if r.source == "probe")
+
+
 def enough_data(store: StateStore, cycles: int = MIN_CYCLES) -> bool:
     """Whether the store holds ``cycles`` probe cycles (at least the advisor's minimum) and as
     many request-verifies for acceptance by position."""
     wanted = max(MIN_CYCLES, cycles)
-    seen = sum(1 for r in store.probe if r.source == "probe")
-    return seen >= wanted and store.accept_by_position.drafts >= wanted
+    return probe_cycles(store) >= wanted and store.accept_by_position.drafts >= wanted
 
 
 class LedgerReader(Protocol):

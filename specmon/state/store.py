@@ -436,13 +436,7 @@ class StateStore:
         if e.state == "ready" and loading.ready_at is None and loading.started_at is not None:
             # Health said ready before the log's ready line (or a server that writes none):
             # the load is over now, or its elapsed time counted on under "ready".
-            self._enter("ready")
-            loading.done_phases.append("ready")
-            loading.ready_at = now
-            if loading.replayed:
-                loading.load_seconds = None  # a replay's arrival times say nothing
-            else:
-                self._loaded_in(now - loading.started_at)
+            self._became_ready(now, None, replayed=False)
 
     def _enter(self, phase: str | None) -> None:
         if phase is None:
@@ -519,17 +513,24 @@ class StateStore:
         loading = self.loading
         if loading.ready_at is not None and loading.phase == "ready" and e.load_seconds is None:
             return  # health said so first: the earlier time stands (the log line comes late)
+        self._became_ready(now, e.load_seconds, replayed=e.replayed)
+        self.run_state = "ready"
+
+    def _became_ready(self, now: float, load_seconds: float | None, *, replayed: bool) -> None:
+        """The load ended at ``now`` (the log's ready line, or health first): the ready phase,
+        the ready time, and the load time, the server's own, else since the first load line
+        unless either came replayed (long after the fact: unknown)."""
+        loading = self.loading
         self._enter("ready")
         if "ready" not in loading.done_phases:
             loading.done_phases.append("ready")
         loading.ready_at = now
-        if e.load_seconds is not None:
-            self._loaded_in(e.load_seconds)
-        elif not e.replayed and not loading.replayed and loading.started_at is not None:
+        if load_seconds is not None:
+            self._loaded_in(load_seconds)
+        elif not replayed and not loading.replayed and loading.started_at is not None:
             self._loaded_in(now - loading.started_at)
         else:
-            loading.load_seconds = None  # a replayed line: it came long after the fact
-        self.run_state = "ready"
+            loading.load_seconds = None
 
     def _loaded_in(self, seconds: float) -> None:
         """This run's load time is known: the last load's, and the next load's ETA basis."""
