@@ -8,6 +8,8 @@ inline. A profile saved from the relaunch form can be launched at once.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -258,8 +260,17 @@ async def test_cancel_asks_keeps_the_sweep_resumable_and_quit_interrupts_it(
         # Quitting mid-sweep asks; yes stops the sweep (resumable) and leaves the app.
         await pilot.press("q")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), 5, "question")
-        await pilot.press("y")
-        await wait_until(pilot, lambda: app.return_code == 0, 30, "the app to exit")
+        # Yes waits, inside the answer's handler, for point 2's launch to finish (a whole
+        # load) and its stop before the app exits: pilot.press("y") would wait on that
+        # screen for at most 30 s, which a fresh-clone run under load ran past. Answered
+        # directly, and the exit waited for here, up to 90 s.
+        confirm = app.screen
+        assert isinstance(confirm, ConfirmScreen)
+        confirm.action_answer(True)
+        deadline = time.monotonic() + 90
+        while app.return_code is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert app.return_code == 0, "the app did not exit"
     with Ledger(tmp_path / "data" / "ledger.sqlite3") as ledger:
         assert ledger.get_sweep(sweep_id).status == "interrupted"
         assert [p.status for p in ledger.sweep_points(sweep_id)] == ["ok"]
